@@ -1,0 +1,92 @@
+"""The label vocabulary of ../shared/TAXONOMY.md, as constants.
+
+Every label, outcome and cause the tool writes comes from these tuples; `check_label` is how
+stages refuse a word that is not in the vocabulary (a typo would otherwise silently become a new
+category in every report).
+"""
+
+from __future__ import annotations
+
+AXES = ("mechanism", "sync", "overlap")
+
+MECHANISM = (
+    "copy_engine",
+    "sm_load",
+    "sm_store",
+    "sm_atomic",
+    "tma",
+    "nvls",
+    "nvshmem",
+    "nccl",
+    "host_staging",
+    "none",
+)
+
+SYNC = (
+    "symm_barrier",
+    "device_flags",
+    "host_sync",
+    "stream_events",
+    "grid_sync",
+    "nvshmem_sync",
+    "nccl_implicit",
+    "none",
+)
+
+# Memory-ordering detail recorded for `device_flags`.
+ORDERING = ("release_acquire", "fence_system", "volatile_only", "relaxed")
+
+OVERLAP = ("none", "multi_stream", "chunked_pipeline", "fused_kernel", "n/a")
+
+VOCABULARY = {
+    "mechanism": MECHANISM,
+    "sync": SYNC,
+    "overlap": OVERLAP,
+    "ordering": ORDERING,
+}
+
+# `unknown` is an honest answer on every axis (no pass could support a label).
+UNKNOWN = "unknown"
+
+PASSES = ("python", "clang", "ptx", "trace", "ncu")
+
+OUTCOMES = (
+    "compile_error",
+    "load_error",
+    "runtime_error",
+    "hang",
+    "wrong_result",
+    "suspect",
+    "slower",
+    "faster",
+)
+
+SLOWNESS_CAUSES = (
+    "host_sync_in_hot_path",
+    "setup_in_hot_path",
+    "nccl_fallback",
+    "serialized",
+    "launch_bound",
+    "small_transfers",
+    "low_link_utilization",
+    "extra_copies",
+    "low_occupancy",
+)
+
+SEVERITIES = ("error", "warning", "info")
+
+
+def check_label(axis: str, value: str) -> str:
+    """Return `value` if it is a word of `axis`, else raise ValueError naming the vocabulary."""
+    allowed = VOCABULARY.get(axis)
+    if allowed is None:
+        raise ValueError(f"unknown axis {axis!r}; axes are {sorted(VOCABULARY)}")
+    if value != UNKNOWN and value not in allowed:
+        raise ValueError(f"{value!r} is not a {axis} label; allowed: {', '.join(allowed)}")
+    return value
+
+
+def check_pass(name: str) -> str:
+    if name not in PASSES:
+        raise ValueError(f"{name!r} is not a pass name; passes are {', '.join(PASSES)}")
+    return name
