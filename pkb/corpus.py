@@ -1,0 +1,172 @@
+"""Finding candidates on disk and reading them into records.
+
+Reads PKB's own layout as it is: `reference/<id>_<name>.py` beside run trees
+`solutions_<backend>_<precision>_<hardware>_<provider>_<model>/<id>_<name>_<backend>.py`, and plain
+folders of `.py` files. Reading never raises for a bad file: the record says what was wrong.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from pkb.record import CandidateRecord, content_hash
+
+# Files past this size are not read whole: 5 MB of junk must cost nothing but a record.
+MAX_BYTES = 2 * 1024 * 1024
+
+# PKB's generator writes provider names from its model table; `pkb` marks our bundled samples.
+KNOWN_PROVIDERS = ("google", "together", "anthropic", "openai", "pkb", "local")
+KNOWN_BACKENDS = ("cuda", "triton", "parallelkittens", "cute", "tilelang", "pytorch")
+PRECISIONS = ("fp32", "fp16", "bf16", "fp8")
+
+_CANDIDATE_NAME = re.compile(r"^(?P<id>\d+)_(?P<name>.+?)(?:_(?P<backend>[a-z]+))?$")
+SKIP_DIRS = {"__pycache__", ".git", ".venv", "node_modules", "reference", "logs"}
+
+
+@dataclass(frozen=True)
+class RunTree:
+    """What a PKB run-tree folder name says about how its candidates were generated."""
+
+    name: str
+    backend: str = ""
+    precision: str = ""
+    hardware: str = ""
+    provider: str = ""
+    model: str = ""
+
+
+def parse_run_tree(name: str) -> RunTree | None:
+    """Split `solutions_<backend>_<precision>_<hardware>_<provider>_<model>`.
+
+    Hardware names may hold underscores (`h100_8`) and model slugs too (`zai-org_GLM-5.1`), so the
+    provider token is the anchor: the first known provider after the precision.
+    """
+    if not name.startswith("solutions_"):
+        return None
+    parts = name[len("solutions_") :].split("_")
+    if len(parts) < 2:
+        return RunTree(name=name, backend=parts[0] if parts else "")
+    backend, precision, rest = parts[0], parts[1], parts[2:]
+    if precision not in PRECISIONS:
+        # `solutions_cuda/` (PKB's default folder) or an unknown scheme: keep what is certain.
+        return RunTree(name=name, backend=backend)
+    for i, tok in enumerate(rest):
+        if tok in KNOWN_PROVIDERS and i >= 1:
+            return RunTree(
+                name=name,
+                backend=backend,
+                precision=precision,
+                hardware="_".join(rest[:i]),
+                provider=tok,
+                model="_".join(rest[i + 1 :]),
+            )
+    # No known provider: PKB writes exactly one hardware token unless it has underscores; take
+    # the common `<hw>_<provider>_<model>` reading.
+    hardware = rest[0] if rest else ""
+    provider = rest[1] if len(rest) > 1 else ""
+    model = "_".join(rest[2:])
+    return RunTree(name, backend, precision, hardware, provider, model)
+
+
+def parse_candidate_name(stem: str, backend_hint: str = "") -> tuple[int | None, str, str]:
+    """`12_allgather_gemm_cuda` -> (12, 'allgather_gemm', 'cuda')."""
+    m = _CANDIDATE_NAME.match(stem)
+    if not m:
+        return None, stem, ""
+    pid = int(m.group("id"))
+    name, backend = m.group("name"), m.group("backend") or ""
+    if backend and backend not in KNOWN_BACKENDS and backend != backend_hint:
+        # The last token was part of the problem name (`1_allreduce` has no backend suffix).
+        name, backend = f"{name}_{backend}", ""
+    return pid, name, backend
+
+
+def discover(root: Path) -> list[Path]:
+    """Candidate files under `root` (a file or a folder), in a stable order.
+
+    `reference/` folders hold references, not candidates, and are skipped, as are caches.
+    """
+    root = Path(root)
+    if root.is_file():
+        return [root]
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no such file or folder")
+    out: list[Path] = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if any(part in SKIP_DIRS or part.startswith(".") for part in rel.parts[:-1]):
+            continue
+        if path.is_file() and (path.suffix == ".py" or _is_candidate_like(path)):
+            out.append(path)
+    return out
+
+
+def _is_candidate_like(path: Path) -> bool:
+    # A junk file named like a candidate without .py still deserves a record in a run tree.
+    return path.parent.name.startswith("solutions_") and path.suffix == ""
+
+
+def read_candidate(path: Path, root: Path | None = None) -> CandidateRecord:
+    """Read one file into a record; the record says how reading went."""
+    path = Path(path)
+    rel = str(path.relative_to(root)) if root is not None and root in path.parents else str(path)
+    rec = CandidateRecord(path=rel)
+    tree = parse_run_tree(path.parent.name)
+    if tree is not None:
+        rec.run_tree = tree.name
+        rec.backend, rec.precision, rec.hardware = tree.backend, tree.precision, tree.hardware
+        rec.provider, rec.model = tree.provider, tree.model
+    pid, name, backend = parse_candidate_name(path.stem, rec.backend)
+    rec.problem_id, rec.problem_name = pid, name
+    if backend and not rec.backend:
+        rec.backend = backend
+
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            data = fh.read(MAX_BYTES + 1)
+    except OSError as exc:
+        rec.parse_status, rec.parse_message = "unreadable", f"cannot read: {exc.strerror or exc}"
+        return rec
+    rec.size = size
+    rec.sha256 = content_hash(data)
+    if size > MAX_BYTES:
+        rec.parse_status = "too_large"
+        rec.parse_message = f"{size} bytes, over the {MAX_BYTES}-byte limit; not analyzed"
+        return rec
+    rec.parse_status, rec.parse_message, rec.parse_line, rec.source = decode_python(data)
+    return rec
+
+
+def decode_python(data: bytes) -> tuple[str, str, int, str]:
+    """(status, message, line, text) for bytes that should be a Python file."""
+    if not data.strip():
+        return "empty", "the file is empty", 0, ""
+    if b"\x00" in data:
+        return "not_python", "binary content (NUL bytes); not a Python file", 0, ""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        return "not_utf8", f"not UTF-8 at byte {exc.start} (line {line}): {exc.reason}", line, ""
+    try:
+        ast.parse(text)
+    except SyntaxError as exc:
+        line = exc.lineno or 0
+        # Mostly-unprintable text that happens to decode is junk, not Python with a typo.
+        printable = sum(ch.isprintable() or ch in "\n\t\r" for ch in text[:4096])
+        if printable < 0.9 * min(len(text), 4096):
+            return "not_python", "not Python source (mostly unprintable characters)", 0, text
+        return "syntax_error", f"line {line}: {exc.msg}", line, text
+    except ValueError as exc:  # e.g. source code string cannot contain null bytes
+        return "not_python", str(exc), 0, text
+    return "ok", "", 0, text
+
+
+def load_corpus(root: Path) -> list[CandidateRecord]:
+    root = Path(root)
+    base = root if root.is_dir() else root.parent
+    return [read_candidate(p, base) for p in discover(root)]
