@@ -1,0 +1,398 @@
+"""From pass facts to TAXONOMY labels, each with its evidence.
+
+A label is written only where a fact supports it, and the fact is cited (file, line, snippet,
+pass). Where the facts that would decide an axis are out of sight (a peer pointer handed to a
+helper in a header the pass could not read), the label is `unknown`, with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from analyzer.facts import PEER_KINDS, SIGNAL_KINDS, CallSite, CudaFacts, CudaSource, Function, PtxFacts
+from pkb.record import CandidateRecord, Evidence, KernelReport, Label
+
+TRANSFER_CATEGORIES = {"collective", "p2p", "tensor_copy", "ext_kernel", "triton_launch", "cupy_launch"}
+ORDER_STRENGTH = ("release_acquire", "fence_system", "volatile_only", "relaxed")
+# torch.ops.symm_mem library ops: what they move bytes with.
+SYMM_OPS = {
+    "multimem": "nvls",
+    "one_shot_all_reduce": "sm_load",
+    "two_shot_all_reduce": "sm_load",
+    "fused_all_gather_matmul": "copy_engine",
+    "fused_matmul_reduce_scatter": "copy_engine",
+    "all_to_all_vdev": "nvshmem",
+}
+
+
+@dataclass
+class _KernelFacts:
+    """One CUDA kernel with what it and the device functions it calls do."""
+
+    fn: Function
+    source: CudaSource
+    cuda: CudaFacts
+    ptx: PtxFacts | None
+    reach: set[str]  # names of the kernel and every device function it reaches
+
+
+def _reach(fn: Function, by_name: dict[str, Function]) -> set[str]:
+    seen = {fn.name}
+    todo = [fn]
+    while todo:
+        f = todo.pop()
+        for callee in f.calls:
+            g = by_name.get(callee)
+            if g is not None and g.name not in seen and g.kind != "host":
+                seen.add(g.name)
+                todo.append(g)
+    return seen
+
+
+class Classifier:
+    def __init__(self, rec: CandidateRecord, has_compute: bool | None):
+        self.rec = rec
+        self.file = rec.path
+        self.lines = rec.source.splitlines()
+        self.facts = rec.facts
+        self.has_compute = has_compute
+        self.computes: dict[str, bool] = {}  # CUDA kernel -> its body does arithmetic beyond copies
+
+    def ev(self, line: int, pass_name: str, note: str = "") -> Evidence:
+        snippet = self.lines[line - 1].strip()[:160] if 0 < line <= len(self.lines) else ""
+        return Evidence(self.file, line, snippet, pass_name, note)
+
+    # ---- kernels ------------------------------------------------------------------------------
+
+    def kernels(self) -> list[_KernelFacts]:
+        out = []
+        for cuda in self.facts.cuda:
+            src = self.facts.python.cuda_sources[cuda.source_index]
+            ptx = next((p for p in self.facts.ptx if p.source_index == cuda.source_index), None)
+            by_name = {f.name: f for f in cuda.functions}
+            for fn in cuda.functions:
+                if fn.kind == "global":
+                    out.append(_KernelFacts(fn, src, cuda, ptx, _reach(fn, by_name)))
+        return out
+
+    def classify_kernel(self, k: _KernelFacts) -> KernelReport:
+        rep = KernelReport(name=k.fn.name, language="cuda", line=k.fn.line, source_index=k.cuda.source_index)
+        self.computes[k.fn.name] = _kernel_computes(self.lines[k.fn.line - 1 : k.fn.end_line])
+        labels: dict[str, list[Label]] = {}
+
+        def add(axis: str, value: str, ev: Evidence) -> None:
+            lst = labels.setdefault(axis, [])
+            lab = next((x for x in lst if x.value == value), None)
+            if lab is None:
+                lst.append(Label(axis, value, [ev]))
+            elif len(lab.evidence) < 4 and ev not in lab.evidence:
+                lab.evidence.append(ev)
+
+        inside = [a for a in k.cuda.accesses if a.function in k.reach]
+        for a in inside:
+            if a.pointer_kind in PEER_KINDS:
+                value = {"load": "sm_load", "store": "sm_store", "atomic": "sm_atomic"}[a.kind]
+                add("mechanism", value, self.ev(a.line, "clang", f"{a.kind} through {a.pointer} ({a.pointer_kind})"))
+                if a.pointer_kind == "nvshmem_ptr":
+                    add("mechanism", "nvshmem", self.ev(a.line, "clang", "address from nvshmem_ptr"))
+            elif a.pointer_kind == "multicast_ptr":
+                add("mechanism", "nvls", self.ev(a.line, "clang", f"{a.kind} through the multicast address {a.pointer}"))
+            elif a.pointer_kind in SIGNAL_KINDS:
+                add("sync", "device_flags", self.ev(a.line, "clang", f"flag {a.kind} through {a.pointer}"))
+        for asm in k.cuda.asm:
+            if asm.function not in k.reach:
+                continue
+            for m in asm.mnemonics:
+                if m.startswith("multimem."):
+                    add("mechanism", "nvls", self.ev(asm.line, "clang", m))
+                elif m.startswith("cp.async.bulk") or m.startswith("cp.reduce.async.bulk"):
+                    add("mechanism", "tma", self.ev(asm.line, "clang", m))
+        for call in k.cuda.api_calls:
+            if call.function not in k.reach:
+                continue
+            if call.category == "tma":
+                add("mechanism", "tma", self.ev(call.line, "clang", call.api))
+            elif call.category == "nvls":
+                add("mechanism", "nvls", self.ev(call.line, "clang", call.api))
+            elif call.category == "nvshmem":
+                add("mechanism", "nvshmem", self.ev(call.line, "clang", call.api))
+            elif call.category == "nvshmem_sync":
+                add("sync", "nvshmem_sync", self.ev(call.line, "clang", call.api))
+            elif call.category == "grid_sync":
+                add("sync", "grid_sync", self.ev(call.line, "clang", call.api))
+        for loop in k.cuda.spin_loops:
+            if loop.function in k.reach and loop.polls in (*SIGNAL_KINDS, *PEER_KINDS, "unknown"):
+                add("sync", "device_flags", self.ev(loop.line, "clang", f"spin on {loop.condition[:60]}"))
+        # PTX: what the compiler really emitted for this entry (templates and headers included).
+        if k.ptx is not None and k.ptx.status == "ok":
+            entry = next((e for e in k.ptx.entries if e.name == k.fn.name or e.name.startswith(k.fn.name + "<") or e.name.startswith(k.fn.name + "(")), None)
+            if entry is not None:
+                for ins in entry.instructions:
+                    line = ins.lines[0] if ins.lines else k.fn.line
+                    if ins.mnemonic.startswith("multimem."):
+                        add("mechanism", "nvls", self.ev(line, "ptx", ins.mnemonic))
+                    elif ins.mnemonic.startswith(("cp.async.bulk", "cp.reduce.async.bulk")):
+                        add("mechanism", "tma", self.ev(line, "ptx", ins.mnemonic))
+
+        if "device_flags" in {x.value for x in labels.get("sync", [])}:
+            order, ev = self._ordering(k)
+            add("ordering", order, ev)
+        if not labels.get("mechanism"):
+            peer_params = [p for p in k.fn.params if p.pointer_kind in PEER_KINDS]
+            hidden = k.cuda.missing_headers or k.cuda.status in ("partial", "failed")
+            if peer_params and hidden:
+                add("mechanism", "unknown", self.ev(k.fn.line, "clang", f"peer pointer {peer_params[0].name} reaches the kernel, but its use is not visible ({', '.join(k.cuda.missing_headers) or k.cuda.message})"))
+            else:
+                add("mechanism", "none", self.ev(k.fn.line, "clang", "no access through a peer, multicast or NVSHMEM address"))
+        if not labels.get("sync"):
+            add("sync", "none", self.ev(k.fn.line, "clang", "no flags, grid barrier or NVSHMEM ordering in the kernel"))
+        rep.labels = labels
+        return rep
+
+    def _ordering(self, k: _KernelFacts) -> tuple[str, Evidence]:
+        found: dict[str, Evidence] = {}
+        for a in k.cuda.accesses:
+            if a.function in k.reach and a.order in ("acquire", "release", "acq_rel") and a.scope in ("system", ""):
+                found.setdefault("release_acquire", self.ev(a.line, "clang", f"{a.order} {a.kind} ({a.via})"))
+        for asm in k.cuda.asm:
+            if asm.function in k.reach:
+                for m in asm.mnemonics:
+                    if (".acquire." in m or ".release." in m or ".acq_rel." in m) and ".sys" in m:
+                        found.setdefault("release_acquire", self.ev(asm.line, "clang", m))
+        for f in k.cuda.fences:
+            if f.function in k.reach and f.scope == "system":
+                found.setdefault("fence_system", self.ev(f.line, "clang", f.kind))
+        if k.ptx is not None and k.ptx.status == "ok":
+            entry = next((e for e in k.ptx.entries if e.name == k.fn.name or e.name.startswith(k.fn.name + "<")), None)
+            for ins in entry.instructions if entry else []:
+                m = ins.mnemonic
+                line = ins.lines[0] if ins.lines else k.fn.line
+                if (".acquire." in m or ".release." in m or ".acq_rel." in m) and ".sys" in m and not m.startswith("fence"):
+                    found.setdefault("release_acquire", self.ev(line, "ptx", m))
+                elif m.startswith(("fence.sc.sys", "fence.acq_rel.sys", "membar.sys")):
+                    found.setdefault("fence_system", self.ev(line, "ptx", m))
+        volatile = [a for a in k.cuda.accesses if a.function in k.reach and a.order == "volatile"]
+        volatile += [s for s in k.cuda.spin_loops if s.function in k.reach and s.order == "volatile"]  # type: ignore[misc]
+        if volatile:
+            found.setdefault("volatile_only", self.ev(volatile[0].line, "clang", "volatile access, no fence"))
+        for order in ORDER_STRENGTH:
+            if order in found:
+                return order, found[order]
+        flag = next((a for a in k.cuda.accesses if a.function in k.reach and a.pointer_kind in SIGNAL_KINDS), None)
+        return "relaxed", self.ev(flag.line if flag else k.fn.line, "clang", "plain flag accesses, no fence or acquire/release")
+
+    def classify_triton(self) -> list[KernelReport]:
+        out = []
+        for t in self.facts.python.triton_kernels:
+            rep = KernelReport(name=t.name, language="triton", line=t.line)
+            labels: dict[str, list[Label]] = {}
+            signal = {p for p, kind in t.peer_params.items() if kind in SIGNAL_KINDS}
+            for axis, value, lines in (
+                ("mechanism", "sm_load", t.peer_loads),
+                ("mechanism", "sm_store", t.peer_stores),
+                ("mechanism", "sm_atomic", t.peer_atomics),
+            ):
+                if lines:
+                    labels.setdefault(axis, []).append(Label(axis, value, [self.ev(n, "python", "tl op on a peer address") for n in lines[:3]]))
+            if signal or t.spin_loops:
+                lines = t.spin_loops or [t.line]
+                labels.setdefault("sync", []).append(Label("sync", "device_flags", [self.ev(lines[0], "python", "flag polling in a Triton kernel")]))
+                labels.setdefault("ordering", []).append(Label("ordering", "relaxed" if not self._triton_ordered(t) else "release_acquire", [self.ev(lines[0], "python")]))
+            if not labels.get("mechanism"):
+                labels["mechanism"] = [Label("mechanism", "none", [self.ev(t.line, "python", "no tl.load/tl.store through a peer address")])]
+            if not labels.get("sync"):
+                labels["sync"] = [Label("sync", "none", [self.ev(t.line, "python")])]
+            rep.labels = labels
+            out.append(rep)
+        return out
+
+    def _triton_ordered(self, t) -> bool:
+        body = "\n".join(self.lines[t.line - 1 : t.end_line])
+        return "sem=\"acquire\"" in body or "sem='acquire'" in body or "sem=\"release\"" in body or "sem=\"acq_rel\"" in body
+
+    # ---- candidate -----------------------------------------------------------------------------
+
+    def timed(self, *cats: str) -> list[CallSite]:
+        return [c for c in self.facts.python.calls if c.path == "timed" and c.category in cats]
+
+    def run(self) -> None:
+        rec = self.rec
+        k_facts = self.kernels()
+        reports = [self.classify_kernel(k) for k in k_facts] + self.classify_triton()
+        rec.kernels = reports
+        launched = self._launched_kernels(k_facts)
+        for rep in reports:
+            if rep.language == "cuda" and launched is not None and rep.name not in launched:
+                continue  # defined but never launched from a timed entry point
+            for axis, labs in rep.labels.items():
+                for lab in labs:
+                    if lab.value == "none":
+                        continue
+                    rec.add_label(Label(axis, lab.value, list(lab.evidence)))
+
+        for c in self.timed("collective", "p2p"):
+            rec.add_label(Label("mechanism", "nccl", [self.ev(c.line, "python", c.qualname)]))
+            rec.add_label(Label("sync", "nccl_implicit", [self.ev(c.line, "python", c.qualname)]))
+        for c in self.timed("symm_mem"):
+            for key, mech in SYMM_OPS.items():
+                if key in c.qualname:
+                    rec.add_label(Label("mechanism", mech, [self.ev(c.line, "python", c.qualname)]))
+                    rec.add_label(Label("sync", "symm_barrier", [self.ev(c.line, "python", "symmetric-memory op syncs internally")]))
+        for c in self.timed("tensor_copy"):
+            if self._peer_copy(c):
+                rec.add_label(Label("mechanism", "copy_engine", [self.ev(c.line, "python", "copy of a tensor viewing a peer buffer")]))
+        for k in k_facts:
+            for m in k.cuda.memcpys:
+                if m.peer and (launched is None or self._host_fn_timed(k.cuda, m.function)):
+                    rec.add_label(Label("mechanism", "copy_engine", [self.ev(m.line, "clang", m.api)]))
+                if m.host and (launched is None or self._host_fn_timed(k.cuda, m.function)):
+                    rec.add_label(Label("mechanism", "host_staging", [self.ev(m.line, "clang", f"{m.api} {m.kind_arg}")]))
+        self._host_cuda_calls()
+        for c in self.timed("host_transfer"):
+            rec.add_label(Label("mechanism", "host_staging", [self.ev(c.line, "python", c.qualname)]))
+            rec.add_label(Label("sync", "host_sync", [self.ev(c.line, "python", f"{c.qualname} waits for the GPU")]))
+        for c in self.timed("symm_handle"):
+            if c.qualname in ("handle.barrier", "handle.put_signal", "handle.wait_signal"):
+                rec.add_label(Label("sync", "symm_barrier", [self.ev(c.line, "python", c.qualname)]))
+        for c in self.timed("cuda_sync", "host_sync"):
+            rec.add_label(Label("sync", "host_sync", [self.ev(c.line, "python", c.qualname)]))
+        for c in self.timed("event"):
+            rec.add_label(Label("sync", "stream_events", [self.ev(c.line, "python", c.qualname)]))
+        for c in self.timed("stream"):
+            if "wait_stream" in c.qualname:
+                rec.add_label(Label("sync", "stream_events", [self.ev(c.line, "python", c.qualname)]))
+
+        if not rec.labels.get("mechanism"):
+            hidden = [r for r in reports if r.labels.get("mechanism", [Label("mechanism", "none")])[0].value == "unknown"]
+            if hidden:
+                rec.add_label(Label("mechanism", "unknown", list(hidden[0].labels["mechanism"][0].evidence)))
+            else:
+                line = self.facts.python.solution_line or 1
+                rec.add_label(Label("mechanism", "none", [self.ev(line, "python", "no inter-GPU transfer found on the timed path")]))
+        if not rec.labels.get("sync"):
+            line = self.facts.python.solution_line or 1
+            rec.add_label(Label("sync", "none", [self.ev(line, "python", "no cross-rank ordering found on the timed path")]))
+        self._overlap(reports)
+
+    def _peer_copy(self, c: CallSite) -> bool:
+        if any(a.pointer_kind == "peer_tensor" for a in c.args):
+            return True
+        # `hdl.get_buffer(peer, ...).copy_(x)` / `peer_view.clone()`: the receiver is the peer view.
+        receiver = c.snippet.split("." + c.qualname.split(".")[-1] + "(")[0].split("=")[-1].strip()
+        if "get_buffer(" in receiver and "rank" not in receiver.split("get_buffer(")[1].split(",")[0]:
+            return True
+        return receiver in self._peer_tensor_names()
+
+    def _peer_tensor_names(self) -> set[str]:
+        names = set()
+        for c in self.facts.python.calls:
+            if c.qualname == "handle.get_buffer":
+                lhs = c.snippet.split("=")[0].strip() if "=" in c.snippet.split("get_buffer")[0] else ""
+                first = c.args[0].text if c.args else ""
+                if lhs and "rank" not in first:
+                    names.add(lhs)
+        return names
+
+    def _launched_kernels(self, k_facts: list[_KernelFacts]) -> set[str] | None:
+        """Kernels reachable from host functions the timed path calls; None when unknown."""
+        timed_ext = {c.target for c in self.facts.python.calls if c.category in ("ext_kernel", "cupy_launch") and c.path in ("timed", "setup")}
+        if not timed_ext:
+            return None
+        out: set[str] = set()
+        for cuda in self.facts.cuda:
+            by_name = {f.name: f for f in cuda.functions}
+            entry_fns = set()
+            for name in timed_ext:
+                entry_fns.add(cuda.bindings.get(name, name))
+            for f in cuda.functions:
+                if f.name in entry_fns:
+                    if f.kind == "global":
+                        out.add(f.name)
+                    for callee in _reach_host(f, by_name):
+                        out.add(callee)
+        # cupy kernels are launched by name
+        return out or None
+
+    def _host_fn_timed(self, cuda: CudaFacts, host_fn: str) -> bool:
+        timed_ext = {c.target for c in self.facts.python.calls if c.category == "ext_kernel" and c.path == "timed"}
+        entry = {cuda.bindings.get(n, n) for n in timed_ext}
+        by_name = {f.name: f for f in cuda.functions}
+        for e in entry:
+            f = by_name.get(e)
+            if f is not None and (f.name == host_fn or host_fn in _reach_host(f, by_name)):
+                return True
+        return False
+
+    def _host_cuda_calls(self) -> None:
+        for cuda in self.facts.cuda:
+            for call in cuda.api_calls:
+                if call.category == "host_sync" and self._host_fn_timed(cuda, call.function):
+                    self.rec.add_label(Label("sync", "host_sync", [self.ev(call.line, "clang", call.api)]))
+                if call.category == "grid_sync" and call.api.startswith("cudaLaunchCooperativeKernel"):
+                    self.rec.add_label(Label("sync", "grid_sync", [self.ev(call.line, "clang", call.api)]))
+
+    def _overlap(self, reports: list[KernelReport]) -> None:
+        rec = self.rec
+        py = self.facts.python
+        compute_calls = self.timed("compute")
+        matmul_lines = _matmul_lines(rec.source, py)
+        has_torch_compute = bool(compute_calls or matmul_lines)
+        problem_compute = self.has_compute
+        if problem_compute is None:
+            problem_compute = has_torch_compute or any(self.computes.get(r.name, False) for r in reports if r.language == "cuda")
+        if not problem_compute:
+            rec.add_label(Label("overlap", "n/a", [self.ev(py.solution_line or 1, "python", "the problem is a bare collective")]))
+            return
+        mover = [r for r in reports if any(l.value not in ("none", "unknown") for l in r.labels.get("mechanism", []))]
+        side_stream = [c for c in py.calls if c.path == "timed" and c.stream_context]
+        if side_stream and (py.streams or self.timed("event", "stream")):
+            rec.add_label(Label("overlap", "multi_stream", [self.ev(side_stream[0].line, "python", f"issued under {side_stream[0].stream_context}")]))
+        if py.chunk_loops:
+            rec.add_label(Label("overlap", "chunked_pipeline", [self.ev(py.chunk_loops[0], "python", "a loop over chunks issues transfers and compute")]))
+        fused = [r for r in mover if r.language == "triton" or self.computes.get(r.name, False)]
+        if fused and not has_torch_compute:
+            rec.add_label(Label("overlap", "fused_kernel", [self.ev(fused[0].line, "clang" if fused[0].language == "cuda" else "python", f"{fused[0].name} moves peer data and computes")]))
+        if not rec.labels.get("overlap"):
+            line = (compute_calls[0].line if compute_calls else (matmul_lines[0] if matmul_lines else py.solution_line or 1))
+            rec.add_label(Label("overlap", "none", [self.ev(line, "python", "communication and computation run one after another")]))
+
+
+def _reach_host(fn: Function, by_name: dict[str, Function]) -> set[str]:
+    seen: set[str] = set()
+    todo = [fn]
+    while todo:
+        f = todo.pop()
+        for callee in f.calls:
+            g = by_name.get(callee)
+            if g is not None and g.name not in seen:
+                seen.add(g.name)
+                todo.append(g)
+    return seen
+
+
+def _matmul_lines(source: str, py) -> list[int]:
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    timed = {c.function for c in py.calls if c.path == "timed"} | {"solution"}
+    out = []
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef) and fn.name in timed:
+            for n in ast.walk(fn):
+                if isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult):
+                    out.append(n.lineno)
+    return sorted(out)
+
+
+def _kernel_computes(body_lines: list[str]) -> bool:
+    """A kernel body with multiply-accumulate or normalisation arithmetic, not only copies/adds."""
+    body = "\n".join(body_lines)
+    markers = ("fmaf", "rsqrt", "wmma", "mma.sync", "wgmma", "expf", "acc +=", "sum +=", "acc[", "* w", "sqrtf", "__fmul", "+= a", "*b[", "* b[")
+    return sum(m in body for m in markers) >= 1 and ("for" in body or "acc" in body)
+
+
+def classify(rec: CandidateRecord, has_compute: bool | None) -> None:
+    Classifier(rec, has_compute).run()

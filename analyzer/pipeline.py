@@ -1,0 +1,378 @@
+"""The static slice, stage by stage, over records: python -> clang -> ptx -> classify -> rules.
+
+Pass facts are cached by content: the key is the file's sha256, the analyzer's own code, and
+whether the PTX pass ran, so an unchanged corpus re-runs from the cache in well under a second
+per hundred files, and editing the analyzer invalidates what it would compute differently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from analyzer.classify import classify
+from analyzer.facts import CudaFacts, PtxFacts, StaticFacts
+from analyzer.python_pass import analyze_python
+from analyzer.rules import Rule, run_rules, select_rules
+from pkb.record import CandidateRecord, PassStatus
+from pkb.serde import from_data, to_data
+
+
+@dataclass
+class StaticOptions:
+    ptx: bool = True  # run the PTX pass where nvcc exists
+    nvcc: str | None = None  # found automatically when None
+    cache_dir: Path | None = None  # None: $PKB_CACHE_DIR or ~/.cache/pkb-analyze
+    use_cache: bool = True
+    select: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    jobs: int = 0  # threads for nvcc; 0: one per core
+
+
+def default_cache_dir() -> Path:
+    env = os.environ.get("PKB_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "pkb-analyze"
+
+
+@lru_cache(maxsize=1)
+def analyzer_version() -> str:
+    """A hash of the analyzer's own sources: cached facts from older code are not reused."""
+    h = hashlib.sha256()
+    root = Path(__file__).parent
+    for p in sorted(root.rglob("*")):
+        if p.suffix in (".py", ".h") and "__pycache__" not in p.parts:
+            h.update(p.relative_to(root).as_posix().encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+class FactCache:
+    """sha256 + options -> pass facts and statuses, in one SQLite file (safe across threads)."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("CREATE TABLE IF NOT EXISTS facts (key TEXT PRIMARY KEY, data TEXT NOT NULL)")
+        self._db.commit()
+
+    def get(self, key: str) -> dict | None:
+        with self._lock:
+            row = self._db.execute("SELECT data FROM facts WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put(self, key: str, data: dict) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO facts VALUES (?, ?)", (key, json.dumps(data)))
+            self._db.commit()
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def _combined(name: str, parts: list[tuple[int, str, str]], seconds: float) -> PassStatus:
+    """One status for a pass that ran once per CUDA source."""
+    statuses = {status for _, status, _ in parts}
+    status = "ok" if statuses == {"ok"} else ("failed" if statuses == {"failed"} else "partial")
+    msgs = [f"source {i}: {msg}" for i, st, msg in parts if msg and st != "ok"]
+    return PassStatus(name, status, "; ".join(msgs)[:500], seconds)
+
+
+def _clang():
+    try:
+        from analyzer import clang_pass
+    except ImportError:  # libclang missing: the pass says so, the others go on
+        return None
+    return clang_pass
+
+
+def _ptx():
+    try:
+        from analyzer import ptx_pass
+    except ImportError:
+        return None
+    return ptx_pass
+
+
+class StaticAnalyzer:
+    def __init__(self, options: StaticOptions | None = None):
+        self.options = options or StaticOptions()
+        self.rules: list[Rule] = select_rules(self.options.select or None, self.options.ignore or None)
+        self.clang = _clang()
+        self.ptx = _ptx() if self.options.ptx else None
+        self.nvcc = None
+        if self.ptx is not None:
+            self.nvcc = self.options.nvcc or self.ptx.find_nvcc()
+        cache_dir = self.options.cache_dir or default_cache_dir()
+        self.cache = FactCache(cache_dir / "static.sqlite") if self.options.use_cache else None
+        self.ptx_cache_dir = cache_dir / "ptx"
+
+    def cache_key(self, rec: CandidateRecord) -> str:
+        ptx = f"ptx:{self.nvcc}" if self.ptx is not None and self.nvcc else "ptx:off"
+        return f"{rec.sha256}:{analyzer_version()}:{ptx}"
+
+    # ---- one record -------------------------------------------------------------------------
+
+    def _from_cache(self, rec: CandidateRecord) -> bool:
+        """Fill rec.facts and rec.passes from the cache; True on a hit (or nothing to analyze)."""
+        if rec.parse_status != "ok":
+            rec.passes = [PassStatus(n, "skipped", f"file not analyzed: {rec.parse_status}") for n in ("python", "clang", "ptx")]
+            return True
+        hit = self.cache.get(self.cache_key(rec)) if self.cache is not None else None
+        if hit is None:
+            return False
+        rec.facts = from_data(StaticFacts, hit["facts"])
+        rec.passes = [from_data(PassStatus, p) for p in hit["passes"]]
+        return True
+
+    def _store(self, rec: CandidateRecord) -> None:
+        if self.cache is not None:
+            self.cache.put(self.cache_key(rec), {"facts": to_data(rec.facts), "passes": [to_data(p) for p in rec.passes]})
+
+    def facts(self, rec: CandidateRecord) -> None:
+        """Fill rec.facts and rec.passes (from the cache when the content is unchanged)."""
+        if self._from_cache(rec):
+            return
+        self._compute_source_passes(rec)
+        self._compute_ptx(rec)
+        self._store(rec)
+
+    def _compute_source_passes(self, rec: CandidateRecord) -> None:
+        t0 = time.perf_counter()
+        py = analyze_python(rec.source, rec.path)
+        rec.facts = StaticFacts(python=py)
+        rec.passes = [PassStatus("python", "ok" if py.status == "ok" else "failed", py.message, time.perf_counter() - t0)]
+        if py.status != "ok":
+            rec.passes += [PassStatus("clang", "skipped", "the Python pass failed")]
+            return
+        t0 = time.perf_counter()
+        if not py.cuda_sources:
+            rec.passes.append(PassStatus("clang", "skipped", "no CUDA source in the file"))
+        elif self.clang is None:
+            rec.passes.append(PassStatus("clang", "skipped", "libclang is not installed (pip install libclang-ng)"))
+        else:
+            for src in py.cuda_sources:
+                try:
+                    rec.facts.cuda.append(self.clang.analyze_cuda(src, rec.path, py.ext_arg_kinds))
+                except Exception as exc:  # a pass bug must cost one source, not the run
+                    rec.facts.cuda.append(CudaFacts(source_index=src.index, status="failed", message=f"clang pass error: {exc!r}"))
+            rec.passes.append(_combined("clang", [(c.source_index, c.status, c.message) for c in rec.facts.cuda], time.perf_counter() - t0))
+
+    def _compute_ptx(self, rec: CandidateRecord) -> None:
+        py = rec.facts.python
+        t0 = time.perf_counter()
+        if py.status != "ok":
+            rec.passes.append(PassStatus("ptx", "skipped", "the Python pass failed"))
+        elif not py.cuda_sources:
+            rec.passes.append(PassStatus("ptx", "skipped", "no CUDA source in the file"))
+        elif self.ptx is None:
+            rec.passes.append(PassStatus("ptx", "skipped", "disabled (--no-ptx)" if not self.options.ptx else "PTX pass unavailable"))
+        elif not self.nvcc:
+            rec.passes.append(PassStatus("ptx", "skipped", "nvcc not found; PTX pass skipped (set PKB_NVCC or put nvcc on PATH)"))
+        else:
+            by_index = {c.source_index: c for c in rec.facts.cuda}
+            for src in py.cuda_sources:
+                try:
+                    rec.facts.ptx.append(self.ptx.analyze_ptx(src, by_index.get(src.index), rec.path, self.nvcc, self.ptx_cache_dir))
+                except Exception as exc:
+                    rec.facts.ptx.append(PtxFacts(source_index=src.index, status="failed", message=f"ptx pass error: {exc!r}"))
+            rec.passes.append(_combined("ptx", [(p.source_index, p.status, p.message) for p in rec.facts.ptx], time.perf_counter() - t0))
+
+    def label(self, rec: CandidateRecord) -> None:
+        rec.labels, rec.kernels, rec.findings = {}, [], []
+        if rec.parse_status != "ok" or rec.facts.python.status != "ok":
+            return
+        from problems import spec as problem_spec
+
+        spec = problem_spec(rec.problem_id) if rec.problem_id is not None else None
+        classify(rec, spec.has_compute if spec is not None else None)
+        rec.findings = run_rules(rec, self.rules)
+
+    def analyze(self, rec: CandidateRecord) -> CandidateRecord:
+        self.facts(rec)
+        self.label(rec)
+        return rec
+
+    def analyze_all(self, records: Iterable[CandidateRecord]) -> Iterator[CandidateRecord]:
+        """Analyze records, yielding each as soon as it is done, in input order.
+
+        The Python and clang passes run here, one file after another (libclang's index is not
+        shared across threads); nvcc runs in a thread pool, since it is a separate process.
+        """
+        records = list(records)
+        jobs = self.options.jobs or max(1, os.cpu_count() or 1)
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            pending = []
+            for rec in records:
+                if self._from_cache(rec):
+                    pending.append((rec, None))
+                    continue
+                self._compute_source_passes(rec)
+                pending.append((rec, pool.submit(self._compute_ptx, rec)))
+            for rec, fut in pending:
+                if fut is not None:
+                    fut.result()
+                    self._store(rec)
+                self.label(rec)
+                yield rec
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def _combined(name: str, parts: list[tuple[int, str, str]], seconds: float) -> PassStatus:
+    """One status for a pass that ran once per CUDA source."""
+    statuses = {status for _, status, _ in parts}
+    status = "ok" if statuses == {"ok"} else ("failed" if statuses == {"failed"} else "partial")
+    msgs = [f"source {i}: {msg}" for i, st, msg in parts if msg and st != "ok"]
+    return PassStatus(name, status, "; ".join(msgs)[:500], seconds)
+
+
+def _clang():
+    try:
+        from analyzer import clang_pass
+    except ImportError:  # libclang missing: the pass says so, the others go on
+        return None
+    return clang_pass
+
+
+def _ptx():
+    try:
+        from analyzer import ptx_pass
+    except ImportError:
+        return None
+    return ptx_pass
+
+
+class StaticAnalyzer:
+    def __init__(self, options: StaticOptions | None = None):
+        self.options = options or StaticOptions()
+        self.rules: list[Rule] = select_rules(self.options.select or None, self.options.ignore or None)
+        self.clang = _clang()
+        self.ptx = _ptx() if self.options.ptx else None
+        self.nvcc = None
+        if self.ptx is not None:
+            self.nvcc = self.options.nvcc or self.ptx.find_nvcc()
+        cache_dir = self.options.cache_dir or default_cache_dir()
+        self.cache = FactCache(cache_dir / "static.sqlite") if self.options.use_cache else None
+        self.ptx_cache_dir = cache_dir / "ptx"
+
+    def cache_key(self, rec: CandidateRecord) -> str:
+        ptx = f"ptx:{self.nvcc}" if self.ptx is not None and self.nvcc else "ptx:off"
+        return f"{rec.sha256}:{analyzer_version()}:{ptx}"
+
+    # ---- one record -------------------------------------------------------------------------
+
+    def _from_cache(self, rec: CandidateRecord) -> bool:
+        """Fill rec.facts and rec.passes from the cache; True on a hit (or nothing to analyze)."""
+        if rec.parse_status != "ok":
+            rec.passes = [PassStatus(n, "skipped", f"file not analyzed: {rec.parse_status}") for n in ("python", "clang", "ptx")]
+            return True
+        hit = self.cache.get(self.cache_key(rec)) if self.cache is not None else None
+        if hit is None:
+            return False
+        rec.facts = from_data(StaticFacts, hit["facts"])
+        rec.passes = [from_data(PassStatus, p) for p in hit["passes"]]
+        return True
+
+    def _store(self, rec: CandidateRecord) -> None:
+        if self.cache is not None:
+            self.cache.put(self.cache_key(rec), {"facts": to_data(rec.facts), "passes": [to_data(p) for p in rec.passes]})
+
+    def facts(self, rec: CandidateRecord) -> None:
+        """Fill rec.facts and rec.passes (from the cache when the content is unchanged)."""
+        if self._from_cache(rec):
+            return
+        self._compute_source_passes(rec)
+        self._compute_ptx(rec)
+        self._store(rec)
+
+    def _compute_source_passes(self, rec: CandidateRecord) -> None:
+        t0 = time.perf_counter()
+        py = analyze_python(rec.source, rec.path)
+        rec.facts = StaticFacts(python=py)
+        rec.passes = [PassStatus("python", "ok" if py.status == "ok" else "failed", py.message, time.perf_counter() - t0)]
+        if py.status != "ok":
+            rec.passes += [PassStatus("clang", "skipped", "the Python pass failed")]
+            return
+        t0 = time.perf_counter()
+        if not py.cuda_sources:
+            rec.passes.append(PassStatus("clang", "skipped", "no CUDA source in the file"))
+        elif self.clang is None:
+            rec.passes.append(PassStatus("clang", "skipped", "libclang is not installed (pip install libclang-ng)"))
+        else:
+            for src in py.cuda_sources:
+                try:
+                    rec.facts.cuda.append(self.clang.analyze_cuda(src, rec.path, py.ext_arg_kinds))
+                except Exception as exc:  # a pass bug must cost one source, not the run
+                    rec.facts.cuda.append(CudaFacts(source_index=src.index, status="failed", message=f"clang pass error: {exc!r}"))
+            rec.passes.append(_combined("clang", [(c.source_index, c.status, c.message) for c in rec.facts.cuda], time.perf_counter() - t0))
+
+    def _compute_ptx(self, rec: CandidateRecord) -> None:
+        py = rec.facts.python
+        t0 = time.perf_counter()
+        if py.status != "ok":
+            rec.passes.append(PassStatus("ptx", "skipped", "the Python pass failed"))
+        elif not py.cuda_sources:
+            rec.passes.append(PassStatus("ptx", "skipped", "no CUDA source in the file"))
+        elif self.ptx is None:
+            rec.passes.append(PassStatus("ptx", "skipped", "disabled (--no-ptx)" if not self.options.ptx else "PTX pass unavailable"))
+        elif not self.nvcc:
+            rec.passes.append(PassStatus("ptx", "skipped", "nvcc not found; PTX pass skipped (set PKB_NVCC or put nvcc on PATH)"))
+        else:
+            by_index = {c.source_index: c for c in rec.facts.cuda}
+            for src in py.cuda_sources:
+                try:
+                    rec.facts.ptx.append(self.ptx.analyze_ptx(src, by_index.get(src.index), rec.path, self.nvcc, self.ptx_cache_dir))
+                except Exception as exc:
+                    rec.facts.ptx.append(PtxFacts(source_index=src.index, status="failed", message=f"ptx pass error: {exc!r}"))
+            rec.passes.append(_combined("ptx", [(p.source_index, p.status, p.message) for p in rec.facts.ptx], time.perf_counter() - t0))
+
+    def label(self, rec: CandidateRecord) -> None:
+        rec.labels, rec.kernels, rec.findings = {}, [], []
+        if rec.parse_status != "ok" or rec.facts.python.status != "ok":
+            return
+        from problems import spec as problem_spec
+
+        spec = problem_spec(rec.problem_id) if rec.problem_id is not None else None
+        classify(rec, spec.has_compute if spec is not None else None)
+        rec.findings = run_rules(rec, self.rules)
+
+    def analyze(self, rec: CandidateRecord) -> CandidateRecord:
+        self.facts(rec)
+        self.label(rec)
+        return rec
+
+    def analyze_all(self, records: Iterable[CandidateRecord], on_done: Callable[[CandidateRecord], None] | None = None) -> Iterator[CandidateRecord]:
+        """Analyze records, yielding each as soon as it is done (in input order).
+
+        The passes run in threads: nvcc and libclang spend their time outside the interpreter.
+        """
+        records = list(records)
+        jobs = self.options.jobs or max(1, min(8, os.cpu_count() or 1))
+        if jobs == 1 or len(records) < 2:
+            for rec in records:
+                self.analyze(rec)
+                if on_done:
+                    on_done(rec)
+                yield rec
+            return
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for rec in pool.map(self.analyze, records):
+                if on_done:
+                    on_done(rec)
+                yield rec
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()

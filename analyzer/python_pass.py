@@ -1,0 +1,903 @@
+"""The Python pass: what a candidate file does, read with the standard `ast` module.
+
+It finds the CUDA sources (with their file lines), Triton kernels, every torch.distributed,
+symmetric-memory and torch.cuda call, and decides for each call whether it sits on the timed path
+(`solution()` runs it on every call), in a cached set-up branch (runs once), at import, or nowhere.
+It also follows symmetric-memory pointers (buffer_ptrs, signal pads, get_buffer views) into the
+arguments of extension, Triton and CuPy launches, which seeds the C++ dataflow of the clang pass.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+from analyzer.facts import (
+    ArgInfo,
+    AssertFact,
+    CallSite,
+    ConstantFact,
+    CudaSource,
+    PythonFacts,
+    TritonKernel,
+)
+from analyzer.strings import StringResolver
+
+COLLECTIVES = {
+    "all_reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base", "reduce_scatter",
+    "reduce_scatter_tensor", "_reduce_scatter_base", "broadcast", "reduce", "all_to_all",
+    "all_to_all_single", "gather", "scatter", "all_gather_object", "broadcast_object_list",
+    "all_reduce_coalesced", "all_gather_tensor", "reduce_scatter_tensor_coalesced",
+    "all_gather_into_tensor_coalesced", "wait_tensor", "permute_tensor",
+}
+P2P = {"send", "recv", "isend", "irecv", "batch_isend_irecv", "P2POp", "send_object_list",
+       "recv_object_list"}
+SYMM_HANDLE_METHODS = {"barrier", "put_signal", "wait_signal", "get_buffer", "get_signal_pad"}
+SYMM_HANDLE_ATTRS = {
+    "buffer_ptrs": "peer_ptr_array",
+    "buffer_ptrs_dev": "peer_ptr_array",
+    "signal_pad_ptrs": "signal_ptr_array",
+    "signal_pad_ptrs_dev": "signal_ptr_array",
+    "multicast_ptr": "multicast_ptr",
+}
+COMPILE_FUNCS = {"load_inline", "compile_cuda_extension", "RawKernel", "RawModule", "load",
+                 "compile_parallelkittens_extension"}
+ALLOC_FUNCS = {"empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like",
+               "full_like", "empty_strided", "randn", "rand"}
+COMPUTE_FUNCS = {"matmul", "mm", "bmm", "addmm", "linear", "einsum", "softmax", "layer_norm",
+                 "rms_norm", "scaled_dot_product_attention", "baddbmm", "conv2d", "log_softmax",
+                 "cross_entropy", "exp", "mul", "add", "sum"}
+RANK_NAMES = {"rank", "my_rank", "local_rank", "rank_id", "cur_rank", "self_rank", "myrank"}
+WORLD_NAMES = {"world_size", "world", "ws", "num_ranks", "nranks", "n_ranks", "world_sz",
+               "num_gpus", "ngpus", "WORLD_SIZE", "NUM_RANKS", "NRANKS", "N_RANKS", "NUM_GPUS",
+               "WORLD"}
+PEERISH = ("peer_ptr", "peer_ptr_array", "peer_tensor", "signal_ptr", "signal_ptr_array",
+           "multicast_ptr", "symm_local", "nvshmem_ptr")
+_DEF_RE = re.compile(r'\bm\.def\(\s*"(\w+)"')
+
+
+def _dotted(node: ast.AST) -> str:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    elif isinstance(node, ast.Call):
+        parts.append(_dotted(node.func) + "()")
+    else:
+        return ""
+    return ".".join(reversed(parts))
+
+
+@dataclass
+class _Ctx:
+    function: str
+    path: str
+    rank_conditional: bool = False
+    in_loop: bool = False
+    stream: str = ""
+
+
+@dataclass
+class _Scope:
+    """Per-function pointer kinds of names (flow-insensitive; the most specific kind wins)."""
+
+    kinds: dict[str, str] = field(default_factory=dict)
+    origin: dict[str, int] = field(default_factory=dict)
+    rank_vars: set[str] = field(default_factory=set)
+
+
+def _stronger(a: str, b: str) -> str:
+    order = ("unknown", "local", "symm_local", "multicast_ptr", "signal_ptr", "signal_ptr_array",
+             "nvshmem_ptr", "peer_tensor", "peer_ptr", "peer_ptr_array")
+    return a if order.index(a) >= order.index(b) else b
+
+
+class PythonPass:
+    def __init__(self, text: str, file: str):
+        self.text = text
+        self.file = file
+        self.lines = text.splitlines()
+        self.tree = ast.parse(text)
+        self.facts = PythonFacts()
+        self.aliases: dict[str, str] = {}  # local name -> dotted module/object name
+        self.functions: dict[str, ast.FunctionDef] = {}  # simple name -> def (module and methods)
+        self.triton_names: set[str] = set()
+        self.cupy_kernels: dict[str, str] = {}  # python var -> kernel name
+        self.ext_functions: set[str] = set()
+        self.module_scope = _Scope()
+        self.scopes: dict[str, _Scope] = {}
+        self.returns: dict[str, list[str]] = {}  # function -> kinds of returned tuple items
+        self.tuples: dict[str, list[str]] = {}  # name / cache slot -> kinds of a tuple stored there
+        self.path_of: dict[str, str] = {}  # function -> best path reached
+        self.strings = StringResolver(self.tree, text)
+        self.global_names: set[str] = set()
+
+    # ---- entry --------------------------------------------------------------------------------
+
+    def run(self) -> PythonFacts:
+        self._imports()
+        self._definitions()
+        self._pointer_kinds()
+        self._reachability()
+        self._walk_calls()
+        self._cuda_sources()
+        self._triton()
+        self._asserts_and_constants()
+        self.facts.calls.sort(key=lambda c: (c.line, c.col))
+        return self.facts
+
+    def snippet(self, line: int) -> str:
+        return self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+
+    # ---- names ------------------------------------------------------------------------------
+
+    def _imports(self) -> None:
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    self.aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+                    self.facts.imports.append(a.name)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                self.facts.imports.append(node.module)
+                for a in node.names:
+                    self.aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+
+    def qualname(self, func: ast.AST) -> str:
+        dotted = _dotted(func)
+        if not dotted:
+            # `out[r].copy_`, `(a + b).cpu`: the receiver has no name, the method still counts.
+            return "<expr>." + func.attr if isinstance(func, ast.Attribute) else ""
+        head, _, rest = dotted.partition(".")
+        if head in self.aliases:
+            return self.aliases[head] + ("." + rest if rest else "")
+        return dotted
+
+    def _definitions(self) -> None:
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self.functions.setdefault(node.name, node)  # type: ignore[arg-type]
+                for dec in node.decorator_list:
+                    target = dec.func if isinstance(dec, ast.Call) else dec
+                    if self.qualname(target).split(".")[-1] in ("jit", "autotune", "heuristics") and (
+                        "triton" in self.qualname(target) or self.qualname(target) == "jit"
+                    ):
+                        self.triton_names.add(node.name)
+            elif isinstance(node, ast.Global):
+                self.global_names.update(node.names)
+        for node in self.tree.body:
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                self.global_names.update(t.id for t in targets if isinstance(t, ast.Name))
+        sol = self.functions.get("solution")
+        if sol is not None and sol in self.tree.body:
+            self.facts.has_solution = True
+            self.facts.solution_line = sol.lineno
+            self.facts.solution_params = [a.arg for a in sol.args.args]
+        elif sol is not None:
+            self.facts.has_solution = True
+            self.facts.solution_line = sol.lineno
+            self.facts.solution_params = [a.arg for a in sol.args.args if a.arg != "self"]
+
+    # ---- pointer kinds ------------------------------------------------------------------------
+
+    def _scope_for(self, fn: ast.AST | None) -> _Scope:
+        if fn is None:
+            return self.module_scope
+        return self.scopes.setdefault(getattr(fn, "name", ""), _Scope())
+
+    def kind_of(self, node: ast.AST, scope: _Scope) -> str:
+        """What `node` points at, as far as the dataflow knows."""
+        if isinstance(node, ast.Name):
+            return scope.kinds.get(node.id) or self.module_scope.kinds.get(node.id, "unknown")
+        if isinstance(node, ast.Attribute):
+            if node.attr in SYMM_HANDLE_ATTRS:
+                return SYMM_HANDLE_ATTRS[node.attr]
+            key = _dotted(node)
+            # `self.views` set in __init__ is read as `ctx.views` elsewhere: match on the attribute.
+            return scope.kinds.get(key) or self.module_scope.kinds.get(key) or self.module_scope.kinds.get("*." + node.attr, "unknown")
+        if isinstance(node, ast.Subscript):
+            base = self.kind_of(node.value, scope)
+            if isinstance(node.slice, ast.Constant) and isinstance(node.value, ast.Name):
+                key = f"{node.value.id}[{node.slice.value!r}]"
+                got = scope.kinds.get(key) or self.module_scope.kinds.get(key)
+                if got:
+                    return got
+            if base in ("peer_ptr_array", "signal_ptr_array"):
+                if self._is_rank_expr(node.slice, scope):
+                    return "symm_local"
+                return "peer_ptr" if base == "peer_ptr_array" else "signal_ptr"
+            return base if base in ("peer_tensor", "symm_local") else "unknown"
+        if isinstance(node, ast.Call):
+            name = self.qualname(node.func)
+            last = name.split(".")[-1]
+            if last == "get_buffer" or last == "get_signal_pad":
+                if node.args and self._is_rank_expr(node.args[0], scope):
+                    return "symm_local"
+                return "peer_tensor" if last == "get_buffer" else "signal_ptr"
+            if name.endswith("_symmetric_memory.empty") or last == "empty" and "symm" in name:
+                return "symm_local"
+            if last in ("int", "c_void_p", "to", "cuda", "contiguous", "view", "reshape",
+                        "flatten", "__int__", "tensor", "as_tensor", "data_ptr", "narrow") or name in ("int", "torch.tensor", "torch.as_tensor"):
+                inner = node.args[0] if node.args else (node.func.value if isinstance(node.func, ast.Attribute) else None)
+                if isinstance(node.func, ast.Attribute) and last in ("to", "cuda", "contiguous", "view", "reshape", "flatten", "data_ptr", "narrow"):
+                    inner = node.func.value
+                return self.kind_of(inner, scope) if inner is not None else "unknown"
+            if isinstance(node.func, ast.Name) and node.func.id in self.returns:
+                kinds = self.returns[node.func.id]
+                return kinds[0] if len(kinds) == 1 else "unknown"
+            return "unknown"
+        if isinstance(node, ast.BinOp):
+            return _stronger(self.kind_of(node.left, scope), self.kind_of(node.right, scope))
+        if isinstance(node, (ast.List, ast.Tuple, ast.ListComp)):
+            elts = node.elts if not isinstance(node, ast.ListComp) else [node.elt]
+            best = "unknown"
+            for e in elts:
+                best = _stronger(best, self.kind_of(e, scope))
+            if best == "peer_ptr":
+                return "peer_ptr_array"
+            if best == "signal_ptr":
+                return "signal_ptr_array"
+            return best
+        return "unknown"
+
+    def _is_rank_expr(self, node: ast.AST, scope: _Scope) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in RANK_NAMES or node.id in scope.rank_vars
+        if isinstance(node, ast.Attribute):
+            return node.attr in ("rank",)
+        if isinstance(node, ast.Call):
+            return self.qualname(node.func).endswith("get_rank")
+        return False
+
+    def _assign_kinds(self, targets: list[ast.AST], value: ast.AST, scope: _Scope, line: int) -> None:
+        if isinstance(value, ast.Call) and self.qualname(value.func).endswith("get_rank") or (
+            isinstance(value, ast.Attribute) and value.attr == "rank"
+        ):
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    scope.rank_vars.add(t.id)
+        for t in targets:
+            if isinstance(t, ast.Tuple) and isinstance(value, ast.Tuple) and len(t.elts) == len(value.elts):
+                for te, ve in zip(t.elts, value.elts):
+                    self._assign_kinds([te], ve, scope, line)
+                continue
+            if isinstance(value, ast.Tuple):
+                key = self._slot(t)
+                if key:
+                    self.tuples[key] = [self.kind_of(v, scope) for v in value.elts]
+            if isinstance(t, ast.Tuple):
+                kinds = self._tuple_kinds(value)
+                for te, k in zip(t.elts, kinds):
+                    self._set_kind(te, k, scope, line)
+                continue
+            self._set_kind(t, self.kind_of(value, scope), scope, line)
+
+    @staticmethod
+    def _slot(node: ast.AST) -> str:
+        """A key for where a value is stored: a name, an attribute, or any slot of a dict."""
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute):
+            return "*." + node.attr
+        if isinstance(node, ast.Subscript) and isinstance(node.value, (ast.Name, ast.Attribute)):
+            return PythonPass._slot(node.value) + "[*]"
+        return ""
+
+    def _tuple_kinds(self, value: ast.AST) -> list[str]:
+        if isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute)):
+            name = value.func.id if isinstance(value.func, ast.Name) else value.func.attr
+            return self.returns.get(name, [])
+        return self.tuples.get(self._slot(value), [])
+
+    def _set_kind(self, target: ast.AST, kind: str, scope: _Scope, line: int) -> None:
+        if kind == "unknown":
+            return
+        if isinstance(target, ast.Name):
+            key = target.id
+        elif isinstance(target, ast.Attribute):
+            key = _dotted(target)
+        elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and isinstance(target.slice, ast.Constant):
+            key = f"{target.value.id}[{target.slice.value!r}]"
+        else:
+            return
+        dest = self.module_scope if (key.split("[")[0] in self.global_names or isinstance(target, ast.Attribute)) else scope
+        dest.kinds[key] = _stronger(dest.kinds.get(key, "unknown"), kind)
+        dest.origin.setdefault(key, line)
+        if isinstance(target, ast.Attribute):
+            slot = "*." + target.attr
+            self.module_scope.kinds[slot] = _stronger(self.module_scope.kinds.get(slot, "unknown"), kind)
+        if dest is not scope:
+            scope.kinds[key] = dest.kinds[key]
+
+    def _pointer_kinds(self) -> None:
+        # Two sweeps: the second sees return kinds and globals that the first discovered.
+        for _ in range(2):
+            for fn in [None, *self.functions.values()]:
+                scope = self._scope_for(fn)
+                body = self.tree.body if fn is None else fn.body  # type: ignore[union-attr]
+                for stmt in body:
+                    for node in ast.walk(stmt) if fn is not None else [stmt]:
+                        if isinstance(node, ast.Assign):
+                            self._assign_kinds(node.targets, node.value, scope, node.lineno)
+                        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                            self._assign_kinds([node.target], node.value, scope, node.lineno)
+                        elif isinstance(node, ast.For) and isinstance(node.target, ast.Name):
+                            k = self.kind_of(node.iter, scope)
+                            if k in ("peer_ptr_array", "signal_ptr_array"):
+                                self._set_kind(node.target, "peer_ptr" if k == "peer_ptr_array" else "signal_ptr", scope, node.lineno)
+                if fn is not None:
+                    for node in ast.walk(fn):
+                        if isinstance(node, ast.Return) and node.value is not None:
+                            vals = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+                            kinds = [self.kind_of(v, scope) for v in vals]
+                            stored = self._tuple_kinds(node.value)
+                            if len(vals) == 1 and stored:
+                                kinds = stored
+                            old = self.returns.get(fn.name)  # type: ignore[union-attr]
+                            if old is None or len(old) != len(kinds):
+                                self.returns[fn.name] = kinds  # type: ignore[union-attr]
+                            else:
+                                self.returns[fn.name] = [_stronger(a, b) for a, b in zip(old, kinds)]  # type: ignore[union-attr]
+
+    # ---- timed path -----------------------------------------------------------------------------
+
+    def _is_cache_guard(self, test: ast.AST, body: list[ast.stmt]) -> bool:
+        """`if _ext is None:` / `if key not in _cache:` / `if not self._ready:` whose body fills it."""
+        names: set[str] = set()
+        t = test.operand if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) else test
+        if isinstance(t, ast.BoolOp):
+            parts = t.values
+        else:
+            parts = [t]
+        for p in parts:
+            if isinstance(p, ast.UnaryOp) and isinstance(p.op, ast.Not):
+                p = p.operand
+            if isinstance(p, ast.Compare):
+                for side in [p.left, *p.comparators]:
+                    d = _dotted(side)
+                    if d:
+                        names.add(d)
+            elif isinstance(p, ast.Call) and isinstance(p.func, ast.Name) and p.func.id == "hasattr":
+                if p.args:
+                    names.add(_dotted(p.args[0]))
+            else:
+                d = _dotted(p)
+                if d:
+                    names.add(d)
+        cached = {n for n in names if n.split(".")[0] in self.global_names or n.startswith("self.") or n.split(".")[0] in ("cls",)}
+        if not cached:
+            return False
+        for stmt in body:
+            for node in ast.walk(stmt):
+                targets: list[ast.AST] = []
+                if isinstance(node, ast.Assign):
+                    targets = node.targets
+                elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                    targets = [node.target]
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("update", "setdefault", "append", "add"):
+                    targets = [node.func.value]
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
+                    targets = node.args[:1]
+                for tg in targets:
+                    for sub in ast.walk(tg):
+                        d = _dotted(sub) if isinstance(sub, (ast.Name, ast.Attribute)) else ""
+                        if d and any(d == n or n.startswith(d + ".") or d.startswith(n) for n in cached):
+                            return True
+        return False
+
+    @staticmethod
+    def _is_early_return_hit(stmt: ast.stmt) -> bool:
+        """`if key in _cache: return _cache[key]` / `if _ext is not None: return _ext`."""
+        if not isinstance(stmt, ast.If) or stmt.orelse:
+            return False
+        # The hit branch returns (possibly after checking the cached entry still fits).
+        return any(isinstance(n, ast.Return) for n in ast.walk(stmt))
+
+    def _is_rank_test(self, test: ast.AST, fn: ast.AST | None) -> bool:
+        scope = self._scope_for(fn)
+        for node in ast.walk(test):
+            if isinstance(node, ast.Compare) and any(self._is_rank_expr(x, scope) for x in [node.left, *node.comparators]):
+                return True
+            if isinstance(node, ast.Name) and node is test and self._is_rank_expr(node, scope):
+                return True
+        return False
+
+    def _reachability(self) -> None:
+        """Which functions run on every call of solution(), and which only once."""
+        sol = self.functions.get("solution")
+        self.stmt_ctx: dict[int, _Ctx] = {}  # id(call node) -> context
+        if sol is None:
+            return
+        self._visit_function(sol, "timed", False, set())
+
+    def _visit_function(self, fn: ast.AST, path: str, rank_cond: bool, stack: set[str]) -> None:
+        name = getattr(fn, "name", "")
+        prev = self.path_of.get(name)
+        if prev == "timed" or (prev == "setup" and path == "setup") or name in stack:
+            return
+        self.path_of[name] = path
+        decos = [self.qualname(d.func if isinstance(d, ast.Call) else d) for d in getattr(fn, "decorator_list", [])]
+        if any(d.split(".")[-1] in ("lru_cache", "cache", "cached_property") for d in decos):
+            path = "setup"
+            self.path_of[name] = "setup" if prev != "timed" else prev
+        ctx = _Ctx(function=name, path=path, rank_conditional=rank_cond)
+        self._visit_block(fn.body, ctx, fn, stack | {name})  # type: ignore[attr-defined]
+
+    def _visit_block(self, body: list[ast.stmt], ctx: _Ctx, fn: ast.AST, stack: set[str]) -> None:
+        current = ctx
+        for i, stmt in enumerate(body):
+            if self._is_early_return_hit(stmt) and self._is_cache_guard_early(stmt, body[i + 1 :]):
+                self._visit_stmt(stmt, current, fn, stack)
+                current = _Ctx(current.function, "setup", current.rank_conditional, current.in_loop, current.stream)
+                continue
+            self._visit_stmt(stmt, current, fn, stack)
+
+    def _is_cache_guard_early(self, stmt: ast.If, rest: list[ast.stmt]) -> bool:
+        return self._is_cache_guard(stmt.test, rest)
+
+    def _visit_stmt(self, stmt: ast.stmt, ctx: _Ctx, fn: ast.AST, stack: set[str]) -> None:
+        if isinstance(stmt, ast.If):
+            self._visit_expr(stmt.test, ctx, fn, stack)
+            body_ctx, else_ctx = ctx, ctx
+            if ctx.path == "timed" and self._is_cache_guard(stmt.test, stmt.body):
+                body_ctx = _Ctx(ctx.function, "setup", ctx.rank_conditional, ctx.in_loop, ctx.stream)
+            if self._is_rank_test(stmt.test, fn):
+                body_ctx = _Ctx(body_ctx.function, body_ctx.path, True, body_ctx.in_loop, body_ctx.stream)
+                else_ctx = _Ctx(else_ctx.function, else_ctx.path, True, else_ctx.in_loop, else_ctx.stream)
+            self._visit_block(stmt.body, body_ctx, fn, stack)
+            self._visit_block(stmt.orelse, else_ctx, fn, stack)
+            return
+        if isinstance(stmt, (ast.For, ast.While, ast.AsyncFor)):
+            head = stmt.iter if isinstance(stmt, (ast.For, ast.AsyncFor)) else stmt.test
+            self._visit_expr(head, ctx, fn, stack)
+            loop_ctx = _Ctx(ctx.function, ctx.path, ctx.rank_conditional, True, ctx.stream)
+            self._visit_block(stmt.body, loop_ctx, fn, stack)
+            self._visit_block(stmt.orelse, ctx, fn, stack)
+            if ctx.path == "timed":
+                self.loop_nodes.append((stmt, ctx.function))
+            return
+        if isinstance(stmt, (ast.With, ast.AsyncWith)):
+            inner = ctx
+            for item in stmt.items:
+                self._visit_expr(item.context_expr, ctx, fn, stack)
+                q = self.qualname(item.context_expr.func) if isinstance(item.context_expr, ast.Call) else ""
+                if q.endswith("cuda.stream") or q.endswith(".stream"):
+                    inner = _Ctx(ctx.function, ctx.path, ctx.rank_conditional, ctx.in_loop, ast.unparse(item.context_expr))
+            self._visit_block(stmt.body, inner, fn, stack)
+            return
+        if isinstance(stmt, ast.Try):
+            for block in (stmt.body, stmt.orelse, stmt.finalbody):
+                self._visit_block(block, ctx, fn, stack)
+            for h in stmt.handlers:
+                self._visit_block(h.body, ctx, fn, stack)
+            return
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            return  # a nested definition runs when called, not here
+        self._visit_expr(stmt, ctx, fn, stack)
+
+    def _visit_expr(self, node: ast.AST, ctx: _Ctx, fn: ast.AST, stack: set[str]) -> None:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Call):
+                self.stmt_ctx.setdefault(id(sub), ctx)
+                callee = self._local_callee(sub)
+                if callee is not None:
+                    self._visit_function(callee, ctx.path, ctx.rank_conditional, stack)
+            elif isinstance(sub, ast.Attribute) and sub.attr in SYMM_HANDLE_ATTRS:
+                self.stmt_ctx.setdefault(id(sub), ctx)
+
+    def _local_callee(self, call: ast.Call) -> ast.AST | None:
+        f = call.func
+        if isinstance(f, ast.Name) and f.id in self.functions and f.id not in self.triton_names:
+            return self.functions[f.id]
+        if isinstance(f, ast.Attribute) and f.attr in self.functions and f.attr not in self.ext_functions:
+            return self.functions[f.attr]
+        if isinstance(f, ast.Name):
+            # A class in this file: its __init__ and __call__ run.
+            for node in self.tree.body:
+                if isinstance(node, ast.ClassDef) and node.name == f.id:
+                    return next((m for m in node.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None)
+        return None
+
+    # ---- calls --------------------------------------------------------------------------------
+
+    def _enclosing_functions(self) -> dict[int, ast.AST]:
+        out: dict[int, ast.AST] = {}
+        for fn in ast.walk(self.tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for sub in ast.walk(fn):
+                    out.setdefault(id(sub), fn)
+        # walk() visits outer functions first; inner functions must win, so redo inner ones
+        for fn in ast.walk(self.tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for inner in ast.walk(fn):
+                    if inner is not fn and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        for sub in ast.walk(inner):
+                            out[id(sub)] = inner
+        return out
+
+    def _walk_calls(self) -> None:
+        enclosing = self._enclosing_functions()
+        self.enclosing = enclosing
+        # Names bound to compiled extensions, and the functions they export.
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Call):
+                last = self.qualname(node.func).split(".")[-1]
+                if last == "load_inline":
+                    for kw in node.keywords:
+                        if kw.arg == "functions":
+                            self.ext_functions.update(self._str_list(kw.value))
+                    if len(node.args) >= 4:
+                        self.ext_functions.update(self._str_list(node.args[3]))
+                if last in ("RawKernel",) and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
+                    parent_targets = self._assigned_names(node)
+                    for t in parent_targets:
+                        self.cupy_kernels[t] = str(node.args[1].value)
+                if last == "get_function" and node.args and isinstance(node.args[0], ast.Constant):
+                    for t in self._assigned_names(node):
+                        self.cupy_kernels[t] = str(node.args[0].value)
+        for m in _DEF_RE.finditer(self.text):
+            self.ext_functions.add(m.group(1))
+
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Attribute) and node.attr in SYMM_HANDLE_ATTRS and isinstance(node.ctx, ast.Load):
+                self._record(node, f"handle.{node.attr}", "symm_handle", enclosing, [])
+            if not isinstance(node, ast.Call):
+                continue
+            q = self.qualname(node.func)
+            last = q.split(".")[-1]
+            cat, name = self._categorize(node, q, last)
+            if cat:
+                fn = enclosing.get(id(node))
+                scope = self._scope_for(fn)
+                args = [self._arg(i, a, scope) for i, a in enumerate(node.args)]
+                args += [self._arg(-1, kw.value, scope, kw.arg or "") for kw in node.keywords]
+                self._record(node, name, cat, enclosing, args)
+
+    def _assigned_names(self, call: ast.Call) -> list[str]:
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Assign) and node.value is call:
+                return [_dotted(t) for t in node.targets if _dotted(t)]
+        return []
+
+    def _str_list(self, node: ast.AST) -> list[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return [node.value]
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        return []
+
+    def _arg(self, pos: int, node: ast.AST, scope: _Scope, kw: str = "") -> ArgInfo:
+        kind = self.kind_of(node, scope)
+        origin = 0
+        if isinstance(node, ast.Name):
+            origin = scope.origin.get(node.id) or self.module_scope.origin.get(node.id, 0)
+        return ArgInfo(position=pos, keyword=kw, text=ast.unparse(node)[:120], pointer_kind=kind,
+                       origin_line=origin or getattr(node, "lineno", 0))
+
+    def _categorize(self, node: ast.Call, q: str, last: str) -> tuple[str, str]:
+        dist_mod = q.startswith("torch.distributed.") and "_symmetric_memory" not in q
+        funcol = "_functional_collectives" in q or q.startswith("funcol.")
+        if (dist_mod or funcol) and last in COLLECTIVES:
+            return "collective", q
+        if dist_mod and last in P2P:
+            return "p2p", q
+        if dist_mod and last in ("barrier", "monitored_barrier"):
+            return "host_sync", q
+        if "_symmetric_memory" in q or q.startswith("torch.ops.symm_mem"):
+            return "symm_mem", q
+        if isinstance(node.func, ast.Attribute):
+            base_kind = "handle" if last in SYMM_HANDLE_METHODS else ""
+            if base_kind and last in ("barrier", "put_signal", "wait_signal", "get_buffer", "get_signal_pad"):
+                if last != "barrier" or not q.startswith("torch.distributed"):
+                    return "symm_handle", f"handle.{last}"
+        if q in ("torch.cuda.synchronize", "torch.cuda.current_stream().synchronize") or (
+            last == "synchronize" and ("stream" in q.lower() or "event" in q.lower() or q.startswith("torch.cuda"))
+        ):
+            return "cuda_sync", q
+        if last in ("item", "tolist") and isinstance(node.func, ast.Attribute) and not node.args:
+            return "cuda_sync", f"tensor.{last}"
+        if last in ("cpu", "numpy") and isinstance(node.func, ast.Attribute) and not node.args:
+            return "host_transfer", f"tensor.{last}"
+        if last == "to" and any(
+            isinstance(a, ast.Constant) and a.value == "cpu" for a in [*node.args, *(k.value for k in node.keywords)]
+        ):
+            return "host_transfer", "tensor.to(cpu)"
+        if last == "pin_memory" or (last in ALLOC_FUNCS and any(k.arg == "pin_memory" for k in node.keywords)):
+            return "host_transfer", q
+        if q in ("torch.cuda.Stream",) or last == "Stream" and "cuda" in q:
+            return "stream", q
+        if last in ("wait_stream", "stream") and ("cuda" in q or isinstance(node.func, ast.Attribute)) and (
+            last == "wait_stream" or q.startswith("torch.cuda")
+        ):
+            return "stream", q
+        if q in ("torch.cuda.Event",) or last == "Event" and "cuda" in q:
+            return "event", q
+        if last in ("record", "wait_event", "record_event") and isinstance(node.func, ast.Attribute):
+            return "event", f"event.{last}" if last == "record" else f"stream.{last}"
+        if last in COMPILE_FUNCS and (last != "load" or "cpp_extension" in q):
+            return "compile", q
+        if q.startswith("torch.") and last in ALLOC_FUNCS:
+            return "alloc", q
+        if isinstance(node.func, ast.Subscript) and isinstance(node.func.value, ast.Name) and node.func.value.id in self.triton_names:
+            return "triton_launch", node.func.value.id
+        if isinstance(node.func, ast.Name) and node.func.id in self.cupy_kernels:
+            return "cupy_launch", node.func.id
+        if isinstance(node.func, ast.Attribute) and node.func.attr in self.ext_functions:
+            return "ext_kernel", f"ext.{node.func.attr}"
+        if last in ("copy_", "clone", "copy") and isinstance(node.func, ast.Attribute):
+            return "tensor_copy", f"tensor.{last}"
+        if last in COMPUTE_FUNCS and (q.startswith("torch.") or q.startswith("F.") or "functional" in q):
+            return "compute", q
+        return "", ""
+
+    def _record(self, node: ast.AST, name: str, cat: str, enclosing: dict[int, ast.AST], args: list[ArgInfo]) -> None:
+        fn = enclosing.get(id(node))
+        ctx = self.stmt_ctx.get(id(node))
+        if ctx is not None:
+            path, rank_cond, in_loop, stream = ctx.path, ctx.rank_conditional, ctx.in_loop, ctx.stream
+        elif fn is None:
+            path, rank_cond, in_loop, stream = "module", False, False, ""
+        else:
+            path, rank_cond, in_loop, stream = "unreached", False, False, ""
+        target = ""
+        if cat == "ext_kernel":
+            target = name.split(".", 1)[1]
+        elif cat in ("triton_launch", "cupy_launch"):
+            target = name if cat == "triton_launch" else self.cupy_kernels.get(name, name)
+        self.facts.calls.append(
+            CallSite(
+                qualname=name, category=cat, line=node.lineno, col=node.col_offset,
+                end_line=getattr(node, "end_lineno", node.lineno) or node.lineno,
+                snippet=self.snippet(node.lineno), function=getattr(fn, "name", ""), path=path,
+                args=args, rank_conditional=rank_cond, in_loop=in_loop, stream_context=stream,
+                target=target,
+            )
+        )
+        if cat == "ext_kernel":
+            positional = [a.pointer_kind for a in args if a.position >= 0]
+            old = self.facts.ext_arg_kinds.get(target)
+            self.facts.ext_arg_kinds[target] = (
+                positional if old is None else [_stronger(a, b) for a, b in zip(old, positional)] + old[len(positional):]
+            )
+        if cat == "cupy_launch" and len(args) >= 3:
+            tup = node.args[2] if isinstance(node, ast.Call) and len(node.args) >= 3 else None
+            if isinstance(tup, (ast.Tuple, ast.List)):
+                scope = self._scope_for(fn)
+                self.facts.ext_arg_kinds[target] = [self.kind_of(e, scope) for e in tup.elts]
+
+    # ---- CUDA sources -------------------------------------------------------------------------
+
+    def _compile_args(self, call: ast.Call, last: str) -> list[tuple[str, ast.AST]]:
+        """(origin, expression) of every source string a compile call takes."""
+        out: list[tuple[str, ast.AST]] = []
+        kws = {kw.arg: kw.value for kw in call.keywords if kw.arg}
+        if last == "load_inline":
+            cpp = kws.get("cpp_sources", call.args[1] if len(call.args) > 1 else None)
+            cu = kws.get("cuda_sources", call.args[2] if len(call.args) > 2 else None)
+            for origin, expr in (("load_inline.cuda_sources", cu), ("load_inline.cpp_sources", cpp)):
+                if expr is None:
+                    continue
+                elts = expr.elts if isinstance(expr, (ast.List, ast.Tuple)) else [expr]
+                out.extend((origin, e) for e in elts)
+        elif last in ("compile_cuda_extension", "compile_parallelkittens_extension"):
+            src = kws.get("cuda_src", call.args[1] if len(call.args) > 1 else None)
+            if src is not None:
+                out.append((last, src))
+        elif last == "RawKernel":
+            src = kws.get("code", call.args[0] if call.args else None)
+            if src is not None:
+                out.append(("cupy.RawKernel", src))
+        elif last == "RawModule":
+            src = kws.get("code", call.args[0] if call.args else None)
+            if src is not None:
+                out.append(("cupy.RawModule", src))
+        return out
+
+    def _cuda_sources(self) -> None:
+        seen: set[str] = set()
+        compile_calls = [c for c in self.facts.calls if c.category == "compile"]
+        by_line = {c.line: c for c in compile_calls}
+        for node in ast.walk(self.tree):
+            if not isinstance(node, ast.Call):
+                continue
+            last = self.qualname(node.func).split(".")[-1]
+            if last not in COMPILE_FUNCS:
+                continue
+            fn = self.enclosing.get(id(node))
+            site = by_line.get(node.lineno)
+            kws = {kw.arg: kw.value for kw in node.keywords if kw.arg}
+            name_node = kws.get("name", node.args[0] if node.args and last in ("load_inline", "compile_cuda_extension") else None)
+            if last == "RawKernel":
+                name_node = kws.get("name", node.args[1] if len(node.args) > 1 else None)
+            ext_name = name_node.value if isinstance(name_node, ast.Constant) and isinstance(name_node.value, str) else ""
+            funcs = self._str_list(kws["functions"]) if "functions" in kws else (
+                self._str_list(node.args[3]) if last == "load_inline" and len(node.args) > 3 else [])
+            for origin, expr in self._compile_args(node, last):
+                piece = self.strings.resolve(expr, fn)
+                if piece is None or not piece.text.strip():
+                    continue
+                if piece.text in seen:
+                    continue
+                seen.add(piece.text)
+                self.facts.cuda_sources.append(
+                    CudaSource(
+                        index=len(self.facts.cuda_sources), origin=origin, text=piece.text,
+                        line_map=piece.line_map, var_name=expr.id if isinstance(expr, ast.Name) else "",
+                        ext_name=ext_name, functions=funcs, compile_line=node.lineno,
+                        compile_path=site.path if site else "module", exact=piece.exact,
+                    )
+                )
+        # Strings holding device code that reach a compiler by a route we did not follow.
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.Constant, ast.JoinedStr)):
+                text = node.value if isinstance(node, ast.Constant) else None
+                if isinstance(node, ast.JoinedStr):
+                    piece = self.strings.resolve(node)
+                    text = piece.text if piece else None
+                if not isinstance(text, str) or "__global__" not in text:
+                    continue
+                if any(text in s for s in seen):
+                    continue
+                piece = self.strings.resolve(node)
+                if piece is None:
+                    continue
+                seen.add(text)
+                self.facts.cuda_sources.append(
+                    CudaSource(index=len(self.facts.cuda_sources), origin="string_literal",
+                               text=piece.text, line_map=piece.line_map, compile_line=node.lineno,
+                               compile_path="module", exact=piece.exact)
+                )
+
+    # ---- Triton -----------------------------------------------------------------------------
+
+    def _triton(self) -> None:
+        launches = [c for c in self.facts.calls if c.category == "triton_launch"]
+        for name in sorted(self.triton_names):
+            fn = self.functions[name]
+            params = [a.arg for a in fn.args.args]
+            kernel = TritonKernel(name=name, line=fn.lineno, end_line=fn.end_lineno or fn.lineno, params=params)
+            for launch in launches:
+                if launch.target != name:
+                    continue
+                for a in launch.args:
+                    pname = params[a.position] if 0 <= a.position < len(params) else a.keyword
+                    if pname and a.pointer_kind in PEERISH and a.pointer_kind != "symm_local":
+                        kernel.peer_params[pname] = a.pointer_kind
+            for p in params:
+                low = p.lower()
+                if p not in kernel.peer_params:
+                    if any(k in low for k in ("remote", "peer", "ptrs", "buffer_ptrs")):
+                        kernel.peer_params[p] = "peer_ptr_array" if "ptrs" in low else "peer_ptr"
+                    elif any(k in low for k in ("signal", "flag")):
+                        kernel.peer_params[p] = "signal_ptr_array" if "ptrs" in low or "pads" in low else "signal_ptr"
+            peer_vars = dict(kernel.peer_params)
+            # Follow `ptr = tl.load(ptrs + r).to(tl.pointer_type(...))` and `p = ptr + offs`.
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                    names = {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+                    hit = [peer_vars[n] for n in names if n in peer_vars]
+                    if hit:
+                        k = hit[0]
+                        if "pointer_type" in ast.unparse(node.value) and k.endswith("_array"):
+                            k = k.replace("_array", "")
+                        peer_vars[node.targets[0].id] = k
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Call):
+                    q = self.qualname(node.func)
+                    last = q.split(".")[-1]
+                    if not (q.startswith("triton.language") or q.startswith("tl.")):
+                        continue
+                    ptr = node.args[0] if node.args else None
+                    names = {n.id for n in ast.walk(ptr) if isinstance(n, ast.Name)} if ptr is not None else set()
+                    kinds = {peer_vars[n] for n in names if n in peer_vars}
+                    peer = any(k in ("peer_ptr", "peer_tensor", "nvshmem_ptr") for k in kinds)
+                    if last == "load":
+                        kernel.loads.append(node.lineno)
+                        if peer and "pointer_type" not in ast.unparse(node):
+                            kernel.peer_loads.append(node.lineno)
+                    elif last == "store":
+                        kernel.stores.append(node.lineno)
+                        if peer:
+                            kernel.peer_stores.append(node.lineno)
+                    elif last.startswith("atomic_"):
+                        kernel.atomics.append(node.lineno)
+                        if peer:
+                            kernel.peer_atomics.append(node.lineno)
+                elif isinstance(node, ast.While):
+                    if any(isinstance(s, ast.Call) and self.qualname(s.func).split(".")[-1] in ("load", "atomic_cas", "atomic_add", "atomic_xchg") for s in ast.walk(node.test)) or (
+                        isinstance(node.test, ast.Constant) and node.test.value
+                    ):
+                        kernel.spin_loops.append(node.lineno)
+            self.facts.triton_kernels.append(kernel)
+
+    # ---- asserts and constants -----------------------------------------------------------------
+
+    def _asserts_and_constants(self) -> None:
+        timed_fns = {f for f, p in self.path_of.items() if p in ("timed", "setup")}
+        for node in ast.walk(self.tree):
+            fn = self.enclosing.get(id(node))
+            fname = getattr(fn, "name", "")
+            if isinstance(node, ast.Assert) or (
+                isinstance(node, ast.If) and any(isinstance(s, ast.Raise) for s in node.body)
+            ):
+                if fname not in timed_fns:
+                    continue
+                test = node.test
+                text = ast.unparse(test)
+                kind, literal = self._assert_kind(test, text)
+                if kind:
+                    self.facts.asserts.append(AssertFact(line=node.lineno, kind=kind, snippet=self.snippet(node.lineno), literal=literal))
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, int):
+                for t in node.targets:
+                    if isinstance(t, ast.Name) and t.id in WORLD_NAMES and node.value.value > 1:
+                        self.facts.constants.append(ConstantFact(node.lineno, t.id, str(node.value.value), self.snippet(node.lineno)))
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub) and isinstance(node.left, ast.Constant) and node.left.value == 1:
+                scope = self._scope_for(fn)
+                if self._is_rank_expr(node.right, scope):
+                    self.facts.constants.append(ConstantFact(node.lineno, "peer", "1 - rank", self.snippet(node.lineno)))
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.right, ast.Constant) and node.right.value in (2, 4, 8, 16):
+                scope = self._scope_for(fn)
+                if any(self._is_rank_expr(n, scope) for n in ast.walk(node.left)):
+                    self.facts.constants.append(ConstantFact(node.lineno, "modulus", str(node.right.value), self.snippet(node.lineno)))
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range" and len(node.args) == 1:
+                arg = node.args[0]
+                if isinstance(arg, ast.Constant) and arg.value in (2, 4, 8, 16) and fname in timed_fns:
+                    body_text = self._loop_body_text(node)
+                    if any(w in body_text for w in ("buffer_ptrs", "get_buffer", "peer", "signal_pad")):
+                        self.facts.constants.append(ConstantFact(node.lineno, "range", str(arg.value), self.snippet(node.lineno)))
+        # Streams and loops that pipeline transfers with compute.
+        for c in self.facts.calls:
+            if c.category == "stream" and c.qualname.endswith("Stream"):
+                self.facts.streams.append(c.line)
+        for loop, fname in getattr(self, "loop_nodes", []):
+            cats = set()
+            for c in self.facts.calls:
+                if loop.lineno <= c.line <= (loop.end_lineno or loop.lineno) and c.path == "timed":
+                    cats.add(c.category)
+            transfer = cats & {"collective", "p2p", "tensor_copy", "ext_kernel", "triton_launch", "cupy_launch", "symm_handle"}
+            compute = cats & {"compute", "ext_kernel", "triton_launch"}
+            has_matmul = any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult) for n in ast.walk(loop))
+            if transfer and (compute - transfer or has_matmul or len(transfer) > 1):
+                self.facts.chunk_loops.append(loop.lineno)
+
+    def _loop_body_text(self, range_call: ast.Call) -> str:
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.For, ast.comprehension)) and node.iter is range_call:
+                body = node.body if isinstance(node, ast.For) else []
+                return "\n".join(ast.unparse(s) for s in body) if body else ast.unparse(node)
+        return ""
+
+    def _assert_kind(self, test: ast.AST, text: str) -> tuple[str, str]:
+        if "world_size" in text or "get_world_size" in text:
+            m = re.search(r"==\s*(\d+)", text)
+            if m:
+                return "world_size", m.group(1)
+        if ".dtype" in text:
+            m = re.search(r"==\s*(torch\.\w+)", text)
+            if m:
+                return "dtype", m.group(1)
+            m = re.search(r"in\s*\((torch\.\w+)\s*,?\)", text)
+            if m:
+                return "dtype", m.group(1)
+        if re.search(r"(numel\(\)|shape\[-?\d\]|size\(-?\d?\))\s*%\s*\d+\s*==\s*0", text) or re.search(r"shape\s*==\s*\(", text):
+            m = re.search(r"%\s*(\d+)", text)
+            return "shape", m.group(1) if m else ""
+        return "", ""
+
+    # The loop list is filled during reachability; declared here so it exists before it runs.
+    loop_nodes: list = []
+
+
+def analyze_python(text: str, file: str) -> PythonFacts:
+    """Python facts of one candidate; never raises for a file that parses."""
+    try:
+        p = PythonPass(text, file)
+        p.loop_nodes = []
+        return p.run()
+    except SyntaxError as exc:
+        return PythonFacts(status="failed", message=f"line {exc.lineno}: {exc.msg}")
+    except RecursionError:
+        return PythonFacts(status="failed", message="the file nests too deeply for the Python pass")

@@ -1,0 +1,45 @@
+from analyzer.rules.base import Rule
+
+
+class HostSyncInTimedPath(Rule):
+    """Host synchronisation inside the timed call.
+
+    ## What it does
+    Finds `torch.cuda.synchronize()`, `stream.synchronize()`, `.item()`, `.tolist()`,
+    `dist.barrier()` and, in the CUDA host code the timed call reaches, `cudaDeviceSynchronize`,
+    `cudaStreamSynchronize` and `cudaEventSynchronize`, when they run on every call of
+    `solution()` rather than in a cached set-up branch.
+
+    ## Why is this bad?
+    The host stops issuing work until the GPU (or every rank) drains, so launch latency and the
+    slowest rank's skew are added to every call and nothing overlaps across calls. It is also the
+    usual sign that the device-side protocol was not trusted: the kernel may be right only
+    because the host serialises it.
+
+    ## Example
+    ```python
+    ext.allreduce(ptrs, out)
+    torch.cuda.synchronize()
+    dist.barrier()
+    ```
+
+    ## Use instead
+    Order the work on the GPU: `hdl.barrier()` (a device-side barrier), device flags with
+    release/acquire, or events between streams. Keep host syncs in one-time set-up only.
+    """
+
+    id = "PKB008"
+    name = "host-sync-in-timed-path"
+    severity = "warning"
+    message = "host synchronisation on the timed path"
+    fix = "replace with a device-side barrier (hdl.barrier) or stream events; keep host syncs in set-up"
+
+    def check(self, ctx):
+        for c in ctx.calls("cuda_sync", "host_sync"):
+            yield self.finding(ctx, c.line, c.qualname)
+        timed_ext = {c.target for c in ctx.calls("ext_kernel")}
+        for cuda in ctx.facts.cuda:
+            entries = {cuda.bindings.get(n, n) for n in timed_ext}
+            for call in cuda.api_calls:
+                if call.category == "host_sync" and call.function in entries:
+                    yield self.finding(ctx, call.line, call.api, kernel=call.function, pass_name="clang")

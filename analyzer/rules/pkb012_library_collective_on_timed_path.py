@@ -1,0 +1,38 @@
+from analyzer.rules.base import Rule
+
+
+class LibraryCollectiveOnTimedPath(Rule):
+    """A library collective still carries data on the timed path of a custom-kernel candidate.
+
+    ## What it does
+    Finds `torch.distributed` collectives and point-to-point calls (and functional collectives)
+    on the timed path of a candidate that also builds its own kernels.
+
+    ## Why is this bad?
+    The task is to replace NCCL with direct NVLink transfers. A candidate that keeps
+    `dist.all_reduce` for the communication and writes a kernel only for the local arithmetic is
+    measured against the very library it should beat; its speedup comes from the epilogue, if
+    any, and the report would credit a mechanism it does not use.
+
+    ## Example
+    ```python
+    partial = ext.local_gemm(a, b)
+    dist.all_reduce(partial)
+    ```
+
+    ## Use instead
+    Move the reduction into the kernel through symmetric memory (peer loads or stores with a
+    device barrier), or say plainly that the candidate is an NCCL baseline.
+    """
+
+    id = "PKB012"
+    name = "library-collective-on-timed-path"
+    severity = "warning"
+    message = "library collective on the timed path of a custom-kernel candidate"
+    fix = "move the transfer into the kernel through symmetric-memory pointers"
+
+    def check(self, ctx):
+        if not ctx.claims_custom_kernels():
+            return
+        for c in ctx.calls("collective", "p2p"):
+            yield self.finding(ctx, c.line, c.qualname)

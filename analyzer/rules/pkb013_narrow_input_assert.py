@@ -1,0 +1,68 @@
+import re
+
+from analyzer.rules.base import Rule
+from problems import spec as problem_spec
+
+_PRECISION_DTYPE = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
+_TORCH_DTYPE = {"torch.float32": "float32", "torch.float": "float32", "torch.bfloat16": "bfloat16",
+                "torch.float16": "float16", "torch.half": "float16"}
+_CUDA_DTYPE_CHECK = re.compile(
+    r"TORCH_CHECK\s*\([^;]*(scalar_type\(\)|dtype\(\))\s*==\s*(torch::|at::|c10::ScalarType::|at::ScalarType::)?k?(Float|BFloat16|Half)\b"
+)
+_CUDA_SHAPE_CHECK = re.compile(r"TORCH_CHECK\s*\([^;]*(numel\(\)|size\(\s*-?\d\s*\))\s*%\s*\d+\s*==\s*0")
+
+
+class NarrowInputAssert(Rule):
+    """Dtype or shape asserted narrower than the problem's inputs.
+
+    ## What it does
+    Finds assertions and `TORCH_CHECK`s that accept only one dtype when the problem is run in
+    another (a `bf16` run tree with `assert x.dtype == torch.float32`), or only sizes that are
+    a multiple of a tile (`assert x.numel() % 1024 == 0`).
+
+    ## Why is this bad?
+    The harness feeds the problem's inputs, not the ones the kernel was written for. The
+    assertion turns into a `runtime_error` at the first call, or, for dtype checks in host code
+    that cast instead of failing, a `tolerance` or `nan_inf` wrong result.
+
+    ## Example
+    ```python
+    assert tensor.dtype == torch.float32
+    ```
+
+    ## Use instead
+    Dispatch on the dtype (instantiate the kernel for float, half and bfloat16), and handle sizes
+    that are not multiples of the tile with a tail path.
+    """
+
+    id = "PKB013"
+    name = "narrow-input-assert"
+    severity = "warning"
+    message = "dtype or shape asserted narrower than the problem's inputs"
+    fix = "support every dtype and size the problem passes (dispatch on dtype; handle the tail)"
+
+    def _accepted(self, ctx) -> set[str]:
+        accepted: set[str] = set()
+        if ctx.rec.precision in _PRECISION_DTYPE:
+            accepted.add(_TORCH_DTYPE[_PRECISION_DTYPE[ctx.rec.precision]])
+        spec = problem_spec(ctx.rec.problem_id) if ctx.rec.problem_id is not None else None
+        if spec is not None and not accepted:
+            accepted.update(spec.dtypes)
+        return accepted
+
+    def check(self, ctx):
+        accepted = self._accepted(ctx)
+        for a in ctx.py.asserts:
+            if a.kind == "dtype":
+                asserted = _TORCH_DTYPE.get(a.literal)
+                if asserted and accepted and (accepted - {asserted}):
+                    yield self.finding(ctx, a.line, f"accepts only {a.literal}; the problem passes {', '.join(sorted(accepted))}")
+            elif a.kind == "shape":
+                yield self.finding(ctx, a.line, "accepts only sizes that are a multiple of a tile")
+        names = {"Float": "float32", "BFloat16": "bfloat16", "Half": "float16"}
+        for line, text, _src in ctx.cuda_lines():
+            m = _CUDA_DTYPE_CHECK.search(text)
+            if m and accepted and (accepted - {names[m.group(3)]}):
+                yield self.finding(ctx, line, f"TORCH_CHECK accepts only {names[m.group(3)]}", pass_name="clang")
+            elif _CUDA_SHAPE_CHECK.search(text):
+                yield self.finding(ctx, line, "TORCH_CHECK accepts only multiples of a tile", pass_name="clang")

@@ -1,0 +1,48 @@
+import re
+
+from analyzer.rules.base import Rule
+
+_CHECK = re.compile(r"multicast_ptr\s*(==|!=|>|<=|is not|is)\s*(0|None)|(if|assert|not)\s+\S*multicast_ptr|\bmc\w*\s*(==|!=)\s*0|if\s+(not\s+)?mc\w*\b")
+
+
+class MulticastWithoutFallback(Rule):
+    """Multicast address used with no check that it exists.
+
+    ## What it does
+    Finds uses of `hdl.multicast_ptr` (NVLink SHARP through a multicast object) with no test
+    that it is non-zero and no fallback path.
+
+    ## Why is this bad?
+    `multicast_ptr` is 0 when the fabric, the driver or the allocator does not provide multicast
+    (it is disabled on shared machines with `TORCH_SYMM_MEM_DISABLE_MULTICAST=1`, and absent on
+    most PCIe and older NVLink systems). The kernel then dereferences address 0: an
+    `illegal_address` runtime error, or, if the kernel checks on device, a result with no peer
+    data at all.
+
+    ## Example
+    ```python
+    ext.multimem_allreduce(hdl.multicast_ptr, out)
+    ```
+
+    ## Use instead
+    ```python
+    if hdl.multicast_ptr:
+        ext.multimem_allreduce(hdl.multicast_ptr, out)
+    else:
+        ext.peer_load_allreduce(hdl.buffer_ptrs_dev, out)
+    ```
+    """
+
+    id = "PKB015"
+    name = "multicast-without-fallback"
+    severity = "warning"
+    message = "multicast_ptr used with no check that multicast is available"
+    fix = "test hdl.multicast_ptr != 0 and fall back to peer loads/stores"
+
+    def check(self, ctx):
+        uses = [c for c in ctx.py.calls if c.qualname == "handle.multicast_ptr" and c.path in ("timed", "setup")]
+        if not uses:
+            return
+        if any(_CHECK.search(line) for line in ctx.lines):
+            return
+        yield self.finding(ctx, uses[0].line)

@@ -1,0 +1,44 @@
+"""The console summary of a static run (tabulate)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable
+
+from tabulate import tabulate
+
+from pkb.record import CandidateRecord
+
+
+def _axis(rec: CandidateRecord, axis: str) -> str:
+    vals = sorted(rec.label_values(axis))
+    if axis == "sync" and rec.labels.get("ordering"):
+        return "+".join(vals) + f" ({'+'.join(sorted(rec.label_values('ordering')))})"
+    return "+".join(vals) or "-"
+
+
+def summary_table(records: list[CandidateRecord], width: int = 48) -> str:
+    rows = []
+    for r in records:
+        path = r.path if len(r.path) <= width else "…" + r.path[-(width - 1):]
+        if r.parse_status != "ok":
+            rows.append([path, r.parse_status, "-", "-", "-", r.parse_message[:40]])
+            continue
+        counts = Counter(f.severity for f in r.findings)
+        found = " ".join(sorted({f.rule for f in r.findings}))
+        rows.append([path, _axis(r, "mechanism"), _axis(r, "sync"), _axis(r, "overlap"),
+                     f"{counts['error']}E {counts['warning']}W" if r.findings else "0", found])
+    return tabulate(rows, headers=["candidate", "mechanism", "sync", "overlap", "findings", "rules"], tablefmt="simple")
+
+
+def totals(records: Iterable[CandidateRecord]) -> str:
+    records = list(records)
+    mech = Counter(v for r in records for v in r.label_values("mechanism"))
+    rules = Counter(f.rule for r in records for f in r.findings)
+    status = Counter(r.parse_status for r in records)
+    lines = [
+        f"{len(records)} candidates; read: " + ", ".join(f"{k} {v}" for k, v in status.most_common()),
+        "mechanisms: " + (", ".join(f"{k} {v}" for k, v in mech.most_common()) or "-"),
+        "findings: " + (", ".join(f"{k} {v}" for k, v in sorted(rules.items())) or "none"),
+    ]
+    return "\n".join(lines)
