@@ -173,6 +173,9 @@ class Param:
     type: str
     is_pointer: bool = False
     pointer_kind: str = "unknown"  # after dataflow: one of POINTER_KINDS
+    # how pointer_kind was decided: seed (Python side) | dataflow (followed in C++) | name (a guess
+    # from the identifier only) | '' (nothing known)
+    basis: str = ""
 
 
 @dataclass
