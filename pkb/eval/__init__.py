@@ -1,0 +1,209 @@
+"""The evaluation stage: run candidates against the reference on real ranks, one launch each.
+
+    evaluate(records, options)   fills record.evaluation and writes the store
+
+Modules, one job each: options (what to run, config key), problem_source (reference, inputs,
+tolerance), device_needs (does a source need CUDA), launcher (torchrun, timeout, kill), worker
+(inside a rank), compare / poison / timing (used by the worker), classify (errors -> subtypes),
+outcome (per-rank results -> one outcome), store (SQLite), metrics (pass@k, fast_p).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from pkb.eval.options import EvalOptions, config_key
+
+__all__ = ["EvalOptions", "evaluate", "evaluate_one", "Environment", "environment", "config_key"]
+
+
+@dataclass(frozen=True)
+class Environment:
+    device: str  # cuda | cpu
+    backend: str  # nccl | gloo
+    device_count: int
+    world_size: int
+    build_tag: str  # torch/CUDA versions and arch: part of the extension cache key
+
+
+def environment(options: EvalOptions) -> Environment:
+    import torch
+
+    cuda = torch.cuda.is_available()
+    count = torch.cuda.device_count() if cuda else 0
+    backend = options.backend if options.backend != "auto" else ("nccl" if cuda else "gloo")
+    device = "cuda" if cuda and backend == "nccl" else "cpu"
+    ws = options.world_size or (count if device == "cuda" else 2)
+    arch = ""
+    if device == "cuda":
+        major, minor = torch.cuda.get_device_capability(0)
+        arch = f"-sm{major}{minor}"
+    tag = f"torch{torch.__version__}-cu{torch.version.cuda or 'none'}{arch}".replace("+", "_")
+    return Environment(device, backend, count, max(1, ws), tag)
+
+
+def evaluate(records: Iterable[Any], options: EvalOptions | None = None) -> None:
+    """Fill each record's `evaluation` (plain JSON data) and write the store as results come."""
+    from pkb.eval.store import Store
+
+    options = options or EvalOptions()
+    env = environment(options)
+    store = Store(options.store_path)
+    try:
+        for rec in records:
+            rec.evaluation = evaluate_one(rec, options, env, store)
+    finally:
+        store.close()
+
+
+def evaluate_one(rec: Any, options: EvalOptions, env: Environment, store: Any) -> dict[str, Any]:
+    from pkb.eval import problem_source
+    from pkb.eval.device_needs import cuda_requirement
+    from pkb.eval.job import JobSpec
+    from pkb.eval.launcher import launch
+    from pkb.eval.outcome import decide
+
+    t0 = time.monotonic()
+    source = _source_text(rec)
+    sha = rec.sha256 or hashlib.sha256(source.encode("utf-8")).hexdigest()
+    evaluation: dict[str, Any] = {
+        "status": "not_run",
+        "outcome": "",
+        "subtype": "",
+        "speedup": None,
+        "correct": False,
+        "world_size": env.world_size,
+        "backend": env.backend,
+        "device": env.device,
+        "dtype": options.dtype or "",
+        "trials": [],
+        "ranks": [],
+        "reason": "",
+        "wall_s": 0.0,
+        "config_key": "",
+        "details": {},
+    }
+    if not source:
+        evaluation["reason"] = f"no source to run ({rec.parse_status}: {rec.parse_message})".strip()
+        return evaluation
+    try:
+        ref = problem_source.resolve(rec.problem_id, rec.problem_name, options)
+    except LookupError as exc:
+        evaluation["reason"] = str(exc)
+        return evaluation
+    dtype = options.dtype or ref.dtypes[0]
+    key = config_key(problem_id=ref.id, world_size=env.world_size, backend=env.backend, dtype=dtype, options=options)
+    evaluation.update(dtype=dtype, config_key=key, problem_id=ref.id, problem_stem=ref.stem)
+    store.add_candidate(sha, rec.path, ref.id, rec.problem_name, rec.model, rec.provider, rec.backend)
+    if store.done(sha, key):
+        cached = store.evaluation(sha, key) or {}
+        cached["status"] = "skipped_cached"
+        return cached
+
+    if env.device == "cpu":
+        reason = cuda_requirement(source)
+        if reason:
+            evaluation["reason"] = reason
+            evaluation["wall_s"] = time.monotonic() - t0
+            store.write_evaluation(sha, key, ref.id, evaluation)
+            return evaluation
+    elif env.backend == "nccl" and env.world_size > env.device_count:
+        evaluation["reason"] = f"world size {env.world_size} needs {env.world_size} GPUs; {env.device_count} visible"
+        return evaluation
+
+    work = options.resolved_work_dir()
+    cand_dir = work / "candidates" / sha[:16]
+    cand_dir.mkdir(parents=True, exist_ok=True)
+    cand_file = cand_dir / (Path(rec.path).name if rec.path.endswith(".py") else f"{Path(rec.path).name or 'candidate'}.py")
+    cand_file.write_text(source, encoding="utf-8")  # exactly the bytes that were hashed
+    extra_path = [options.pkb_root] if options.pkb_root else []
+    job = JobSpec(
+        job_dir=str(work / "jobs" / f"{ref.stem}-{sha[:16]}-{key}"),
+        candidate_path=str(cand_file),
+        candidate_sha256=sha,
+        problem=ref.job_problem,
+        world_size=env.world_size,
+        backend=env.backend,
+        device=env.device,
+        dtype=dtype,
+        trials=options.trials,
+        scale=options.scale,
+        warmup=options.warmup,
+        iters=options.iters,
+        groups=options.groups,
+        timeout_s=options.timeout_s,
+        extensions_dir=str(work / "extensions" / f"{sha[:16]}-{env.build_tag}"),
+        save_cap_bytes=options.save_cap_bytes,
+        repo_root=str(Path(__file__).resolve().parents[2]),
+        extra_sys_path=[str(Path(p).resolve()) for p in extra_path],
+    )
+    result = launch(job, python=options.python)
+    verdict = decide(result)
+    evaluation.update(verdict)
+    evaluation.update(
+        trials=_trial_summary(result),
+        ranks=_rank_summary(result),
+        wall_s=time.monotonic() - t0,
+        launch_wall_s=result.wall_s,
+        job_dir=job.job_dir,
+        launcher_tail=result.launcher_tail[-2000:],
+    )
+    store.write_evaluation(sha, key, ref.id, evaluation, [r.result for r in result.ranks])
+    return evaluation
+
+
+def _source_text(rec: Any) -> str:
+    if getattr(rec, "source", ""):
+        return rec.source
+    path = Path(getattr(rec, "path", ""))
+    if path.is_file():
+        try:
+            return path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return ""
+    return ""
+
+
+_TRIAL_FIELDS = ("matched", "shape_ok", "dtype_ok", "numel", "mismatches", "max_abs_err", "max_rel_err", "max_violation", "nan_inf", "sentinel", "mutates_inputs", "aliases_input", "saved")
+
+
+def _trial_summary(result: Any) -> list[dict[str, Any]]:
+    by_trial: dict[int, list[dict[str, Any]]] = {}
+    for r in result.ranks:
+        for c in (r.result or {}).get("trials", []) or []:
+            entry = {"rank": r.rank, **{k: c.get(k) for k in _TRIAL_FIELDS if k in c}}
+            mism = [m for leaf in c.get("leaves", []) for m in leaf.get("first_mismatches", [])]
+            if mism:
+                entry["first_mismatches"] = mism[:8]
+            by_trial.setdefault(int(c["trial"]), []).append(entry)
+    return [
+        {"trial": t, "matched": all(e.get("matched") for e in es), "ranks": sorted(es, key=lambda e: e["rank"])}
+        for t, es in sorted(by_trial.items())
+    ]
+
+
+def _rank_summary(result: Any) -> list[dict[str, Any]]:
+    out = []
+    for r in result.ranks:
+        res = r.result or {}
+        timing = res.get("timing") or {}
+        out.append(
+            {
+                "rank": r.rank,
+                "phase": r.phase,
+                "finished": r.finished,
+                "error": res.get("error"),
+                "compile_s": res.get("compile_s"),
+                "timing": timing,
+                "timed_checks_matched": all(c.get("matched") for c in res.get("timed_checks") or []),
+                "refresh_matched": (res.get("refresh_check") or {}).get("matched"),
+                "stdout_tail": r.stdout_tail[-2000:],
+                "stderr_tail": r.stderr_tail[-4000:],
+            }
+        )
+    return out
+

@@ -1,0 +1,176 @@
+"""Exception or log text -> (outcome, subtype), in the TAXONOMY's words.
+
+Build failures are told apart from runtime failures by where they came from (the worker tags
+exceptions raised inside a JIT build) and by the compiler's text; the subtype comes from the
+first compiler message that matches a known pattern.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Compiler text -> subtype, checked in order (the most specific first).
+_COMPILE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    (
+        "missing_header",
+        re.compile(
+            r"fatal error: .*(No such file or directory|file not found)|cannot open source file",
+            re.I,
+        ),
+    ),
+    (
+        "arch_unsupported",
+        re.compile(
+            r"unsupported gpu architecture|is not supported on|requires (a )?(target )?sm_\d+"
+            r"|not supported (for|on) \.?target|Feature '[^']*' requires|requires --gpu-architecture"
+            r"|no kernel image is available",
+            re.I,
+        ),
+    ),
+    (
+        "undefined_symbol",
+        re.compile(r"undefined symbol|undefined reference to|unresolved external", re.I),
+    ),
+    (
+        "undeclared_identifier",
+        re.compile(
+            r"identifier \"[^\"]+\" is undefined|was not declared in this scope|undeclared identifier"
+            r"|use of undeclared|is not a member of|has no member|is not defined",
+            re.I,
+        ),
+    ),
+    (
+        "type_mismatch",
+        re.compile(
+            r"no suitable (conversion|constructor)|cannot be used to initialize|is incompatible with"
+            r"|invalid conversion from|cannot convert|no instance of (overloaded )?function"
+            r"|no matching function for call|a value of type .* cannot be|invalid operands"
+            r"|incompatible type",
+            re.I,
+        ),
+    ),
+    (
+        "cuda_syntax",
+        re.compile(r"expected an? |expected '|syntax error|error: expected|unexpected token", re.I),
+    ),
+)
+
+_BUILD_MARKERS = re.compile(
+    r"Error building extension|ninja: build stopped|nvcc fatal|error: command .*nvcc"
+    r"|CompileException|NVRTC_ERROR|nvrtc: error|CompilationError|ptxas (fatal|error)",
+    re.I,
+)
+
+# Runtime text -> subtype, checked in order. NCCL/gloo errors are often the echo of another
+# rank's crash, so they come after the causes they echo.
+_RUNTIME_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("illegal_address", re.compile(r"illegal memory access|ILLEGAL_ADDRESS|illegal address", re.I)),
+    ("misaligned_address", re.compile(r"misaligned address|MISALIGNED_ADDRESS", re.I)),
+    (
+        "launch_config",
+        re.compile(
+            r"invalid configuration argument|too many resources requested for launch"
+            r"|OutOfResources|out of resource|INVALID_CONFIGURATION|invalid device function",
+            re.I,
+        ),
+    ),
+    ("out_of_memory", re.compile(r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY", re.I)),
+    ("device_assert", re.compile(r"device-side assert", re.I)),
+    (
+        "rendezvous_error",
+        re.compile(
+            r"rendezvous|RendezvousError|TCPStore|DistStoreError|Duplicate GPU detected"
+            r"|overlapping devices",
+            re.I,
+        ),
+    ),
+    (
+        "nccl_error",
+        re.compile(
+            r"NCCL|DistBackendError|ProcessGroupGloo|gloo|Connection closed by peer"
+            r"|Connection reset by peer|Broken pipe",
+            re.I,
+        ),
+    ),
+)
+
+# Which runtime subtype best explains a multi-rank failure (first wins).
+RUNTIME_PRIORITY = (
+    "illegal_address",
+    "misaligned_address",
+    "launch_config",
+    "out_of_memory",
+    "device_assert",
+    "python_exception",
+    "rendezvous_error",
+    "nccl_error",
+    "",
+)
+
+
+def compile_subtype(text: str) -> str:
+    """The subtype of a build failure from the compiler's text ('' when nothing matches)."""
+    # The compiler's own `error` lines say the cause; a note on a later line must not win.
+    error_lines = [ln for ln in text.splitlines() if re.search(r"error|fatal|undefined", ln, re.I)]
+    for lines in (error_lines, text.splitlines()):
+        chunk = "\n".join(lines)
+        for subtype, pattern in _COMPILE_PATTERNS:
+            if pattern.search(chunk):
+                return subtype
+    return ""
+
+
+def looks_like_build_failure(text: str) -> bool:
+    return bool(_BUILD_MARKERS.search(text))
+
+
+def runtime_subtype(text: str) -> str:
+    for subtype, pattern in _RUNTIME_PATTERNS:
+        if pattern.search(text):
+            return subtype
+    return ""
+
+
+def classify_exception(exc: BaseException, *, during_build: bool = False, phase: str = "") -> tuple[str, str]:
+    """(outcome, subtype) for an exception raised while loading or calling a candidate."""
+    text = _exception_text(exc)
+    name = type(exc).__name__
+    if isinstance(exc, SyntaxError):  # includes IndentationError, TabError
+        return "compile_error", "python_syntax"
+    if during_build or looks_like_build_failure(text) or name in ("CompilationError", "CompileException"):
+        return "compile_error", compile_subtype(text)
+    if isinstance(exc, ImportError):
+        # A compiled module that does not link is a build defect, not a missing package.
+        if re.search(r"undefined symbol", text):
+            return "compile_error", "undefined_symbol"
+        return "compile_error", "import_error"
+    if name == "OutOfMemoryError":
+        return "runtime_error", "out_of_memory"
+    subtype = runtime_subtype(text)
+    if subtype in ("nccl_error", "rendezvous_error") and not _is_distributed_error(exc, text):
+        # A plain Python error that merely mentions gloo/NCCL in its message.
+        subtype = "python_exception"
+    if not subtype:
+        subtype = "python_exception"
+    return "runtime_error", subtype
+
+
+def _is_distributed_error(exc: BaseException, text: str) -> bool:
+    name = type(exc).__name__
+    if name in ("DistBackendError", "DistError", "DistNetworkError", "DistStoreError"):
+        return True
+    # torch raises RuntimeError for gloo transport failures and NCCL errors.
+    return isinstance(exc, RuntimeError) and bool(
+        re.search(r"NCCL|gloo|Connection closed by peer|TCPStore|rendezvous|symmetric", text, re.I)
+    )
+
+
+def _exception_text(exc: BaseException) -> str:
+    parts = []
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        parts.append(f"{type(cur).__name__}: {cur}")
+        cur = cur.__cause__ or cur.__context__
+    return "\n".join(parts)

@@ -1,0 +1,68 @@
+"""What an evaluation run is asked to do, and the key that says two runs measured the same thing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Bump when the measurement itself changes (comparison rules, timing protocol), so cached
+# outcomes from an older protocol are not taken for current ones.
+PROTOCOL_VERSION = 1
+
+# PKB's run_local.py defaults (--atol/--rtol 1e-2, --m/--n 1024).
+PKB_TOLERANCE = (1e-2, 1e-2)
+PKB_SHAPE = (1024, 1024)
+
+
+@dataclass
+class EvalOptions:
+    world_size: int | None = None  # None: every visible GPU, or 2 ranks on CPU
+    trials: int = 5
+    dtype: str | None = None  # None: the problem's first dtype (PKB: bfloat16)
+    backend: str = "auto"  # auto | nccl | gloo
+    timeout_s: float = 600.0  # wall-clock limit of one launch (all trials and timing)
+    warmup: int = 25
+    iters: int = 100  # timed calls per side; 0 turns timing off
+    groups: int | None = None  # input groups; None: PKB's rule on CUDA (3x L2), 2 on CPU
+    store_path: str = "pkb_eval.sqlite"
+    work_dir: str = "pkb_eval_work"
+    scale: str = "small"  # small | large, passed to the problem's make_inputs
+    pkb_root: str | None = None  # a PKB checkout: its reference/ and input factory
+    pkb_shape: tuple[int, int] = PKB_SHAPE  # PKB's --m/--n
+    save_cap_bytes: int = 8 * 1024 * 1024  # per saved mismatch file
+    # Problem modules from files, ahead of the registry (tests, out-of-tree problems).
+    problem_files: dict[int, str] = field(default_factory=dict)
+    python: str | None = None  # interpreter for the ranks; None: this one
+
+    def resolved_work_dir(self) -> Path:
+        return Path(self.work_dir).resolve()
+
+
+def config_key(
+    *,
+    problem_id: int,
+    world_size: int,
+    backend: str,
+    dtype: str,
+    options: EvalOptions,
+) -> str:
+    """Hash of everything that changes what a measurement means (not where files go)."""
+    payload = {
+        "protocol": PROTOCOL_VERSION,
+        "problem_id": problem_id,
+        "world_size": world_size,
+        "backend": backend,
+        "dtype": dtype,
+        "trials": options.trials,
+        "warmup": options.warmup,
+        "iters": options.iters,
+        "groups": options.groups,
+        "scale": options.scale,
+        "pkb": bool(options.pkb_root),
+        "pkb_shape": list(options.pkb_shape) if options.pkb_root else None,
+        "problem_file": options.problem_files.get(problem_id),
+    }
+    blob = json.dumps(payload, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]

@@ -1,0 +1,141 @@
+"""Timing a callable over input groups, per iteration, with two clocks.
+
+CUDA events on the current stream give the GPU time of work on that stream; a device-wide
+`torch.cuda.synchronize()` after each call plus a host clock catches work a candidate puts on
+side streams (which the events alone would miss). Both are kept; the speedup uses the larger.
+On CPU only the host clock exists.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import torch
+
+# PKB's convention (utils/performance.py): enough groups that their inputs span 3x the L2.
+_L2_FALLBACK_BYTES = 60 * 1024 * 1024  # an H200's L2
+_MAX_GROUPS = 128
+_GROUP_MEMORY_SHARE = 0.25  # of free device memory, for all groups together
+
+
+def input_bytes(inputs: Any) -> int:
+    if isinstance(inputs, torch.Tensor):
+        return inputs.numel() * inputs.element_size()
+    if isinstance(inputs, (list, tuple)):
+        return sum(input_bytes(x) for x in inputs)
+    if isinstance(inputs, dict):
+        return sum(input_bytes(x) for x in inputs.values())
+    return 0
+
+
+def l2_bytes(device: torch.device) -> int:
+    if device.type != "cuda":
+        return _L2_FALLBACK_BYTES
+    try:
+        n = int(torch.cuda.get_device_properties(device).L2_cache_size)
+    except Exception:  # attribute name differs across versions
+        try:
+            n = int(torch.cuda.get_device_properties(device).l2_cache_size)
+        except Exception:
+            n = 0
+    return n if n > 0 else _L2_FALLBACK_BYTES
+
+
+def group_count(requested: int | None, bytes_per_group: int, device: torch.device) -> int:
+    """At least PKB's rule on CUDA (1 group if one input already spans 3x L2, else 3xL2/bytes+1)."""
+    if device.type != "cuda":
+        return max(1, requested or 2)
+    threshold = 3 * l2_bytes(device)
+    if bytes_per_group <= 0:
+        pkb_rule = 1
+    elif bytes_per_group >= threshold:
+        pkb_rule = 1
+    else:
+        pkb_rule = max(2, threshold // bytes_per_group + 1)
+    n = min(max(requested or 0, pkb_rule), _MAX_GROUPS)
+    free, _ = torch.cuda.mem_get_info(device)
+    fit = max(1, int(free * _GROUP_MEMORY_SHARE) // max(1, 3 * bytes_per_group))  # inputs, outputs, expected
+    return max(1, min(n, fit))
+
+
+def summarize(samples_ms: list[float]) -> dict[str, float] | None:
+    if not samples_ms:
+        return None
+    s = sorted(samples_ms)
+
+    def q(p: float) -> float:
+        # linear interpolation between closest ranks
+        pos = p * (len(s) - 1)
+        lo = int(pos)
+        hi = min(lo + 1, len(s) - 1)
+        return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+    return {
+        "median_ms": q(0.5),
+        "p10_ms": q(0.1),
+        "p90_ms": q(0.9),
+        "mean_ms": sum(s) / len(s),
+        "min_ms": s[0],
+        "max_ms": s[-1],
+        "n": len(s),
+    }
+
+
+def time_calls(
+    fn: Callable[..., Any],
+    groups: list[tuple],
+    *,
+    warmup: int,
+    iters: int,
+    device: torch.device,
+    barrier: Callable[[], None] | None = None,
+) -> tuple[dict[str, Any], dict[int, Any]]:
+    """(stats, last output of each group). Calls fn(*groups[i % G])."""
+    cuda = device.type == "cuda"
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    sync()
+    for i in range(warmup):
+        fn(*groups[i % len(groups)])
+    sync()
+    if barrier is not None:
+        barrier()  # ranks start the timed loop together
+    event_ms: list[float] = []
+    wall_ms: list[float] = []
+    last: dict[int, Any] = {}
+    for i in range(iters):
+        g = i % len(groups)
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t0 = time.perf_counter()
+            start.record()
+            out = fn(*groups[g])
+            end.record()
+            torch.cuda.synchronize(device)  # device-wide: side streams included
+            wall_ms.append((time.perf_counter() - t0) * 1e3)
+            event_ms.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            out = fn(*groups[g])
+            wall_ms.append((time.perf_counter() - t0) * 1e3)
+        last[g] = out
+    stats = {
+        "event": summarize(event_ms),
+        "wall": summarize(wall_ms),
+        "iters": iters,
+        "warmup": warmup,
+        "groups": len(groups),
+    }
+    return stats, last
+
+
+def rank_time_ms(stats: dict[str, Any] | None) -> float | None:
+    """The time one rank is charged: the larger of the two clocks' medians."""
+    if not stats:
+        return None
+    values = [stats[c]["median_ms"] for c in ("event", "wall") if stats.get(c)]
+    return max(values) if values else None
