@@ -23,12 +23,13 @@ class Piece:
             return other
         if not other.text:
             return self
-        left = list(self.line_map)
-        right = list(other.line_map)
-        if not self.text.endswith("\n") and right:
-            # The first line of `other` continues the last line of `self`.
-            right = right[1:]
-        return Piece(self.text + other.text, left + right, self.exact and other.exact)
+        # The last (partial) line of `self` and the first line of `other` become one line; it
+        # sits where its text does: in `other` when `self` ended with a newline.
+        left, right = self.line_map, other.line_map
+        if not left or not right:
+            return Piece(self.text + other.text, left + right, self.exact and other.exact)
+        joint = right[0] if self.text.endswith("\n") else left[-1]
+        return Piece(self.text + other.text, left[:-1] + [joint] + right[1:], self.exact and other.exact)
 
 
 def _align(value: str, node: ast.expr, source_lines: list[str]) -> list[int]:

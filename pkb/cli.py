@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from pkb import __version__
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Explain multi-GPU kernel candidates of ParallelKernelBench.")
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 COMMANDS = ("analyze", "rules", "eval", "report", "explain")
 
 

@@ -1,0 +1,115 @@
+"""The command line end to end: outputs, bad input, rule selection, the rule catalogue."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pkb.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(args, tmp_path, capsys):
+    os.environ["PKB_CACHE_DIR"] = str(tmp_path / "cache")
+    code = 0
+    try:
+        main(args)
+    except SystemExit as exc:  # typer exits with the command's code
+        code = exc.code or 0
+    return code, capsys.readouterr()
+
+
+def test_bundled_corpus_writes_every_output(tmp_path, capsys):
+    out = tmp_path / "out"
+    code, cap = run_cli([str(ROOT / "corpus"), "--out", str(out), "--no-ptx"], tmp_path, capsys)
+    assert code == 0, cap.err
+    lines = [json.loads(l) for l in (out / "static.jsonl").read_text().splitlines()]
+    assert len(lines) >= 24
+    for rec in lines:
+        for axis in ("path", "mechanism", "sync", "overlap", "kernels", "findings"):
+            assert axis in rec
+        if rec["parse_status"] == "ok":
+            assert rec["mechanism"] and rec["sync"] and rec["overlap"]
+            for lab in rec["mechanism"]:
+                for ev in lab["evidence"]:
+                    assert ev["line"] > 0 and ev["file"] == rec["path"]
+    cand = pd.read_parquet(out / "candidates.parquet")
+    assert len(cand) == len(lines) and set(cand.path) == {l["path"] for l in lines}
+    assert len(pd.read_csv(out / "findings.csv")) == sum(len(l["findings"]) for l in lines)
+    sarif = json.loads((out / "findings.sarif").read_text())
+    assert sarif["version"] == "2.1.0"
+    run = sarif["runs"][0]
+    assert {r["id"] for r in run["tool"]["driver"]["rules"]} >= {f"PKB{i:03d}" for i in range(1, 17)}
+    assert len(run["results"]) == sum(len(l["findings"]) for l in lines)
+    for res in run["results"]:
+        region = res["locations"][0]["physicalLocation"]["region"]
+        assert region["startLine"] >= 1
+    assert "candidates" in cap.out and "mechanisms:" in cap.out
+
+
+def test_findings_point_at_lines_that_exist(tmp_path, capsys):
+    out = tmp_path / "out"
+    run_cli([str(ROOT / "corpus"), "--out", str(out), "--no-ptx", "-q"], tmp_path, capsys)
+    for line in (out / "static.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        text = (ROOT / "corpus" / rec["path"]).read_text().splitlines()
+        for f in rec["findings"]:
+            assert 1 <= f["line"] <= len(text)
+            assert f["snippet"] == text[f["line"] - 1].strip()[:200]
+
+
+def test_bad_input_is_reported_and_the_run_goes_on(tmp_path, capsys):
+    d = tmp_path / "c"
+    d.mkdir()
+    (d / "ok.py").write_text("import torch.distributed as dist\ndef solution(t):\n    dist.all_reduce(t)\n    return t\n")
+    (d / "junk.py").write_bytes(os.urandom(4096))
+    (d / "empty.py").write_text("")
+    (d / "broken.py").write_text("def solution(:\n")
+    out = tmp_path / "out"
+    code, cap = run_cli([str(d), "--out", str(out), "--no-ptx"], tmp_path, capsys)
+    assert code == 0
+    recs = {json.loads(l)["path"]: json.loads(l) for l in (out / "static.jsonl").read_text().splitlines()}
+    assert recs["ok.py"]["mechanism"][0]["label"] == "nccl"
+    assert recs["empty.py"]["parse_status"] == "empty"
+    assert recs["broken.py"]["parse_status"] == "syntax_error"
+    assert recs["junk.py"]["parse_status"] in ("not_utf8", "not_python")
+    code, _ = run_cli([str(d), "--out", str(out), "--no-ptx", "--fail-on-error"], tmp_path, capsys)
+    assert code == 1
+
+
+def test_select_and_ignore(tmp_path, capsys):
+    out = tmp_path / "out"
+    run_cli([str(ROOT / "corpus"), "--out", str(out), "--no-ptx", "--select", "PKB00", "--ignore", "PKB005"], tmp_path, capsys)
+    rules = {f["rule"] for l in (out / "static.jsonl").read_text().splitlines() for f in json.loads(l)["findings"]}
+    assert rules and all(r.startswith("PKB00") and r != "PKB005" for r in rules)
+    code, cap = run_cli([str(ROOT / "corpus"), "--out", str(out), "--select", "PKB999"], tmp_path, capsys)
+    assert code == 2 and "PKB999" in cap.err
+
+
+def test_rules_command_prints_the_docstring(tmp_path, capsys):
+    code, cap = run_cli(["rules"], tmp_path, capsys)
+    assert code == 0 and "PKB001" in cap.out and "PKB016" in cap.out
+    code, cap = run_cli(["rules", "PKB003"], tmp_path, capsys)
+    assert code == 0
+    for section in ("## What it does", "## Why is this bad?", "## Example", "## Use instead"):
+        assert section in cap.out
+    code, cap = run_cli(["rules", "PKB404"], tmp_path, capsys)
+    assert code == 2
+
+
+def test_missing_path_is_a_clear_error(tmp_path, capsys):
+    code, cap = run_cli([str(tmp_path / "nope"), "--out", str(tmp_path / "o")], tmp_path, capsys)
+    assert code == 2 and "no such file" in cap.err
+
+
+def test_console_script_installed():
+    exe = Path(sys.executable).with_name("pkb-analyze")
+    if not exe.exists():
+        pytest.skip("console script not installed in this environment")
+    res = subprocess.run([str(exe), "rules"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and "PKB010" in res.stdout

@@ -1,0 +1,204 @@
+"""The Python pass on small candidates written for the purpose."""
+
+import textwrap
+
+from analyzer.python_pass import analyze_python
+
+
+def facts(src: str):
+    return analyze_python(textwrap.dedent(src), "cand.py")
+
+
+CACHED = '''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+HEADER = r"""
+#include <cuda_runtime.h>
+"""
+KERNEL = r"""
+__global__ void add_peer(const float* remote, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] += remote[i];
+}
+void launch(long remote, torch::Tensor out) {}
+"""
+CUDA_SRC = HEADER + KERNEL
+
+_ext = None
+_state = {}
+
+def _get_ext():
+    global _ext
+    if _ext is None:
+        _ext = load_inline(name="addp", cpp_sources="", cuda_sources=CUDA_SRC, functions=["launch"])
+    return _ext
+
+def _buffers(t):
+    key = (t.numel(), t.dtype)
+    if key in _state:
+        return _state[key]
+    buf = symm_mem.empty(t.numel(), device=t.device, dtype=t.dtype)
+    hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+    _state[key] = (buf, hdl)
+    return _state[key]
+
+def solution(tensor):
+    buf, hdl = _buffers(tensor)
+    rank = dist.get_rank()
+    buf.copy_(tensor)
+    hdl.barrier(channel=0)
+    out = tensor.clone()
+    for p in range(dist.get_world_size()):
+        if p != rank:
+            _get_ext().launch(hdl.buffer_ptrs[p], out)
+    hdl.barrier(channel=0)
+    torch.cuda.synchronize()
+    return out
+'''
+
+
+def test_cuda_source_found_through_concatenation_with_file_lines():
+    f = facts(CACHED)
+    assert len(f.cuda_sources) == 1
+    src = f.cuda_sources[0]
+    assert src.origin == "load_inline.cuda_sources"
+    assert src.functions == ["launch"]
+    assert "__global__ void add_peer" in src.text
+    lines = CACHED.splitlines()
+    # The line of the kernel in the CUDA text maps to the same text in the Python file.
+    text_lines = src.text.splitlines()
+    k = next(i for i, t in enumerate(text_lines) if "__global__" in t)
+    assert "__global__ void add_peer" in lines[src.line_map[k] - 1]
+    inc = next(i for i, t in enumerate(text_lines) if "#include" in t)
+    assert "#include <cuda_runtime.h>" in lines[src.line_map[inc] - 1]
+
+
+def test_paths_timed_setup_and_cached_branches():
+    f = facts(CACHED)
+    by = {(c.qualname, c.line): c for c in f.calls}
+    paths = {q: c.path for (q, _), c in by.items()}
+    assert paths["torch.utils.cpp_extension.load_inline"] == "setup"
+    assert paths["torch.distributed._symmetric_memory.empty"] == "setup"
+    assert paths["torch.distributed._symmetric_memory.rendezvous"] == "setup"
+    assert paths["handle.barrier"] == "timed"
+    assert paths["torch.cuda.synchronize"] == "timed"
+    assert paths["ext.launch"] == "timed"
+
+
+def test_peer_pointer_reaches_extension_argument():
+    f = facts(CACHED)
+    launch = next(c for c in f.calls if c.category == "ext_kernel")
+    assert launch.target == "launch"
+    assert launch.args[0].pointer_kind == "peer_ptr"
+    assert f.ext_arg_kinds["launch"][0] == "peer_ptr"
+
+
+def test_own_rank_buffer_is_not_a_peer():
+    f = facts('''
+        import torch.distributed as dist
+        from torch.utils.cpp_extension import load_inline
+        ext = load_inline(name="a", cpp_sources="", cuda_sources="", functions=["k"])
+        def solution(x):
+            rank = dist.get_rank()
+            local = hdl.buffer_ptrs[rank]
+            remote = hdl.buffer_ptrs[(rank + 1) % dist.get_world_size()]
+            ext.k(local, remote)
+    ''')
+    call = next(c for c in f.calls if c.category == "ext_kernel")
+    kinds = [a.pointer_kind for a in call.args]
+    assert kinds == ["symm_local", "peer_ptr"]
+
+
+def test_uncached_setup_is_timed():
+    f = facts('''
+        import torch.distributed._symmetric_memory as symm_mem
+        from torch.utils.cpp_extension import load_inline
+        def solution(x):
+            ext = load_inline(name="a", cpp_sources="", cuda_sources="__global__ void k(){}", functions=["f"])
+            buf = symm_mem.empty(x.numel(), device=x.device, dtype=x.dtype)
+            hdl = symm_mem.rendezvous(buf, "0")
+            return x
+    ''')
+    assert {c.path for c in f.calls if c.category in ("compile", "symm_mem")} == {"timed"}
+
+
+def test_rank_conditional_barrier_and_module_level():
+    f = facts('''
+        import torch.distributed as dist
+        dist.barrier()
+        def solution(x):
+            if dist.get_rank() == 0:
+                dist.barrier()
+            return x
+        def unused():
+            dist.all_reduce(x)
+    ''')
+    bars = [c for c in f.calls if c.qualname == "torch.distributed.barrier"]
+    assert [b.path for b in bars] == ["module", "timed"]
+    assert bars[1].rank_conditional and not bars[0].rank_conditional
+    ar = next(c for c in f.calls if c.qualname == "torch.distributed.all_reduce")
+    assert ar.path == "unreached"
+
+
+def test_fstring_source_and_raw_kernel():
+    f = facts('''
+        import cupy
+        BLOCK = 256
+        src = f"""
+        #define BLOCK {BLOCK}
+        extern "C" __global__ void k(float* p) {{ p[threadIdx.x] = 0; }}
+        """
+        kern = cupy.RawKernel(src, "k")
+        def solution(x):
+            kern((1,), (BLOCK,), (x.data_ptr(),))
+            return x
+    ''')
+    assert len(f.cuda_sources) == 1
+    s = f.cuda_sources[0]
+    assert s.origin == "cupy.RawKernel" and "#define BLOCK 256" in s.text and "{ p[" in s.text
+    launch = next(c for c in f.calls if c.category == "cupy_launch")
+    assert launch.target == "k" and launch.path == "timed"
+
+
+def test_triton_kernel_peer_loads():
+    f = facts('''
+        import triton
+        import triton.language as tl
+        @triton.jit
+        def gather(ptrs, out, n, BLOCK: tl.constexpr):
+            offs = tl.arange(0, BLOCK)
+            src = tl.load(ptrs + 1).to(tl.pointer_type(tl.float32))
+            v = tl.load(src + offs, mask=offs < n)
+            tl.store(out + offs, v, mask=offs < n)
+        def solution(x):
+            gather[(1,)](hdl.buffer_ptrs_dev, x, x.numel(), BLOCK=128)
+            return x
+    ''')
+    (k,) = f.triton_kernels
+    assert k.peer_params["ptrs"] == "peer_ptr_array"
+    assert k.peer_loads and len(k.peer_loads) == 1
+    assert not k.peer_stores
+
+
+def test_asserts_and_hard_coded_world_size():
+    f = facts('''
+        import torch, torch.distributed as dist
+        WORLD_SIZE = 8
+        def solution(x):
+            assert dist.get_world_size() == 2
+            assert x.dtype == torch.float32
+            assert x.numel() % 1024 == 0
+            peer = 1 - dist.get_rank()
+            return x
+    ''')
+    kinds = sorted((a.kind, a.literal) for a in f.asserts)
+    assert kinds == [("dtype", "torch.float32"), ("shape", "1024"), ("world_size", "2")]
+    assert {c.name for c in f.constants} == {"WORLD_SIZE", "peer"}
+
+
+def test_syntax_error_is_a_status_not_an_exception():
+    f = analyze_python("def solution(:\n", "bad.py")
+    assert f.status == "failed" and "line 1" in f.message
