@@ -13,6 +13,18 @@ and optionally
 
 The ids and names follow ParallelKernelBench's numbering where the problem is the same kind, so a
 PKB candidate file `<id>_<name>_<backend>.py` finds its problem here.
+
+As implemented by every module of the set (helpers in problems/_common.py):
+
+    SIZES = {"small": {...}, "large": {...}}          # CPU-test sizes / GPU-timing sizes
+    make_inputs(rank, world_size, trial, device, dtype, scale="small") -> tuple
+        # CPU generator seeded 42 + id*1000 + rank + trial*1000003 (rank 0's seed for replicated
+        # parts); dtype is a torch.dtype or its name
+    traffic_bytes(inputs, world_size) -> {"send": int, "recv": int}   # speed-of-light bytes per rank
+    global_reference(inputs_per_rank, world_size) -> list             # each rank's output (None: unchecked),
+        # computed in one process from all ranks' inputs without torch.distributed
+    hypotheses(...) dicts: {"name", "tensor" (the predicted output, same structure as the output),
+        optional "peers", "factor", "block", "shape_changes", "detail"}
 """
 
 from __future__ import annotations

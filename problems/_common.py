@@ -1,0 +1,127 @@
+"""Helpers shared by the problem modules: seeding, dtype names, input sizes, traffic figures.
+
+Kept free of any problem's math so each module stays readable on its own.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+
+SCALES = ("small", "large")
+
+
+def seed_for(problem_id: int, rank: int, trial: int) -> int:
+    """PKB's input seed: 42 + problem * 1000 + rank + trial * 1000003."""
+    return 42 + problem_id * 1000 + rank + trial * 1000003
+
+
+def seeded_generator(problem_id: int, rank: int, trial: int) -> torch.Generator:
+    """A CPU generator seeded the PKB way.
+
+    Inputs are drawn on the CPU and moved afterwards, so the same seed gives the same tensors on
+    every device (CUDA generators produce a different stream from the same seed).
+    """
+    gen = torch.Generator(device="cpu")
+    gen.manual_seed(seed_for(problem_id, rank, trial))
+    return gen
+
+
+def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    name = str(dtype).removeprefix("torch.")
+    resolved = getattr(torch, name, None)
+    if not isinstance(resolved, torch.dtype):
+        raise ValueError(f"unknown dtype {dtype!r}")
+    return resolved
+
+
+def dtype_name(dtype: torch.dtype | str) -> str:
+    return str(resolve_dtype(dtype)).removeprefix("torch.")
+
+
+def check_scale(scale: str, sizes: dict[str, Any]) -> dict[str, Any]:
+    if scale not in sizes:
+        raise ValueError(f"scale must be one of {sorted(sizes)}, not {scale!r}")
+    return sizes[scale]
+
+
+def randn(
+    gen: torch.Generator,
+    shape: Sequence[int],
+    device: torch.device | str,
+    dtype: torch.dtype | str,
+    std: float = 1.0,
+) -> torch.Tensor:
+    """Normal values drawn in float32 on the CPU, then cast and moved (same values per dtype)."""
+    values = torch.randn(tuple(shape), generator=gen, dtype=torch.float32)
+    if std != 1.0:
+        values = values * std
+    return values.to(device=device, dtype=resolve_dtype(dtype))
+
+
+def nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+# Speed-of-light bytes per rank, following nccl-tests' bus-bandwidth factors. `size` is the size
+# of the buffer the nccl-tests formula names: the full buffer for all-reduce, the full (gathered or
+# scattered) buffer for all-gather, reduce-scatter and all-to-all, the payload for broadcast/reduce.
+def allreduce_bytes(size: int, world_size: int) -> int:
+    return 2 * (world_size - 1) * size // world_size
+
+
+def allgather_bytes(full_size: int, world_size: int) -> int:
+    return (world_size - 1) * full_size // world_size
+
+
+reducescatter_bytes = allgather_bytes
+alltoall_bytes = allgather_bytes
+
+
+def symmetric(n: int) -> dict[str, int]:
+    """Traffic where every rank sends as much as it receives."""
+    return {"send": int(n), "recv": int(n)}
+
+
+def hypothesis(name: str, tensor: Any = None, **details: Any) -> dict[str, Any]:
+    """One wrong-result hypothesis: a name, the output it predicts, and what identifies it."""
+    out: dict[str, Any] = {"name": name, **details}
+    if tensor is not None:
+        out["tensor"] = tensor
+    return out
+
+
+def like(expected: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """`values` in the dtype and on the device of `expected` (hypotheses mirror the output)."""
+    return values.to(device=expected.device, dtype=expected.dtype)
+
+
+def moe_capacity(tokens: int, topk: int, num_experts: int, factor: float = 1.25) -> int:
+    """Slots per (source rank, expert) bucket: the mean load times a capacity factor (GShard)."""
+    return max(1, math.ceil(tokens * topk / num_experts * factor))
+
+
+def moe_slot_positions(expert_ids: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """For routing [T, K], the flattened (token, k) assignments in token order:
+    (expert per assignment, token per assignment, position of the assignment inside its expert's
+    bucket counted in token order). A token picks each expert at most once, so flattening in
+    (token, k) order is token order within every expert."""
+    tokens, topk = expert_ids.shape
+    flat_expert = expert_ids.reshape(-1)
+    flat_token = torch.arange(tokens, device=expert_ids.device).repeat_interleave(topk)
+    one_hot = torch.nn.functional.one_hot(flat_expert, num_experts)
+    position = (one_hot.cumsum(0) - 1).gather(1, flat_expert[:, None]).squeeze(1)
+    return flat_expert, flat_token, position
+
+
+def moe_routing(
+    gen: torch.Generator, tokens: int, topk: int, num_experts: int, device: torch.device | str
+) -> torch.Tensor:
+    """Top-k distinct experts per token with a per-rank skew, so bucket counts vary across ranks."""
+    skew = torch.rand(num_experts, generator=gen)
+    scores = torch.rand(tokens, num_experts, generator=gen) + 0.75 * skew
+    return scores.topk(topk, dim=1).indices.to(device=device, dtype=torch.int64)

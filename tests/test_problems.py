@@ -1,0 +1,371 @@
+"""Tests of the problem set (problems/p<id>_<name>.py).
+
+The distributed checks run every problem's reference at world sizes 2 and 4 on the CPU with gloo:
+one world of subprocesses per world size runs all problems (a world costs seconds to start, a
+problem milliseconds). Each rank checks, for both dtypes and two trials: make_inputs is a pure
+function of (rank, trial) and changes with the trial; the reference runs, leaves its inputs
+unchanged and matches `global_reference` (the same math on the whole inputs, single process)
+within the problem's tolerance with the exact shape and dtype; traffic_bytes is positive; every
+hypothesis has the output's structure and is distinguishable from the right answer.
+Each rank writes its findings to a JSON file that the tests below read.
+
+This file is also the rank worker: `python tests/test_problems.py --worker RANK WORLD STORE OUT`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import problems  # noqa: E402
+from problems import _common  # noqa: E402
+
+WORLD_SIZES = (2, 4)
+DTYPES = ("float32", "bfloat16")
+TRIALS = (0, 1)
+WORLD_TIMEOUT_S = 180
+
+# PKB's ids and names for the problems this set must cover
+PKB_PROBLEMS = {
+    1: "allreduce",
+    2: "allgather",
+    3: "broadcast",
+    4: "reduce",
+    7: "reducescatter",
+    8: "alltoall",
+    12: "allgather_gemm",
+    13: "gemm_allreduce",
+    16: "gemm_reducescatter",
+    18: "tp_rms_norm",
+    27: "moe_all2all_primitive",
+    29: "moe_post_all2all",
+    33: "ulysses_all_to_all_tensor_primitive",
+    36: "ulysses_gather_seq_scatter_heads",
+    45: "reducescatter_fused_rmsnorm",
+    54: "ring_attention",
+    73: "vocab_parallel_cross_entropy_loss",
+    82: "vocab_parallel_log_prob_topk",
+}
+COLLECTIVES = (1, 2, 3, 4, 7, 8)
+
+
+# ---------------------------------------------------------------- comparisons (worker and pytest)
+def _leaves(value):
+    """Tensors of an output or input tuple, with non-tensor leaves kept as they are."""
+    if isinstance(value, (tuple, list)):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [value]
+
+
+def _structure(value):
+    if isinstance(value, (tuple, list)):
+        return tuple(_structure(v) for v in value)
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), str(value.dtype))
+    return (type(value).__name__,)
+
+
+def mismatch(got, expected, atol: float, rtol: float) -> str | None:
+    """Why `got` is not `expected` within (atol, rtol), or None when it is."""
+    if expected is None:
+        return None  # an output outside the contract (e.g. reduce on non-destination ranks)
+    if _structure(got) != _structure(expected):
+        return f"structure {_structure(got)} != expected {_structure(expected)}"
+    for index, (g, e) in enumerate(zip(_leaves(got), _leaves(expected))):
+        if not isinstance(e, torch.Tensor):
+            if g != e:
+                return f"leaf {index}: {g!r} != {e!r}"
+            continue
+        if not (e.is_floating_point() or e.is_complex()):
+            if not torch.equal(g, e):
+                return f"leaf {index}: {int((g != e).sum())} integer elements differ"
+            continue
+        close = torch.isclose(g.double(), e.double(), atol=atol, rtol=rtol)
+        if not bool(close.all()):
+            worst = (g.double() - e.double()).abs().nan_to_num(float("inf")).max().item()
+            return f"leaf {index}: {int((~close).sum())}/{close.numel()} elements off, max |diff| {worst:.3g}"
+    return None
+
+
+def identical(a, b) -> bool:
+    return _structure(a) == _structure(b) and all(
+        torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y for x, y in zip(_leaves(a), _leaves(b))
+    )
+
+
+# ---------------------------------------------------------------- the rank worker
+def check_problem(pid: int, rank: int, world_size: int) -> dict:
+    """All checks of one problem on one rank; every rank makes the same collective calls."""
+    problem = problems.get(pid)
+    module = problem.module
+    failures: list[str] = []
+    checks = hypotheses_seen = 0
+    for dtype in DTYPES:
+        atol, rtol = problem.spec.tolerances[dtype]
+        for trial in TRIALS:
+            where = f"{dtype} trial {trial}"
+            try:
+                inputs = module.make_inputs(rank, world_size, trial, "cpu", dtype)
+                pristine = module.make_inputs(rank, world_size, trial, "cpu", dtype)
+                if not identical(inputs, pristine):
+                    failures.append(f"{where}: make_inputs gives different inputs for the same seed")
+                if identical(inputs, module.make_inputs(rank, world_size, trial + 1, "cpu", dtype)):
+                    failures.append(f"{where}: make_inputs ignores the trial")
+                got = module.solution(*inputs)
+            except Exception:  # noqa: BLE001 - reported, and the loop goes on to keep ranks in step
+                failures.append(f"{where}: {traceback.format_exc(limit=4)}")
+                continue
+            checks += 1
+            if not identical(inputs, pristine):
+                failures.append(f"{where}: solution modified its inputs")
+            inputs_per_rank = [module.make_inputs(r, world_size, trial, "cpu", dtype) for r in range(world_size)]
+            expected = module.global_reference(inputs_per_rank, world_size)[rank]
+            problem_with_output = mismatch(got, expected, atol, rtol)
+            if problem_with_output:
+                failures.append(f"{where}: reference != global_reference: {problem_with_output}")
+            traffic = module.traffic_bytes(inputs, world_size)
+            if set(traffic) != {"send", "recv"} or not all(isinstance(v, int) and v > 0 for v in traffic.values()):
+                failures.append(f"{where}: traffic_bytes must give positive int send/recv, got {traffic}")
+            if hasattr(module, "hypotheses"):
+                for hyp in module.hypotheses(inputs_per_rank, expected, got, rank, world_size):
+                    hypotheses_seen += 1
+                    name = hyp.get("name")
+                    if not isinstance(name, str) or not name:
+                        failures.append(f"{where}: hypothesis without a name: {hyp}")
+                        continue
+                    if "tensor" not in hyp:
+                        continue
+                    predicted = hyp["tensor"]
+                    if hyp.get("shape_changes"):
+                        continue  # predicts a shape mismatch: distinguishable by shape alone
+                    if _structure(predicted) != _structure(expected):
+                        failures.append(f"{where}: hypothesis {name} has structure {_structure(predicted)}, "
+                                        f"output has {_structure(expected)}")
+                    elif mismatch(predicted, expected, atol, rtol) is None:
+                        failures.append(f"{where}: hypothesis {name} {hyp.get('peers', '')} equals the right answer")
+    return {"checks": checks, "hypotheses": hypotheses_seen, "failures": failures}
+
+
+def worker_main(rank: int, world_size: int, store: str, out: str) -> None:
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=60))
+    report = {}
+    for pid in problems.ids():
+        started = time.perf_counter()
+        report[str(pid)] = check_problem(pid, rank, world_size)
+        report[str(pid)]["seconds"] = round(time.perf_counter() - started, 3)
+    dist.barrier()
+    dist.destroy_process_group()
+    Path(out).write_text(json.dumps(report), encoding="utf-8")
+
+
+@lru_cache(maxsize=None)
+def world_report(world_size: int) -> dict:
+    """Run all problems in one gloo world; {rank: {problem id: findings}} or raise with the logs."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"pkb_problems_ws{world_size}_"))
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "OMP_NUM_THREADS": "1"}
+    procs = []
+    for rank in range(world_size):
+        log = open(tmp / f"rank{rank}.log", "w", encoding="utf-8")
+        cmd = [sys.executable, __file__, "--worker", str(rank), str(world_size), str(tmp / "store"),
+               str(tmp / f"rank{rank}.json")]
+        procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO), log))
+    deadline = time.monotonic() + WORLD_TIMEOUT_S
+    codes = []
+    for proc, log in procs:
+        try:
+            codes.append(proc.wait(timeout=max(1.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            for other, _ in procs:
+                if other.poll() is None:
+                    other.kill()  # only the workers this function started
+            codes.append(None)
+        log.close()
+    if any(code != 0 for code in codes):
+        logs = "\n".join(f"--- rank {r} (exit {codes[r]})\n" + (tmp / f"rank{r}.log").read_text()[-3000:]
+                         for r in range(world_size))
+        raise RuntimeError(f"world of {world_size} failed:\n{logs}")
+    return {rank: json.loads((tmp / f"rank{rank}.json").read_text()) for rank in range(world_size)}
+
+
+# ---------------------------------------------------------------- tests: registry and metadata
+def test_problem_set_covers_pkb_ids_and_names():
+    assert len(problems.ids()) >= 18
+    assert {pid: problems.names()[pid] for pid in PKB_PROBLEMS} == PKB_PROBLEMS
+
+
+def test_get_resolves_id_stem_and_name():
+    by_stem = problems.get("1_allreduce")
+    assert by_stem.spec.stem == "1_allreduce"
+    assert problems.get(1).module is by_stem.module
+    assert problems.get("allreduce").module is by_stem.module
+    assert problems.get("1").module is by_stem.module
+    assert problems.get("82_vocab_parallel_log_prob_topk").id == 82
+    with pytest.raises(KeyError):
+        problems.get("no_such_problem")
+    with pytest.raises(KeyError):
+        problems.get(999)
+
+
+@pytest.mark.parametrize("pid", sorted(PKB_PROBLEMS))
+def test_spec_read_by_ast_equals_imported_spec(pid):
+    problems.spec.cache_clear()
+    imported = problems.get(pid).spec
+    assert problems.spec(pid) == imported
+    assert imported.id == pid and imported.name == problems.names()[pid]
+    assert imported.category in problems.CATEGORIES
+    assert imported.has_compute is (pid not in COLLECTIVES + (27, 33, 36))
+    assert imported.source and imported.description
+    for dtype in imported.dtypes:
+        atol, rtol = imported.tolerances[dtype]
+        assert 0 < atol < 1 and 0 < rtol < 1
+
+
+@pytest.mark.parametrize("pid", sorted(PKB_PROBLEMS))
+def test_module_contract(pid):
+    module = problems.get(pid).module
+    for fn in ("solution", "make_inputs", "traffic_bytes", "global_reference"):
+        assert callable(getattr(module, fn, None)), f"{pid}: missing {fn}"
+    params = inspect.signature(module.make_inputs).parameters
+    assert list(params)[:5] == ["rank", "world_size", "trial", "device", "dtype"]
+    assert params["scale"].default == "small"
+    assert set(module.SIZES) == set(_common.SCALES)
+    source = inspect.getsource(module)
+    assert "@torch.no_grad()\ndef solution(" in source
+    with pytest.raises(ValueError):
+        module.make_inputs(0, 2, 0, "cpu", "float32", scale="huge")
+
+
+def test_hypotheses_for_collectives_and_at_least_four_others():
+    with_hypotheses = {pid for pid in problems.ids() if hasattr(problems.get(pid).module, "hypotheses")}
+    assert set(COLLECTIVES) <= with_hypotheses
+    assert len(with_hypotheses - set(COLLECTIVES)) >= 4
+
+
+def test_seed_follows_pkb_convention():
+    assert _common.seed_for(1, 0, 0) == 1042
+    assert _common.seed_for(12, 3, 2) == 42 + 12000 + 3 + 2 * 1000003
+    a = torch.randn(4, generator=_common.seeded_generator(7, 1, 0))
+    b = torch.randn(4, generator=_common.seeded_generator(7, 1, 0))
+    assert torch.equal(a, b)
+
+
+# ---------------------------------------------------------------- tests: distributed runs
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+@pytest.mark.parametrize("pid", sorted(PKB_PROBLEMS))
+def test_reference_matches_global_reference(world_size, pid):
+    report = world_report(world_size)
+    for rank in range(world_size):
+        found = report[rank][str(pid)]
+        assert not found["failures"], f"rank {rank}:\n" + "\n".join(found["failures"])
+        assert found["checks"] == len(DTYPES) * len(TRIALS)
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_hypotheses_were_exercised(world_size):
+    report = world_report(world_size)
+    for pid in problems.ids():
+        if hasattr(problems.get(pid).module, "hypotheses"):
+            assert sum(report[r][str(pid)]["hypotheses"] for r in range(world_size)) > 0, pid
+
+
+# ---------------------------------------------------------------- tests: hypotheses name real bugs
+def _inputs(pid, world_size, trial=0, dtype="float32"):
+    module = problems.get(pid).module
+    return module, [module.make_inputs(r, world_size, trial, "cpu", dtype) for r in range(world_size)]
+
+
+def _matching(hyps, got, atol=1e-5, rtol=1e-5):
+    return [(h["name"], h.get("peers")) for h in hyps if "tensor" in h and mismatch(got, h["tensor"], atol, rtol) is None]
+
+
+def test_allreduce_missing_peer_is_named():
+    module, ipr = _inputs(1, 4)
+    expected = module.global_reference(ipr, 4)[0]
+    buggy = ipr[0][0] + ipr[1][0] + ipr[3][0]  # rank 2's share never arrived
+    assert _matching(module.hypotheses(ipr, expected, buggy, 0, 4), buggy) == [("missing_peer", [2])]
+    assert _matching(module.hypotheses(ipr, expected, ipr[0][0], 0, 4), ipr[0][0]) == [("local_only", None)]
+
+
+def test_allgather_gemm_layout_slip_is_named():
+    module, ipr = _inputs(12, 4)
+    expected = module.global_reference(ipr, 4)[1]
+    a_stacked = torch.cat([inp[0] for inp in ipr], dim=0)  # gathered along dim 0 ...
+    buggy = a_stacked.reshape(a_stacked.shape[0] // 4, -1) @ ipr[1][1]  # ... and viewed as [M, K]
+    assert _matching(module.hypotheses(ipr, expected, buggy, 1, 4), buggy, 1e-4, 1e-4) == [("gather_layout", None)]
+
+
+def test_tp_rms_norm_local_statistics_are_named():
+    module, ipr = _inputs(18, 2)
+    x, weight, eps = ipr[1]
+    buggy = weight * (x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps))
+    expected = module.global_reference(ipr, 2)[1]
+    assert _matching(module.hypotheses(ipr, expected, buggy, 1, 2), buggy) == [("local_only", None)]
+
+
+def test_cross_entropy_unreduced_target_is_named():
+    module, ipr = _inputs(73, 2)
+    full = torch.cat([inp[0] for inp in ipr], dim=-1)
+    target = ipr[0][1]
+    local_pick = torch.where(target < ipr[0][0].shape[-1], full.gather(-1, target[..., None])[..., 0], 0.0)
+    buggy = full.logsumexp(-1) - local_pick  # rank 0 never received the target logits it does not own
+    expected = module.global_reference(ipr, 2)[0]
+    assert _matching(module.hypotheses(ipr, expected, buggy, 0, 2), buggy, 1e-4, 1e-5) == [("target_not_reduced", None)]
+
+
+def test_ring_attention_missing_block_is_named():
+    module, ipr = _inputs(54, 4)
+    q, _, _, scale = ipr[0]
+    keys = torch.cat([ipr[b][1] for b in (0, 1, 2)], dim=1)  # the block of rank 3 was skipped
+    values = torch.cat([ipr[b][2] for b in (0, 1, 2)], dim=1)
+    buggy = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), scale=scale).transpose(1, 2)
+    expected = module.global_reference(ipr, 4)[0]
+    assert _matching(module.hypotheses(ipr, expected, buggy, 0, 4), buggy, 1e-5, 1e-5) == [("missing_peer", [3])]
+
+
+def test_moe_dispatch_layout_and_counts():
+    module, ipr = _inputs(27, 2)
+    recv, counts = module.global_reference(ipr, 2)[1]
+    tokens_0, ids_0, num_experts, capacity = ipr[0]
+    # bucket (local expert 0 of rank 1 = global expert 2, source rank 0), built from first principles
+    routed = [t for t in range(tokens_0.shape[0]) if 2 in ids_0[t].tolist()][:capacity]
+    assert counts[0, 0] == len(routed)
+    assert torch.equal(recv[0, 0, : len(routed)], tokens_0[routed])
+    assert not recv[0, 0, len(routed):].any()  # padding is zero
+    all_counts = torch.stack([module.global_reference(ipr, 2)[r][1] for r in range(2)])
+    assert len(set(all_counts.flatten().tolist())) > 1  # bucket loads differ
+
+
+@pytest.mark.skipif(not os.environ.get("PKB_TEST_LARGE"), reason="set PKB_TEST_LARGE=1: allocates the GPU-sized inputs")
+@pytest.mark.parametrize("pid", sorted(PKB_PROBLEMS))
+def test_large_inputs_are_8_to_64_mib_per_rank(pid):
+    module = problems.get(pid).module
+    inputs = module.make_inputs(0, 8, 0, "cpu", "bfloat16", scale="large")
+    total = sum(t.numel() * t.element_size() for t in _leaves(inputs) if isinstance(t, torch.Tensor))
+    assert 8 << 20 <= total <= 64 << 20, total
+
+
+if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] == "--worker":
+    worker_main(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
