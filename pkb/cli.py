@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Optional
@@ -30,7 +31,12 @@ def _split(values: Optional[list[str]]) -> list[str]:
 
 
 def gpu_count() -> int:
-    """CUDA devices visible here; 0 when torch is absent (the static slice needs no torch)."""
+    """CUDA devices visible here; 0 when torch is absent (the static slice needs no torch).
+
+    Importing torch costs seconds, so it is imported only where an NVIDIA driver is present.
+    """
+    if not (Path("/proc/driver/nvidia/gpus").exists() or Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi")):
+        return 0
     try:
         import torch
     except ImportError:
