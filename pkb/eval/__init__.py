@@ -11,6 +11,7 @@ outcome (per-rank results -> one outcome), store (SQLite), metrics (pass@k, fast
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,25 +48,82 @@ def environment(options: EvalOptions) -> Environment:
 
 
 def evaluate(records: Iterable[Any], options: EvalOptions | None = None) -> None:
-    """Fill each record's `evaluation` (plain JSON data) and write the store as results come."""
+    """Fill each record's `evaluation` (plain JSON data) and write the store as results come.
+
+    Each launch's rows are committed as soon as it returns, so a killed run resumes where it
+    stopped; candidates already done under the same config (same content) are not relaunched.
+    """
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
     from pkb.eval.store import Store
 
     options = options or EvalOptions()
     env = environment(options)
+    slots = _device_slots(options, env)
     store = Store(options.store_path)
     try:
-        for rec in records:
-            rec.evaluation = evaluate_one(rec, options, env, store)
+        with ThreadPoolExecutor(max_workers=len(slots)) as pool:
+            free = list(slots)
+            running: dict[Any, tuple[Any, Pending, str]] = {}
+
+            def drain(block: bool) -> None:
+                if not running:
+                    return
+                done, _ = wait(list(running), return_when=FIRST_COMPLETED, timeout=None if block else 0)
+                for fut in done:
+                    rec, pending, slot = running.pop(fut)
+                    free.append(slot)
+                    rec.evaluation = finish(pending, fut.result(), store)
+
+            for rec in records:
+                pending = prepare(rec, options, env, store)
+                # The same content twice in one batch: wait for the first, then the store has it.
+                while not isinstance(pending, dict) and any(
+                    p.sha256 == pending.sha256 and p.config_key == pending.config_key for _, p, _ in running.values()
+                ):
+                    drain(block=True)
+                    pending = prepare(rec, options, env, store)
+                if isinstance(pending, dict):
+                    rec.evaluation = pending
+                    continue
+                while not free:
+                    drain(block=True)
+                slot = free.pop(0)
+                pending.job.visible_devices = slot
+                fut = pool.submit(_launch, pending, options)
+                running[fut] = (rec, pending, slot)
+                drain(block=False)
+            while running:
+                drain(block=True)
     finally:
         store.close()
 
 
 def evaluate_one(rec: Any, options: EvalOptions, env: Environment, store: Any) -> dict[str, Any]:
+    """Evaluate one record in this thread and return its evaluation (also written to the store)."""
+    pending = prepare(rec, options, env, store)
+    if isinstance(pending, dict):
+        return pending
+    return finish(pending, _launch(pending, options), store)
+
+
+@dataclass
+class Pending:
+    """A candidate ready to launch: its job and the evaluation filled so far."""
+
+    job: Any
+    evaluation: dict[str, Any]
+    sha256: str
+    config_key: str
+    problem_id: int
+    started: float
+
+
+def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pending | dict[str, Any]:
+    """A Pending launch, or the finished evaluation when no launch is needed (cached, not runnable)."""
     from pkb.eval import problem_source
     from pkb.eval.device_needs import cuda_requirement
     from pkb.eval.job import JobSpec
-    from pkb.eval.launcher import launch
-    from pkb.eval.outcome import decide
 
     t0 = time.monotonic()
     source = _source_text(rec)
@@ -118,9 +176,9 @@ def evaluate_one(rec: Any, options: EvalOptions, env: Environment, store: Any) -
     work = options.resolved_work_dir()
     cand_dir = work / "candidates" / sha[:16]
     cand_dir.mkdir(parents=True, exist_ok=True)
-    cand_file = cand_dir / (Path(rec.path).name if rec.path.endswith(".py") else f"{Path(rec.path).name or 'candidate'}.py")
+    name = Path(rec.path).name or "candidate"
+    cand_file = cand_dir / (name if name.endswith(".py") else f"{name}.py")
     cand_file.write_text(source, encoding="utf-8")  # exactly the bytes that were hashed
-    extra_path = [options.pkb_root] if options.pkb_root else []
     job = JobSpec(
         job_dir=str(work / "jobs" / f"{ref.stem}-{sha[:16]}-{key}"),
         candidate_path=str(cand_file),
@@ -139,21 +197,48 @@ def evaluate_one(rec: Any, options: EvalOptions, env: Environment, store: Any) -
         extensions_dir=str(work / "extensions" / f"{sha[:16]}-{env.build_tag}"),
         save_cap_bytes=options.save_cap_bytes,
         repo_root=str(Path(__file__).resolve().parents[2]),
-        extra_sys_path=[str(Path(p).resolve()) for p in extra_path],
+        extra_sys_path=[str(Path(options.pkb_root).resolve())] if options.pkb_root else [],
     )
-    result = launch(job, python=options.python)
-    verdict = decide(result)
-    evaluation.update(verdict)
+    return Pending(job, evaluation, sha, key, ref.id, t0)
+
+
+def finish(pending: Pending, result: Any, store: Any) -> dict[str, Any]:
+    """Decide the outcome of a finished launch and commit all its rows at once."""
+    from pkb.eval.outcome import decide
+
+    evaluation = pending.evaluation
+    evaluation.update(decide(result))
     evaluation.update(
         trials=_trial_summary(result),
         ranks=_rank_summary(result),
-        wall_s=time.monotonic() - t0,
+        wall_s=time.monotonic() - pending.started,
         launch_wall_s=result.wall_s,
-        job_dir=job.job_dir,
+        job_dir=pending.job.job_dir,
         launcher_tail=result.launcher_tail[-2000:],
     )
-    store.write_evaluation(sha, key, ref.id, evaluation, [r.result for r in result.ranks])
+    store.write_evaluation(pending.sha256, pending.config_key, pending.problem_id, evaluation, [r.result for r in result.ranks])
     return evaluation
+
+
+def _launch(pending: Pending, options: EvalOptions) -> Any:
+    from pkb.eval.launcher import launch
+
+    return launch(pending.job, python=options.python)
+
+
+def _device_slots(options: EvalOptions, env: Environment) -> list[str]:
+    """CUDA_VISIBLE_DEVICES per concurrent launch ('' on CPU or for a single job)."""
+    jobs = max(1, options.jobs)
+    if env.device != "cuda":
+        return [""] * jobs
+    if jobs == 1:
+        return [""]
+    jobs = max(1, min(jobs, env.device_count // env.world_size))
+    ws = env.world_size
+    # Indices are into what this process sees, which CUDA_VISIBLE_DEVICES may already narrow.
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    ids = visible or [str(d) for d in range(env.device_count)]
+    return [",".join(ids[j * ws : (j + 1) * ws]) for j in range(jobs)]
 
 
 def _source_text(rec: Any) -> str:

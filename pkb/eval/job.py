@@ -37,6 +37,7 @@ class JobSpec:
     save_cap_bytes: int = 8 * 1024 * 1024
     repo_root: str = ""
     extra_sys_path: list[str] = field(default_factory=list)
+    visible_devices: str = ""  # CUDA_VISIBLE_DEVICES for this launch ('' leaves it alone)
 
     @property
     def timing(self) -> bool:

@@ -140,6 +140,8 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
         env.setdefault("TRITON_CACHE_DIR", os.path.join(job.extensions_dir, "triton"))
         env.setdefault("CUPY_CACHE_DIR", os.path.join(job.extensions_dir, "cupy"))
     env["TORCHELASTIC_ERROR_FILE"] = str(job_dir / "torchelastic_error.json")
+    if job.visible_devices:
+        env["CUDA_VISIBLE_DEVICES"] = job.visible_devices
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONUNBUFFERED"] = "1"
     scratch = job_dir / "scratch"

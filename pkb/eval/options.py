@@ -35,6 +35,9 @@ class EvalOptions:
     # Problem modules from files, ahead of the registry (tests, out-of-tree problems).
     problem_files: dict[int, str] = field(default_factory=dict)
     python: str | None = None  # interpreter for the ranks; None: this one
+    # Launches at a time. On CUDA each gets its own world_size GPUs (CUDA_VISIBLE_DEVICES), so
+    # jobs * world_size must fit the machine; timing is only clean with one job per GPU set.
+    jobs: int = 1
 
     def resolved_work_dir(self) -> Path:
         return Path(self.work_dir).resolve()
