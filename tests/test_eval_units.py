@@ -1,0 +1,228 @@
+"""The evaluation's pure parts, without launching: comparison, poison, classification, outcome
+rules, CUDA detection, config keys, metrics against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from pkb.eval.classify import classify_exception, compile_subtype
+from pkb.eval.compare import compare_outputs
+from pkb.eval.device_needs import cuda_requirement
+from pkb.eval.launcher import LaunchResult, RankReport
+from pkb.eval.metrics import fast_p, geomean, pass_at_k, summarize
+from pkb.eval.options import EvalOptions, config_key
+from pkb.eval.outcome import decide, wrong_result_subtype
+from pkb.eval.poison import filled_with_sentinel, sentinel_mask
+from pkb.eval.timing import summarize as timing_summary
+
+# ---- poison and comparison -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_sentinel_is_finite_and_recognised_in_every_float_dtype(dtype):
+    t = filled_with_sentinel((4, 4), dtype)
+    assert torch.isfinite(t).all()  # so `unwritten` is never confused with `nan_inf`
+    assert sentinel_mask(t).all()
+    assert not sentinel_mask(torch.randn(64, 64).to(dtype)).any()
+
+
+def test_unwritten_output_is_counted_and_not_nan():
+    expected = torch.randn(8, 8)
+    got = expected.clone()
+    got[4:] = filled_with_sentinel((4, 8), torch.float32)
+    cmp = compare_outputs(expected, got, 1e-5, 1e-5)
+    assert not cmp["matched"]
+    assert cmp["sentinel"] == 32 and cmp["nan_inf"] == 0 and cmp["mismatches"] == 32
+    assert cmp["leaves"][0]["first_mismatches"][0]["coords"] == [4, 0]
+    assert wrong_result_subtype({0: [{**cmp, "trial": 0}]}) == "unwritten"
+
+
+def test_comparison_numbers():
+    expected = torch.tensor([[1.0, 2.0], [4.0, 0.0]])
+    got = torch.tensor([[1.0, 2.5], [4.0, float("inf")]])
+    cmp = compare_outputs(expected, got, 1e-3, 1e-3)
+    assert cmp["mismatches"] == 2 and cmp["nan_inf"] == 1
+    assert cmp["max_abs_err"] == pytest.approx(0.5) and cmp["max_rel_err"] == pytest.approx(0.25)
+    assert [m["flat"] for m in cmp["leaves"][0]["first_mismatches"]] == [1, 3]
+    # NaN where the reference has NaN is not a mismatch
+    both = torch.tensor([float("nan"), 1.0])
+    assert compare_outputs(both, both.clone(), 1e-5, 1e-5)["matched"]
+
+
+def test_structure_shape_dtype_and_tuple_outputs():
+    a = torch.ones(3)
+    assert compare_outputs((a, a), (a, a), 0, 0)["matched"]
+    assert not compare_outputs((a, a), (a,), 0, 0)["structure_ok"]
+    assert not compare_outputs(a, torch.ones(4), 0, 0)["shape_ok"]
+    cmp = compare_outputs(a, a.double(), 0, 0)
+    assert not cmp["dtype_ok"] and not cmp["matched"] and cmp["values_close"]  # PKB would pass it
+
+
+# ---- classification --------------------------------------------------------------------------------
+
+NVCC_TEXTS = {
+    "missing_header": "x.cu:1:10: fatal error: cuda/barrier_nope.h: No such file or directory",
+    "undeclared_identifier": 'k.cu(12): error: identifier "blockIdxx" is undefined',
+    "type_mismatch": 'k.cu(30): error: argument of type "float *" is incompatible with parameter of type "int *"',
+    "undefined_symbol": "ImportError: /tmp/ext/x.so: undefined symbol: _Z6kernelPf",
+    "arch_unsupported": "ptxas error   : Feature 'multimem.ld_reduce' requires .target sm_90 or higher",
+    "cuda_syntax": 'k.cu(7): error: expected a ";"',
+}
+
+
+@pytest.mark.parametrize("subtype", sorted(NVCC_TEXTS))
+def test_compile_subtype_from_compiler_text(subtype):
+    text = "Error building extension 'ext':\n[1/2] nvcc ...\n" + NVCC_TEXTS[subtype] + "\nninja: build stopped"
+    assert compile_subtype(text) == subtype
+    assert classify_exception(RuntimeError(text)) == ("compile_error", subtype)
+
+
+def test_runtime_classification():
+    assert classify_exception(RuntimeError("CUDA error: an illegal memory access was encountered")) == ("runtime_error", "illegal_address")
+    assert classify_exception(RuntimeError("CUDA error: misaligned address")) == ("runtime_error", "misaligned_address")
+    assert classify_exception(RuntimeError("CUDA error: invalid configuration argument")) == ("runtime_error", "launch_config")
+    assert classify_exception(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate")) == ("runtime_error", "out_of_memory")
+    assert classify_exception(RuntimeError("NCCL error in: ProcessGroupNCCL.cpp, unhandled system error")) == ("runtime_error", "nccl_error")
+    assert classify_exception(ValueError("the gloo of my own making")) == ("runtime_error", "python_exception")
+    assert classify_exception(SyntaxError("bad")) == ("compile_error", "python_syntax")
+    assert classify_exception(ModuleNotFoundError("No module named 'x'")) == ("compile_error", "import_error")
+    err = RuntimeError("anything")
+    assert classify_exception(err, during_build=True)[0] == "compile_error"
+
+
+# ---- outcome rules ---------------------------------------------------------------------------------
+
+
+def _trial(matched=True, **kw):
+    base = {"matched": matched, "shape_ok": True, "dtype_ok": True, "structure_ok": True, "nan_inf": 0, "sentinel": 0, "max_violation": 0.0 if matched else 100.0, "values_close": matched, "trial": 0, "mismatches": 0 if matched else 1, "numel": 4, "max_abs_err": 0.0}
+    base.update(kw)
+    return base
+
+
+def _timing(ms):
+    stats = timing_summary([ms] * 5)
+    return {"reference": {"event": None, "wall": timing_summary([1.0] * 5)}, "candidate": {"event": None, "wall": stats}}
+
+
+def _launch(results, timed_out=False, rc=0):
+    return LaunchResult(rc, timed_out, 1.0, [RankReport(r, (res or {}).get("phase", "done"), res) for r, res in enumerate(results)])
+
+
+def _ok_rank(ms, **extra):
+    return {"finished": True, "trials": [_trial()], "timing": _timing(ms), "timed_checks": [_trial(kind="timed")], "refresh_check": _trial(kind="refresh"), **extra}
+
+
+def test_speedup_uses_the_slowest_rank_and_sets_faster_or_slower():
+    faster = decide(_launch([_ok_rank(0.5), _ok_rank(0.25)]))
+    assert faster["outcome"] == "faster" and faster["speedup"] == pytest.approx(2.0)
+    slower = decide(_launch([_ok_rank(0.5), _ok_rank(4.0)]))
+    assert slower["outcome"] == "slower" and slower["speedup"] == pytest.approx(0.25)
+
+
+def test_wrong_on_timed_calls_or_after_refresh_is_suspect():
+    cached = _ok_rank(0.5, timed_checks=[_trial(False, kind="timed")])
+    ev = decide(_launch([cached, _ok_rank(0.5)]))
+    assert (ev["outcome"], ev["subtype"]) == ("suspect", "cached_output")
+    mutating = _ok_rank(0.5, timed_checks=[_trial(False, kind="timed")], trials=[_trial(mutates_inputs=True)])
+    assert decide(_launch([mutating, _ok_rank(0.5)]))["subtype"] == "aliases_input"
+    stale = _ok_rank(0.5, refresh_check=_trial(False, kind="refresh"))
+    ev = decide(_launch([stale, _ok_rank(0.5)]))
+    assert (ev["outcome"], ev["subtype"], ev["correct"]) == ("suspect", "cached_output", False)
+
+
+def test_error_precedence_prefers_the_cause_over_its_echo():
+    echo = {"error": {"outcome": "runtime_error", "subtype": "nccl_error", "source": "candidate", "phase": "trial 0 candidate", "type": "RuntimeError", "message": "Connection closed by peer"}}
+    cause = {"error": {"outcome": "runtime_error", "subtype": "illegal_address", "source": "candidate", "phase": "trial 0 candidate", "type": "RuntimeError", "message": "illegal memory access"}}
+    ev = decide(_launch([echo, cause], rc=1))
+    assert (ev["outcome"], ev["subtype"]) == ("runtime_error", "illegal_address")
+    assert ev["details"]["failed_ranks"] == [0, 1]
+
+
+def test_reference_failure_is_not_blamed_on_the_candidate():
+    ref = {"error": {"outcome": "", "subtype": "", "source": "reference", "phase": "trial 0 reference", "type": "RuntimeError", "message": "x"}}
+    ev = decide(_launch([ref, None], rc=1))
+    assert ev["status"] == "not_run" and ev["outcome"] == "" and "reference failed" in ev["reason"]
+
+
+def test_crash_without_report_is_a_runtime_error():
+    ev = decide(_launch([_ok_rank(1.0), {"finished": False, "trials": [], "phase": "trial 0 candidate"}], rc=-11))
+    assert ev["outcome"] == "runtime_error" and ev["details"]["crashed_ranks"][0]["rank"] == 1
+
+
+def test_wrong_result_subtype_order():
+    assert wrong_result_subtype({0: [_trial(False, shape_ok=False)], 1: [_trial(False, nan_inf=2)]}) == "shape_mismatch"
+    assert wrong_result_subtype({0: [_trial()], 1: [_trial(False)]}) == "rank_subset"
+    assert wrong_result_subtype({0: [_trial(False, max_violation=3.0)], 1: [_trial(False, max_violation=9.0)]}) == "tolerance"
+    assert wrong_result_subtype({0: [_trial(False, max_violation=30.0)], 1: [_trial(False)]}) == ""
+
+
+# ---- CUDA detection and config keys ---------------------------------------------------------------
+
+
+def test_cuda_requirement_from_source():
+    load_inline_src = "from torch.utils.cpp_extension import load_inline\nmod = load_inline(name='k', cpp_sources='', cuda_sources=SRC)\n"
+    assert cuda_requirement(load_inline_src) == "no CUDA device: this candidate builds CUDA code (load_inline)"
+    assert "cupy" in cuda_requirement("import cupy as cp\n")
+    assert "triton" in cuda_requirement("import triton\nimport triton.language as tl\n")
+    assert "symm_mem" in cuda_requirement("import torch.distributed._symmetric_memory as symm_mem\n")
+    assert "compile_cuda_extension" in cuda_requirement("from utils.cuda_helpers import compile_cuda_extension\n")
+    assert cuda_requirement("import torch\n# load_inline is mentioned only here\ndef solution(x):\n    return x\n") is None
+    assert cuda_requirement("from torch.utils.cpp_extension import load_inline\nm = load_inline(name='c', cpp_sources=CPP, functions=['f'])\n") is None
+
+
+def test_config_key_changes_with_what_changes_the_measurement():
+    o = EvalOptions()
+    k = config_key(problem_id=1, world_size=2, backend="gloo", dtype="float32", options=o)
+    assert k == config_key(problem_id=1, world_size=2, backend="gloo", dtype="float32", options=EvalOptions(store_path="elsewhere.db"))
+    assert k != config_key(problem_id=1, world_size=4, backend="gloo", dtype="float32", options=o)
+    assert k != config_key(problem_id=2, world_size=2, backend="gloo", dtype="float32", options=o)
+    assert k != config_key(problem_id=1, world_size=2, backend="gloo", dtype="bfloat16", options=o)
+    assert k != config_key(problem_id=1, world_size=2, backend="gloo", dtype="float32", options=EvalOptions(iters=7))
+    assert k != config_key(problem_id=1, world_size=2, backend="gloo", dtype="float32", options=EvalOptions(trials=2))
+
+
+# ---- metrics ---------------------------------------------------------------------------------------
+
+
+def test_pass_at_k_hand_computed():
+    assert pass_at_k(10, 0, 1) == 0.0
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
+    # 1 - C(7,5)/C(10,5) = 1 - 21/252
+    assert pass_at_k(10, 3, 5) == pytest.approx(1 - 21 / 252)
+    assert pass_at_k(5, 1, 5) == 1.0
+    assert pass_at_k(4, 2, 3) == 1.0  # fewer wrong samples than k
+
+
+def test_fast_p_and_geomean_hand_computed():
+    correct = [True, True, True, False]
+    speed = [2.0, 0.5, 1.0, 5.0]
+    assert fast_p(correct, speed, 0.0) == 0.75
+    assert fast_p(correct, speed, 1.0) == 0.25  # strictly greater than p; the wrong 5x does not count
+    assert geomean([2.0, 0.5, 8.0]) == pytest.approx(2.0)
+    assert math.isnan(geomean([]))
+
+
+def test_summarize_groups_per_problem_and_model():
+    frame = pd.DataFrame(
+        {
+            "problem_id": [1, 1, 1, 1, 2, 2],
+            "model": ["a", "a", "b", "b", "a", "b"],
+            "outcome": ["faster", "slower", "wrong_result", "faster", "hang", "suspect"],
+            "speedup": [2.0, 0.5, None, 8.0, None, 3.0],
+        }
+    )
+    by_problem = summarize(frame, by="problem_id", ks=(1, 2), ps=(1.0,)).set_index("problem_id")
+    assert by_problem.loc[1, "n"] == 4 and by_problem.loc[1, "correct"] == 3
+    assert by_problem.loc[1, "pass@1"] == pytest.approx(0.75)
+    assert by_problem.loc[1, "pass@2"] == pytest.approx(1.0)
+    assert by_problem.loc[1, "fast_1"] == pytest.approx(0.5)
+    assert by_problem.loc[1, "fast_1@2"] == pytest.approx(1 - 1 / 6)  # c=2 of n=4: 1 - C(2,2)/C(4,2)
+    assert by_problem.loc[1, "geomean_speedup"] == pytest.approx(2.0)  # (2 * 0.5 * 8) ** (1/3)
+    assert by_problem.loc[2, "correct"] == 0 and by_problem.loc[2, "pass@1"] == 0.0  # suspect does not count
+    by_model = summarize(frame, by=["model"], ks=(1,), ps=(0.0,)).set_index("model")
+    assert by_model.loc["a", "fast_0"] == pytest.approx(2 / 3)
+    assert by_model.loc["b", "pass@1"] == pytest.approx(1 / 3)
