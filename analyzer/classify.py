@@ -125,7 +125,7 @@ class Classifier:
                 add("sync", "device_flags", self.ev(loop.line, "clang", f"spin on {loop.condition[:60]}"))
         # PTX: what the compiler really emitted for this entry (templates and headers included).
         if k.ptx is not None and k.ptx.status == "ok":
-            entry = next((e for e in k.ptx.entries if e.name == k.fn.name or e.name.startswith(k.fn.name + "<") or e.name.startswith(k.fn.name + "(")), None)
+            entry = _ptx_entry(k.ptx, k.fn.name)
             if entry is not None:
                 for ins in entry.instructions:
                     line = ins.lines[0] if ins.lines else k.fn.line
@@ -163,7 +163,7 @@ class Classifier:
             if f.function in k.reach and f.scope == "system":
                 found.setdefault("fence_system", self.ev(f.line, "clang", f.kind))
         if k.ptx is not None and k.ptx.status == "ok":
-            entry = next((e for e in k.ptx.entries if e.name == k.fn.name or e.name.startswith(k.fn.name + "<")), None)
+            entry = _ptx_entry(k.ptx, k.fn.name)
             for ins in entry.instructions if entry else []:
                 m = ins.mnemonic
                 line = ins.lines[0] if ins.lines else k.fn.line
@@ -355,6 +355,15 @@ class Classifier:
         if not rec.labels.get("overlap"):
             line = (compute_calls[0].line if compute_calls else (matmul_lines[0] if matmul_lines else py.solution_line or 1))
             rec.add_label(Label("overlap", "none", [self.ev(line, "python", "communication and computation run one after another")]))
+
+
+def _ptx_entry(ptx: PtxFacts, name: str):
+    """The PTX entry of kernel `name`: demangled names carry namespaces, templates, parameters."""
+    for e in ptx.entries:
+        base = e.name.split("(")[0].split("<")[0].strip()
+        if base == name or base.endswith("::" + name):
+            return e
+    return None
 
 
 def _reach_host(fn: Function, by_name: dict[str, Function]) -> set[str]:
