@@ -176,3 +176,27 @@ def test_interval_helpers():
     assert u == [(0, 3), (5, 8)]
     assert analyze.length(u) == 6
     assert analyze.intersect(u, [(2, 6)]) == [(2, 3), (5, 6)]
+
+
+def test_record_fixtures_hand_figures_agree_with_the_analyzers():
+    """The plain-Python figures record_fixtures writes and the analyzers agree on a known trace
+    (so a disagreement on the real fixtures points at the trace, not at two conventions)."""
+    import os
+
+    before = dict(os.environ)
+    from profiling import record_fixtures
+
+    assert dict(os.environ) == before  # importing it changes nothing
+    data = build()
+    hand = {c["call"]: c for c in record_fixtures.hand_figures(data, ["pkb_sm_load_gather"])}
+    df = analyze.per_call(trace_from_chrome(data), ["pkb_sm_load_gather"]).set_index("call")
+    assert sorted(hand) == [0, 1]
+    assert hand[0]["overlap_share"] == pytest.approx(0.8)
+    for i, h in hand.items():
+        assert df.loc[i, "kernels"] == h["kernels"]
+        assert df.loc[i, "launches"] == h["launches"]
+        assert df.loc[i, "host_syncs"] == h["syncs"]
+        assert df.loc[i, "ce_bytes"] == h["ce_bytes"]
+        assert df.loc[i, "comm_us"] == pytest.approx(h["comm_us"])
+        assert df.loc[i, "gpu_span_us"] == pytest.approx(h["gpu_span_us"])
+        assert df.loc[i, "overlap_share"] == pytest.approx(h["overlap_share"])
