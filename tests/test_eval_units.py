@@ -226,3 +226,14 @@ def test_summarize_groups_per_problem_and_model():
     by_model = summarize(frame, by=["model"], ks=(1,), ps=(0.0,)).set_index("model")
     assert by_model.loc["a", "fast_0"] == pytest.approx(2 / 3)
     assert by_model.loc["b", "pass@1"] == pytest.approx(1 / 3)
+
+
+def test_timing_interleaves_reference_and_candidate_in_alternating_order():
+    from pkb.eval.timing import time_interleaved
+
+    order: list[str] = []
+    fns = {"reference": lambda x: order.append("r") or x, "candidate": lambda x: order.append("c") or x}
+    out = time_interleaved(fns, [(torch.ones(2),), (torch.zeros(2),)], warmup=2, iters=4, rounds=4, device=torch.device("cpu"))
+    assert "".join(order) == "rr" + "cc" + "rc" + "cr" + "rc" + "cr"  # warm-ups, then A B / B A rounds
+    stats, last = out["candidate"]
+    assert stats["wall"]["n"] == 4 and stats["groups"] == 2 and set(last) == {0, 1}

@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default=None)
     ap.add_argument("--backend", default="auto", choices=("auto", "nccl", "gloo"))
     ap.add_argument("--timeout", type=float, default=600.0, dest="timeout_s")
-    ap.add_argument("--warmup", type=int, default=25)
+    ap.add_argument("--warmup", type=int, default=500)
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--groups", type=int, default=None)
     ap.add_argument("--scale", default="small", choices=("small", "large"))

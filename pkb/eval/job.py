@@ -29,7 +29,7 @@ class JobSpec:
     trials: int
     tolerance: tuple[float, float] | None = None  # None: the problem's own for the dtype
     scale: str = "small"
-    warmup: int = 25
+    warmup: int = 500
     iters: int = 100
     groups: int | None = None
     timeout_s: float = 600.0

@@ -8,6 +8,7 @@ report > wrong_result > suspect > slower/faster.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from pkb.eval.classify import RUNTIME_PRIORITY, runtime_subtype
@@ -33,7 +34,8 @@ def decide(launch: LaunchResult) -> dict[str, Any]:
     if ours:
         rank, err = min(ours, key=lambda re: _error_rank(re[1]))
         details["failed_ranks"] = sorted(r for r, _ in ours)
-        return _result("ran", err["outcome"], err.get("subtype", ""), details, reason=f"rank {rank} in {err.get('phase')}: {err.get('type')}: {_short(err.get('message'))}")
+        message = _first_compiler_error(err.get("message")) if err["outcome"] == "compile_error" else None
+        return _result("ran", err["outcome"], err.get("subtype", ""), details, reason=f"rank {rank} in {err.get('phase')}: {err.get('type')}: {message or _short(err.get('message'))}")
     if not_ours:
         err = not_ours[0]
         return _result(
@@ -162,6 +164,15 @@ def _short(msg: Any, n: int = 300) -> str:
     s = str(msg or "").strip().splitlines()
     s = s[-1] if s else ""
     return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def _first_compiler_error(msg: Any, n: int = 300) -> str | None:
+    """nvcc's first `error` line says more than ninja's closing 'build stopped'."""
+    for line in str(msg or "").splitlines():
+        if re.search(r"\berror\b", line, re.I) and "ninja: build stopped" not in line and "Error building extension" not in line:
+            line = line.strip()
+            return line if len(line) <= n else line[: n - 3] + "..."
+    return None
 
 
 def _mismatch_sentence(first: dict[str, Any], wrong: dict[int, list[dict[str, Any]]]) -> str:

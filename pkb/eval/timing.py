@@ -90,8 +90,10 @@ def time_calls(
     iters: int,
     device: torch.device,
     barrier: Callable[[], None] | None = None,
+    raw: bool = False,
+    start: int = 0,
 ) -> tuple[dict[str, Any], dict[int, Any]]:
-    """(stats, last output of each group). Calls fn(*groups[i % G])."""
+    """(stats, last output of each group). Calls fn(*groups[i % G]); raw=True gives the samples."""
     cuda = device.type == "cuda"
 
     def sync() -> None:
@@ -108,7 +110,7 @@ def time_calls(
     wall_ms: list[float] = []
     last: dict[int, Any] = {}
     for i in range(iters):
-        g = i % len(groups)
+        g = (start + i) % len(groups)
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             t0 = time.perf_counter()
@@ -123,6 +125,8 @@ def time_calls(
             out = fn(*groups[g])
             wall_ms.append((time.perf_counter() - t0) * 1e3)
         last[g] = out
+    if raw:
+        return {"event": event_ms, "wall": wall_ms}, last
     stats = {
         "event": summarize(event_ms),
         "wall": summarize(wall_ms),
@@ -131,6 +135,54 @@ def time_calls(
         "groups": len(groups),
     }
     return stats, last
+
+
+def time_interleaved(
+    fns: dict[str, Callable[..., Any]],
+    groups: list[tuple],
+    *,
+    warmup: int,
+    iters: int,
+    rounds: int,
+    device: torch.device,
+    barrier: Callable[[], None] | None = None,
+) -> dict[str, tuple[dict[str, Any], dict[int, Any]]]:
+    """Time several callables in alternating rounds (A B, B A, ...), so clock ramps, thermal drift
+    and cache state do not favour whichever side happens to run second.
+
+    Each callable is warmed up once, then gets `iters` timed calls split over `rounds`.
+    """
+    rounds = max(1, min(rounds, iters)) if iters else 1
+    samples: dict[str, dict[str, list[float]]] = {n: {"event": [], "wall": []} for n in fns}
+    last: dict[str, dict[int, Any]] = {n: {} for n in fns}
+    for name, fn in fns.items():
+        time_calls(fn, groups, warmup=warmup, iters=0, device=device)
+    names = list(fns)
+    done = 0  # calls so far per side: the next round continues the walk over the groups
+    for r in range(rounds):
+        chunk = iters // rounds + (1 if r < iters % rounds else 0)
+        # A B, then B A: neither side is always the one that runs right after the other.
+        for name in names if r % 2 == 0 else names[::-1]:
+            fn = fns[name]
+            stats, out = time_calls(fn, groups, warmup=0, iters=chunk, device=device, barrier=barrier, raw=True, start=done)
+            samples[name]["event"].extend(stats["event"])
+            samples[name]["wall"].extend(stats["wall"])
+            last[name].update(out)
+        done += chunk
+    return {
+        name: (
+            {
+                "event": summarize(samples[name]["event"]),
+                "wall": summarize(samples[name]["wall"]),
+                "iters": iters,
+                "warmup": warmup,
+                "rounds": rounds,
+                "groups": len(groups),
+            },
+            last[name],
+        )
+        for name in fns
+    }
 
 
 def rank_time_ms(stats: dict[str, Any] | None) -> float | None:

@@ -31,6 +31,8 @@ from pkb.eval.job import (
 # Seeds of the timing groups and of the refresh check start past the correctness trials.
 GROUP_TRIAL_BASE = 1000
 REFRESH_TRIAL = 999
+# Reference and candidate alternate in this many rounds of timed calls.
+TIMING_ROUNDS = 5
 
 
 class Reporter:
@@ -430,7 +432,7 @@ class Rank:
         import torch.distributed as dist
 
         from pkb.eval.compare import compare_outputs
-        from pkb.eval.timing import time_calls
+        from pkb.eval.timing import time_interleaved
 
         rep, job = self.reporter, self.job
         atol, rtol = self.source.tolerance
@@ -446,16 +448,12 @@ class Rank:
         def barrier() -> None:
             dist.barrier()
 
+        # An exception in this loop is charged to the candidate: the reference already ran on
+        # every group just above.
         try:
-            ref_stats, _ = time_calls(
-                self.source.reference, groups, warmup=job.warmup, iters=job.iters, device=self.device, barrier=barrier
-            )
-        except BaseException as exc:
-            raise ReferenceFailure(exc) from exc
-        self.sync()
-        try:
-            cand_stats, last = time_calls(
-                self.solution, groups, warmup=job.warmup, iters=job.iters, device=self.device, barrier=barrier  # type: ignore[arg-type]
+            timed = time_interleaved(
+                {"reference": self.source.reference, "candidate": self.solution},  # type: ignore[dict-item]
+                groups, warmup=job.warmup, iters=job.iters, rounds=TIMING_ROUNDS, device=self.device, barrier=barrier,
             )
         except BaseException as exc:
             from pkb.eval.classify import classify_exception
@@ -463,6 +461,7 @@ class Rank:
             outcome, subtype = classify_exception(exc, during_build=getattr(exc, "pkb_during_build", False))
             raise CandidateFailure(outcome, subtype, exc) from exc
         self.sync()
+        (ref_stats, _), (cand_stats, last) = timed["reference"], timed["candidate"]
         rep.result["timing"] = {"reference": ref_stats, "candidate": cand_stats}
         # The timed calls' own outputs: a candidate that answers from a cache would pass the
         # correctness trials and still be wrong here.

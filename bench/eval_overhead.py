@@ -1,0 +1,160 @@
+"""Wall time to evaluate one problem and one candidate (5 trials with timing): ours against PKB's
+`run_local.py` on the same machine in the same run.
+
+    python bench/eval_overhead.py --pkb-root /path/to/ParallelKernelBench --world-size 4
+    python bench/eval_overhead.py --world-size 2          # ours only (PKB not given)
+
+PKB starts two torchrun jobs per trial (reference, candidate) and every rank JIT-compiles into
+its own cache; ours starts one launch for all trials with one shared build cache. Both sides get
+the same candidate, trials, warm-up and timed iterations, and cold build caches. Kernel-time
+agreement compares the per-iteration CUDA-event times (PKB's clock): PKB's slowest-rank mean
+against our slowest-rank event median, for the reference and the candidate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+# "  trial 0: match | ref 0.123 ms | cuda 0.100 ms | speedup 1.23x"
+_PKB_TRIAL = re.compile(r"trial (\d+): (\w+) \| ref ([\d.]+) ms \| \S+ ([\d.]+) ms \| speedup ([\d.]+)x")
+
+
+def default_candidate(problem: int, tmp: Path, pkb_root: str | None) -> Path:
+    """The problem's own reference, written out as a candidate (no CUDA build: a pure baseline)."""
+    if pkb_root:
+        ref = sorted((Path(pkb_root) / "reference").glob(f"{problem}_*.py"))[0]
+        text, stem = ref.read_text(encoding="utf-8"), ref.stem
+    else:
+        import problems
+
+        p = problems.get(problem)
+        text, stem = Path(p.module.__file__).read_text(encoding="utf-8"), p.spec.stem
+    out = tmp / "solutions" / f"{stem}_cuda.py"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text, encoding="utf-8")
+    return out
+
+
+def run_ours(args: argparse.Namespace, candidate: Path, tmp: Path) -> dict:
+    from pkb.corpus import read_candidate
+    from pkb.eval import EvalOptions, evaluate
+
+    options = EvalOptions(
+        world_size=args.world_size,
+        trials=args.trials,
+        dtype=args.dtype,
+        warmup=args.warmup,
+        iters=args.iters,
+        timeout_s=args.timeout,
+        store_path=str(tmp / "ours.sqlite"),
+        work_dir=str(tmp / "ours_work"),
+        pkb_root=args.pkb_root,
+    )
+    rec = read_candidate(candidate)
+    t0 = time.perf_counter()
+    evaluate([rec], options)
+    wall = time.perf_counter() - t0
+    ev = rec.evaluation
+    ref_ev, cand_ev = _slowest_event(ev, "reference"), _slowest_event(ev, "candidate")
+    return {"wall_s": wall, "evaluation": ev, "reference_ms": ref_ev, "candidate_ms": cand_ev}
+
+
+def _slowest_event(ev: dict, side: str) -> float | None:
+    vals = []
+    for r in ev.get("ranks", []):
+        stats = (r.get("timing") or {}).get(side) or {}
+        clock = stats.get("event") or stats.get("wall")  # CPU runs have only the host clock
+        if clock:
+            vals.append(clock["median_ms"])
+    return max(vals) if vals else None
+
+
+def run_pkb(args: argparse.Namespace, candidate: Path, tmp: Path) -> dict:
+    stem_backend = candidate.stem  # <id>_<name>_<backend>
+    backend = stem_backend.rsplit("_", 1)[1]
+    cmd = [
+        sys.executable, "run_local.py", "--mode", "eval", "--problem", str(args.problem),
+        "--solution", backend, "--solutions-dir", str(candidate.parent),
+        "--nproc-per-node", str(args.world_size), "--trials", str(args.trials), "--measure-perf",
+        "--dtype", args.dtype or "bfloat16", "--logs-dir", str(tmp / "pkb_logs"),
+    ]
+    env = None
+    if args.warmup != 500 or args.iters != 100:
+        print("note: PKB's run_local.py has no warm-up/iteration flags; it uses 500/100", file=sys.stderr)
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=args.pkb_root, capture_output=True, text=True, env=env, timeout=args.timeout * 2 * args.trials)
+    wall = time.perf_counter() - t0
+    trials = [
+        {"trial": int(m[1]), "result": m[2], "ref_ms": float(m[3]), "sol_ms": float(m[4]), "speedup": float(m[5])}
+        for m in _PKB_TRIAL.findall(proc.stdout)
+    ]
+    return {"wall_s": wall, "returncode": proc.returncode, "trials": trials, "stdout_tail": proc.stdout[-3000:], "stderr_tail": proc.stderr[-3000:]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pkb-root", default=None, help="a ParallelKernelBench checkout (required for the PKB side)")
+    ap.add_argument("--world-size", type=int, default=None, help="ranks (default: every GPU, 2 on CPU)")
+    ap.add_argument("--problem", type=int, default=1)
+    ap.add_argument("--candidate", type=Path, default=None, help="<id>_<name>_<backend>.py (default: the reference)")
+    ap.add_argument("--trials", type=int, default=5)
+    ap.add_argument("--dtype", default=None)
+    ap.add_argument("--warmup", type=int, default=500, help="PKB's default")
+    ap.add_argument("--iters", type=int, default=100, help="PKB's default")
+    ap.add_argument("--timeout", type=float, default=900.0)
+    args = ap.parse_args(argv)
+
+    from pkb.eval import EvalOptions, environment
+
+    env = environment(EvalOptions(world_size=args.world_size))
+    args.world_size = env.world_size
+    with tempfile.TemporaryDirectory(prefix="pkb_eval_overhead_") as d:
+        tmp = Path(d)
+        candidate = args.candidate.resolve() if args.candidate else default_candidate(args.problem, tmp, args.pkb_root)
+        print(f"problem {args.problem}, candidate {candidate.name}, world size {args.world_size}, {env.device}/{env.backend}, trials {args.trials}")
+        ours = run_ours(args, candidate, tmp)
+        ev = ours["evaluation"]
+        print(f"ours: {ours['wall_s']:.1f} s wall, {ev['status']} {ev['outcome']} {ev.get('subtype') or ''}"
+              f" speedup {_fmt(ev.get('speedup'))} (event clock {_fmt(ev.get('details', {}).get('speedup_event'))})")
+        if ev["status"] != "ran" or ev["outcome"] not in ("faster", "slower"):
+            print(f"  reason: {ev.get('reason')}")
+        if not args.pkb_root:
+            print("PKB: not given (--pkb-root PATH runs PKB's run_local.py on the same candidate); ours only")
+            return 0
+        pkb = run_pkb(args, candidate, tmp)
+        print(f"PKB:  {pkb['wall_s']:.1f} s wall, exit {pkb['returncode']}, {len(pkb['trials'])} timed trials")
+        print(f"wall ratio PKB/ours: {pkb['wall_s'] / ours['wall_s']:.2f}x")
+        if pkb["trials"]:
+            pkb_ref = statistics.median(t["ref_ms"] for t in pkb["trials"])
+            pkb_sol = statistics.median(t["sol_ms"] for t in pkb["trials"])
+            print("kernel time (slowest rank, CUDA events; PKB: mean per trial, median over trials; ours: median)")
+            print(f"  reference: PKB {pkb_ref:.4f} ms, ours {_fmt(ours['reference_ms'], 4)} ms, ratio {_ratio(ours['reference_ms'], pkb_ref)}")
+            print(f"  candidate: PKB {pkb_sol:.4f} ms, ours {_fmt(ours['candidate_ms'], 4)} ms, ratio {_ratio(ours['candidate_ms'], pkb_sol)}")
+            print(f"  speedup:   PKB {statistics.median(t['speedup'] for t in pkb['trials']):.3f}x, ours (event) {_fmt(ev.get('details', {}).get('speedup_event'))}")
+        else:
+            print("PKB produced no timed trial; its output ends with:")
+            print(pkb["stdout_tail"][-1500:] or pkb["stderr_tail"][-1500:])
+    return 0
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def _ratio(ours: float | None, theirs: float) -> str:
+    return "n/a" if ours is None or not theirs else f"{ours / theirs:.3f} (ours/PKB)"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
