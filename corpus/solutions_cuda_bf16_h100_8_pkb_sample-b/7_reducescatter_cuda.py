@@ -14,6 +14,12 @@ CUDA_CODE = r"""
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_bf16.h>
 
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename scalar_t> __device__ __forceinline__ scalar_t from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
+
 template <typename scalar_t>
 __global__ void rs_kernel(const long long* __restrict__ ptrs, scalar_t* __restrict__ out,
                           long long chunk, int rank, int world) {
@@ -22,9 +28,9 @@ __global__ void rs_kernel(const long long* __restrict__ ptrs, scalar_t* __restri
     float s = 0.0f;
     for (int p = 0; p < world; ++p) {
         const scalar_t* peer = reinterpret_cast<const scalar_t*>(ptrs[p]);
-        s += static_cast<float>(peer[(long long)rank * chunk + i]);
+        s += to_float(peer[(long long)rank * chunk + i]);
     }
-    out[i] = static_cast<scalar_t>(s);
+    out[i] = from_float<scalar_t>(s);
 }
 
 void reduce_scatter(int64_t ptrs, torch::Tensor out, int64_t rank, int64_t world) {
