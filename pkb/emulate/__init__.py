@@ -19,7 +19,7 @@ from typing import Any
 
 from pkb.emulate.evaluate import CAVEATS, emulated_evaluate, emulated_sweep
 
-__all__ = ["emulated_evaluate", "emulated_sweep", "evaluate_record", "CAVEATS"]
+__all__ = ["emulated_evaluate", "emulated_sweep", "evaluate_record", "run_in_world", "CAVEATS"]
 
 
 def evaluate_record(
@@ -54,3 +54,33 @@ def evaluate_record(
     if not path.is_file():
         return {**base, "reason": f"no source to run ({getattr(record, 'parse_status', '')})"}
     return emulated_evaluate(path, record.problem_id, world_size, **kwargs)
+
+
+def run_in_world(world_size: int, fn: Any, args_per_rank: list[tuple] | None = None, *, device: Any = "cpu", timeout_s: float = 30.0) -> list[Any]:
+    """Run fn(*args) on every virtual rank with the fakes installed; each rank's return value.
+
+    For tests and experiments (the fakes answer per rank inside fn). Raises the first rank's
+    exception, or TimeoutError with where the ranks were stuck."""
+    import torch
+
+    from pkb.emulate import patch
+    from pkb.emulate.world import World, WorldAborted
+
+    threads = torch.get_num_threads()
+    world = World(world_size, device, name=f"run{world_size}")
+    world.start()
+    if world.device.type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        with patch.installed(world):
+            out = world.step(lambda ctx, *a: fn(*a), args_per_rank, phase="run", timeout_s=timeout_s)
+    finally:
+        world.close()
+        torch.set_num_threads(threads)
+    if out.timed_out:
+        raise TimeoutError(f"no progress in {timeout_s} s: {out.stuck}")
+    errors = [r for r in out.results if r is not None and not r.ok]
+    real = [r for r in errors if not isinstance(r.error, WorldAborted)] or errors
+    if real:
+        raise real[0].error  # type: ignore[misc]
+    return [r.value for r in out.results]  # type: ignore[union-attr]

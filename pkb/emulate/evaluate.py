@@ -538,23 +538,18 @@ def overall_subtype(subtypes: list[str]) -> str:
 
 def hard_coded_hint(diagnoses: list[dict[str, Any]], ws: int) -> str:
     """'ranks >= k never contribute' on every wrong case: the signature of a hard-coded world size k."""
-    ks = set()
+    common: set[int] | None = None
     for d in diagnoses:
-        found = None
+        ks: set[int] = set()
         for h in d.get("matched_hypotheses", []):
             peers = h.get("peers")
             if h["name"] in ("missing_peer", "local_only") and peers:
-                for k in range(1, ws):
-                    if set(peers) == set(range(k, ws)) - {d["rank"]}:
-                        found = k
-                        break
-            if found:
-                break
-        if found is None:
+                ks |= {k for k in range(1, ws) if set(peers) in (set(range(k, ws)), set(range(k, ws)) - {d["rank"]})}
+        common = ks if common is None else common & ks
+        if not common:
             return ""
-        ks.add(found)
-    if len(ks) == 1 and diagnoses:
-        k = ks.pop()
+    if common and len(common) == 1:
+        k = common.pop()
         return f"ranks >= {k} never contribute on any wrong rank: a world size hard-coded as {k}?"
     return ""
 
@@ -613,16 +608,18 @@ def generic_hypotheses(module: Any, inputs: list[Any], expected: Any, rank: int,
         res = cache[key]
         return None if res is None else res[rank]
 
+    # Single peers and all peers exclude this rank; the blocks 'ranks >= k' and 'ranks < k' do
+    # not (a loop bound hard-coded as k also drops this rank's own share when rank >= k).
     sets: list[frozenset[int]] = [frozenset([p]) for p in peers]
     for k in range(1, ws):
-        sets.append(frozenset(range(k, ws)) - {rank})
-        sets.append(frozenset(range(0, k)) - {rank})
+        sets.append(frozenset(range(k, ws)))
+        sets.append(frozenset(range(0, k)))
     sets.append(frozenset(peers))
     uniq = [s for s in dict.fromkeys(sets) if s]
     for s in uniq:
         pred = variant("zero", s)
         if pred is not None:
-            name = "local_only" if s == frozenset(peers) else "missing_peer"
+            name = "local_only" if s == frozenset(peers) else ("missing_self" if s == frozenset([rank]) else "missing_peer")
             out.append({"name": name, "tensor": pred, "peers": sorted(s), "detail": "generic: those peers' inputs zeroed"})
     if prev_inputs is not None:
         for s in [frozenset([p]) for p in peers] + [frozenset(peers)]:
