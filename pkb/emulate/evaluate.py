@@ -250,6 +250,10 @@ class _Run:
                 elif not cmp["matched"]:
                     cmp["matched"] = True  # the problem leaves this rank's output unchecked
                 self.rank_results[r]["trials"].append(cmp)
+            if self.dev.type == "cuda":
+                import torch
+
+                torch.cuda.current_stream().synchronize()  # the main thread's reads are done before ranks reuse memory
             if wrong_unexplained and self.repeat_check:
                 again = self._step(world, self._candidate, [(inp, False) for inp in inputs], f"trial {t} repeat")
                 if (bad := self._failure(world, again, "candidate", f"trial {t} repeat", probe)) is not None:
