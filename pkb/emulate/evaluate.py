@@ -337,8 +337,6 @@ class _Run:
     def _failure(self, world: World, out: StepOutcome, source: str, phase: str, probe: Any = None) -> dict[str, Any] | None:
         from pkb.eval.classify import classify_exception
 
-        if out.timed_out:
-            return self._hang(world, out, phase, probe)
         errors = []
         for res in out.results:
             if res is None or res.ok:
@@ -361,7 +359,10 @@ class _Run:
                 "traceback": res.traceback[-8000:],
             }))
         if not errors:
-            return None
+            return self._hang(world, out, phase, probe) if out.timed_out else None
+        if out.timed_out:  # a rank failed while others stayed stuck: the failure is the story
+            self.details["stuck_ranks"] = out.stuck
+            self.details["native_stuck_ranks"] = out.native_stuck
         for rank, err in errors:
             self.rank_results[rank]["error"] = err
         return self._decide({})
