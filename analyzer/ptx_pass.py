@@ -25,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import functools
 import sysconfig
 import tempfile
 import time
@@ -764,31 +765,26 @@ def _implicated_appended(output: str, appended_from: int) -> set[int]:
     return lines
 
 
+@functools.lru_cache(maxsize=1)
 def _torch_includes() -> tuple[list[str], list[str]]:
-    """(include dirs, defines) for compiling a torch extension source; empty when torch is absent."""
+    """(include dirs, defines) for compiling a torch extension source; empty when torch is absent.
+
+    Found from torch's package location without importing torch: this runs in nvcc worker
+    threads, and an import there compiles modules concurrently with the main thread's ast work,
+    which CPython 3.11 does not survive ("AST constructor recursion depth mismatch").
+    """
+    import importlib.util
+
     incs: list[str] = []
     defs: list[str] = []
     try:
-        from torch.utils import cpp_extension  # type: ignore
-
-        incs = list(cpp_extension.include_paths())
-        try:
-            import torch  # type: ignore
-
-            defs.append(f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}")
-        except Exception:  # noqa: BLE001
-            pass
+        spec = importlib.util.find_spec("torch")
+        if spec and spec.origin:
+            root = Path(spec.origin).parent / "include"
+            if root.is_dir():
+                incs = [str(root), str(root / "torch" / "csrc" / "api" / "include")]
     except Exception:  # noqa: BLE001
-        try:
-            import importlib.util
-
-            spec = importlib.util.find_spec("torch")
-            if spec and spec.origin:
-                root = Path(spec.origin).parent / "include"
-                if root.is_dir():
-                    incs = [str(root), str(root / "torch" / "csrc" / "api" / "include")]
-        except Exception:  # noqa: BLE001
-            incs = []
+        incs = []
     if not incs:
         return [], []
     try:

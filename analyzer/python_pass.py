@@ -899,5 +899,5 @@ def analyze_python(text: str, file: str) -> PythonFacts:
         return p.run()
     except SyntaxError as exc:
         return PythonFacts(status="failed", message=f"line {exc.lineno}: {exc.msg}")
-    except RecursionError:
+    except (RecursionError, SystemError, MemoryError):
         return PythonFacts(status="failed", message="the file nests too deeply for the Python pass")

@@ -44,6 +44,84 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def run_static(path: Path, out: Path, options, quiet: bool):
+    """Static passes over PATH; writes static.jsonl as records finish, then the tables and SARIF."""
+    from analyzer.pipeline import StaticAnalyzer
+    from pkb.corpus import discover, read_candidate
+    from reports import sarif, tables
+
+    if not path.exists():
+        err.print(f"[red]error:[/] {path}: no such file or folder")
+        raise typer.Exit(2)
+    try:
+        analyzer = StaticAnalyzer(options)
+    except ValueError as exc:  # an unknown rule id
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2)
+    files = discover(path)
+    base = path if path.is_dir() else path.parent
+    out.mkdir(parents=True, exist_ok=True)
+    records = []
+    jsonl_path = out / "static.jsonl"
+    with jsonl_path.open("w", encoding="utf-8") as jsonl, _progress(len(files), quiet) as (progress, task):
+        for rec in analyzer.analyze_all(read_candidate(f, base) for f in files):
+            # Written as it comes: a killed run keeps what it had finished.
+            jsonl.write(json.dumps(rec.to_json_line()) + "\n")
+            jsonl.flush()
+            records.append(rec)
+            progress.advance(task)
+    analyzer.close()
+    write_tables(records, out)
+    (out / "findings.sarif").write_text(json.dumps(sarif.to_sarif(records, analyzer.rules, __version__), indent=1), encoding="utf-8")
+    return records
+
+
+def write_tables(records, out: Path) -> None:
+    from reports import tables
+
+    frames = {"candidates": tables.candidates_frame(records), "kernels": tables.kernels_frame(records), "findings": tables.findings_frame(records)}
+    for name, frame in frames.items():
+        frame.to_csv(out / f"{name}.csv", index=False)
+        frame.to_parquet(out / f"{name}.parquet", index=False)
+
+
+def _progress(total: int, quiet: bool):
+    """A progress bar on stderr for long runs at a terminal; a no-op elsewhere."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def bar():
+        progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=err, disable=not (err.is_terminal and total > 3 and not quiet), transient=True)
+        with progress:
+            yield progress, progress.add_task("candidates", total=total)
+
+    return bar()
+
+
+def run_eval(records, out: Path, options, quiet: bool) -> None:
+    """Evaluate records (one launch each), writing eval.jsonl as results land."""
+    from pkb.eval import evaluate
+    from reports import console
+
+    path = out / "eval.jsonl"
+    with path.open("w", encoding="utf-8") as jsonl, _progress(len(records), quiet) as (progress, task):
+        for rec in records:
+            evaluate([rec], options)
+            jsonl.write(json.dumps(rec.to_json_line(), default=str) + "\n")
+            jsonl.flush()
+            progress.advance(task)
+    typer.echo(console.eval_table(records))
+    typer.echo(console.eval_totals(records))
+    typer.echo(f"wrote {path} and the store {options.store_path}")
+
+
+def _static_options(ptx, cache, cache_dir, select, ignore):
+    from analyzer.pipeline import StaticOptions
+
+    return StaticOptions(ptx=ptx, use_cache=cache, cache_dir=cache_dir, select=_split(select), ignore=_split(ignore))
+
+
 @app.command()
 def analyze(
     path: Path = typer.Argument(..., help="a candidate file, a folder of .py files, or a PKB tree"),
@@ -54,69 +132,71 @@ def analyze(
     ptx: bool = typer.Option(True, "--ptx/--no-ptx", help="run the PTX pass where nvcc exists"),
     cache: bool = typer.Option(True, "--cache/--no-cache", help="reuse pass facts of unchanged files"),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="where cached facts live (default $PKB_CACHE_DIR or ~/.cache/pkb-analyze)"),
+    trials: int = typer.Option(5, "--trials", help="evaluation trials per candidate (where GPUs are present)"),
     fail_on_error: bool = typer.Option(False, "--fail-on-error", help="exit 1 when a file could not be read or a rule of severity error fired"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the totals"),
 ) -> None:
-    """Label every candidate (mechanism, sync, overlap) and raise rule findings, with file:line evidence."""
-    from analyzer.pipeline import StaticAnalyzer, StaticOptions
-    from pkb.corpus import discover, read_candidate
-    from reports import console, sarif, tables
+    """Label every candidate (mechanism, sync, overlap) and raise rule findings, with file:line evidence.
 
-    if not path.exists():
-        err.print(f"[red]error:[/] {path}: no such file or folder")
-        raise typer.Exit(2)
-    try:
-        options = StaticOptions(ptx=ptx, use_cache=cache, cache_dir=cache_dir, select=_split(select), ignore=_split(ignore))
-        analyzer = StaticAnalyzer(options)
-    except ValueError as exc:  # an unknown rule id
-        err.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2)
+    Where CUDA devices are present (and not --static-only), every candidate is also evaluated
+    against its problem's reference on all of them, through torchrun with NCCL.
+    """
+    from reports import console
 
-    files = discover(path)
-    base = path if path.is_dir() else path.parent
-    out.mkdir(parents=True, exist_ok=True)
-    records = []
-    jsonl_path = out / "static.jsonl"
-    show_progress = err.is_terminal and len(files) > 3 and not quiet
-    with jsonl_path.open("w", encoding="utf-8") as jsonl, Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=err, disable=not show_progress, transient=True,
-    ) as progress:
-        task = progress.add_task("static passes", total=len(files))
-        for rec in analyzer.analyze_all(read_candidate(f, base) for f in files):
-            # Written as it comes: a killed run keeps what it had finished.
-            jsonl.write(json.dumps(rec.to_json_line()) + "\n")
-            jsonl.flush()
-            records.append(rec)
-            progress.advance(task)
-    analyzer.close()
-
-    cand = tables.candidates_frame(records)
-    kern = tables.kernels_frame(records)
-    find = tables.findings_frame(records)
-    cand.to_csv(out / "candidates.csv", index=False)
-    kern.to_csv(out / "kernels.csv", index=False)
-    find.to_csv(out / "findings.csv", index=False)
-    for name, frame in (("candidates", cand), ("kernels", kern), ("findings", find)):
-        frame.to_parquet(out / f"{name}.parquet", index=False)
-    (out / "findings.sarif").write_text(json.dumps(sarif.to_sarif(records, analyzer.rules, __version__), indent=1), encoding="utf-8")
-
+    records = run_static(path, out, _static_options(ptx, cache, cache_dir, select, ignore), quiet)
     if not quiet:
         typer.echo(console.summary_table(records))
         typer.echo("")
     typer.echo(console.totals(records))
+    typer.echo(f"wrote {out / 'static.jsonl'}, candidates/kernels/findings .csv and .parquet, findings.sarif in {out}/")
     n_gpu = 0 if static_only else gpu_count()
     if static_only:
         typer.echo("evaluation: not run (--static-only)")
     elif n_gpu == 0:
-        typer.echo("evaluation: not run (no CUDA device here; static passes only)")
-    typer.echo(f"wrote {jsonl_path}, candidates/kernels/findings .csv and .parquet, findings.sarif in {out}/")
+        typer.echo("evaluation: not run (no CUDA device here; static passes only; `pkb-analyze eval` runs pure-PyTorch candidates on CPU)")
+    else:
+        from pkb.eval import EvalOptions
+
+        typer.echo(f"evaluation: {n_gpu} CUDA device(s), world size {n_gpu}")
+        run_eval(records, out, EvalOptions(world_size=n_gpu, trials=trials, store_path=str(out / "pkb_eval.sqlite"),
+                                           work_dir=str(out / "eval_work")), quiet)
+        write_tables(records, out)
 
     if fail_on_error:
         bad_read = any(r.parse_status != "ok" for r in records)
         errors = any(f.severity == "error" for r in records for f in r.findings)
         if bad_read or errors:
             raise typer.Exit(1)
+
+
+@app.command("eval")
+def eval_command(
+    path: Path = typer.Argument(..., help="a candidate file, a folder, or a PKB tree"),
+    out: Path = typer.Option(Path("pkb-out"), "--out", "-o", help="folder for eval.jsonl, the tables and (by default) the store"),
+    world_size: Optional[int] = typer.Option(None, "--world-size", "-n", help="ranks (default: every GPU, or 2 on CPU)"),
+    trials: int = typer.Option(5, "--trials"),
+    backend: str = typer.Option("auto", "--backend", help="auto | nccl | gloo"),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="input dtype (default: the problem's first)"),
+    timeout: float = typer.Option(600.0, "--timeout", help="seconds for one candidate's whole launch"),
+    warmup: int = typer.Option(500, "--warmup"),
+    iters: int = typer.Option(100, "--iters", help="timed calls per side; 0 turns timing off"),
+    scale: str = typer.Option("small", "--scale", help="input sizes: small | large"),
+    store: Optional[Path] = typer.Option(None, "--store", help="SQLite store (default OUT/pkb_eval.sqlite)"),
+    pkb_root: Optional[Path] = typer.Option(None, "--pkb-root", help="a PKB checkout: evaluate against its references and input factory"),
+    ptx: bool = typer.Option(False, "--ptx/--no-ptx", help="run the PTX pass in the static stage"),
+    quiet: bool = typer.Option(False, "--quiet", "-q"),
+) -> None:
+    """Evaluate candidates against their references on every rank: one outcome each, stored, resumable."""
+    from pkb.eval import EvalOptions
+
+    records = run_static(path, out, _static_options(ptx, True, None, None, None), quiet=True)
+    options = EvalOptions(
+        world_size=world_size, trials=trials, backend=backend, dtype=dtype, timeout_s=timeout, warmup=warmup,
+        iters=iters, scale=scale, store_path=str(store or out / "pkb_eval.sqlite"), work_dir=str(out / "eval_work"),
+        pkb_root=str(pkb_root) if pkb_root else None,
+    )
+    run_eval(records, out, options, quiet)
+    write_tables(records, out)
 
 
 @app.command()
@@ -151,3 +231,43 @@ def main(argv: Optional[list[str]] = None) -> None:
         typer.echo(f"pkb-analyze {__version__}")
         return
     app(args=args, prog_name="pkb-analyze")
+
+
+@app.command("report")
+def report_command(
+    path: Path = typer.Argument(..., help="a run folder (with static.jsonl), a static.jsonl, or a corpus folder (static passes run first)"),
+    out: Path = typer.Option(Path("pkb-report"), "--out", "-o", help="folder for index.html, report.md and kernels/"),
+    store: Optional[Path] = typer.Option(None, "--store", help="evaluation store (default: pkb_eval.sqlite beside the run, if any)"),
+    ptx: bool = typer.Option(True, "--ptx/--no-ptx", help="run the PTX pass where nvcc exists (corpus input only)"),
+    cache: bool = typer.Option(True, "--cache/--no-cache", help="reuse pass facts of unchanged files (corpus input only)"),
+) -> None:
+    """Write the corpus report (one self-contained HTML page, Markdown) and a page per candidate."""
+    from reports.corpus_report import build
+    from reports.load import gather
+
+    if not path.exists():
+        err.print(f"[red]error:[/] {path}: no such file or folder")
+        raise typer.Exit(2)
+    if store is not None and not store.is_file():
+        err.print(f"[red]error:[/] {store}: no such store")
+        raise typer.Exit(2)
+    records, info = gather(path, out, store=store, ptx=ptx, cache=cache)
+    result = build(records, out, info)
+    evaluated = f"{result['evaluated']} evaluated" if result["evaluated"] else "static only (no evaluation found)"
+    typer.echo(f"{result['candidates']} candidates, {evaluated}; wrote {result['html']}, {result['markdown']} and {len(result['pages'])} pages in {out}/{'kernels'}/")
+
+
+@app.command("explain")
+def explain_command(
+    path: Path = typer.Argument(..., help="one candidate file"),
+    store: Optional[Path] = typer.Option(None, "--store", help="evaluation store to read a previous evaluation from (default: ./pkb_eval.sqlite, if any)"),
+    ptx: bool = typer.Option(True, "--ptx/--no-ptx", help="run the PTX pass where nvcc exists"),
+) -> None:
+    """Print one candidate's page in the terminal: explanation, labels with evidence, findings, evaluation."""
+    from reports.terminal import analyze_file, render
+
+    if not path.is_file():
+        err.print(f"[red]error:[/] {path}: not a file")
+        raise typer.Exit(2)
+    rec, used = analyze_file(path, store=store, ptx=ptx)
+    render(rec, Console(soft_wrap=False), used)

@@ -163,6 +163,9 @@ def decode_python(data: bytes) -> tuple[str, str, int, str]:
         return "syntax_error", f"line {line}: {exc.msg}", line, text
     except ValueError as exc:  # e.g. source code string cannot contain null bytes
         return "not_python", str(exc), 0, text
+    except (RecursionError, SystemError, MemoryError):
+        # CPython's parser gives up on very deep nesting (3.11 reports it as a SystemError).
+        return "syntax_error", "nested too deeply for Python's parser", 0, text
     return "ok", "", 0, text
 
 

@@ -42,3 +42,25 @@ def totals(records: Iterable[CandidateRecord]) -> str:
         "findings: " + (", ".join(f"{k} {v}" for k, v in sorted(rules.items())) or "none"),
     ]
     return "\n".join(lines)
+
+
+def eval_table(records: list[CandidateRecord], width: int = 48) -> str:
+    rows = []
+    for r in records:
+        ev = r.evaluation or {}
+        path = r.path if len(r.path) <= width else "…" + r.path[-(width - 1):]
+        speed = ev.get("speedup")
+        rows.append([path, ev.get("status", "-"), ev.get("outcome") or "-", ev.get("subtype") or "",
+                     f"{speed:.3g}x" if isinstance(speed, (int, float)) else "", (ev.get("reason") or "")[:50]])
+    return tabulate(rows, headers=["candidate", "status", "outcome", "subtype", "speedup", "reason"], tablefmt="simple")
+
+
+def eval_totals(records: Iterable[CandidateRecord]) -> str:
+    records = list(records)
+    outcomes = Counter((r.evaluation or {}).get("outcome") or (r.evaluation or {}).get("status", "-") for r in records)
+    ran = [r for r in records if (r.evaluation or {}).get("status") in ("ran", "skipped_cached")]
+    correct = [r for r in ran if (r.evaluation or {}).get("outcome") in ("faster", "slower")]
+    line = f"evaluated {len(ran)} of {len(records)}; outcomes: " + ", ".join(f"{k} {v}" for k, v in outcomes.most_common())
+    if ran:
+        line += f"; correct {len(correct)}/{len(ran)}"
+    return line

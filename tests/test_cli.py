@@ -113,3 +113,24 @@ def test_console_script_installed():
         pytest.skip("console script not installed in this environment")
     res = subprocess.run([str(exe), "rules"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and "PKB010" in res.stdout
+
+
+def test_eval_command_runs_pure_pytorch_candidates_on_cpu(tmp_path, capsys):
+    d = tmp_path / "c"
+    d.mkdir()
+    (d / "1_allreduce_good.py").write_text(
+        "import torch\nimport torch.distributed as dist\n\n"
+        "@torch.no_grad()\ndef solution(tensor):\n    out = tensor.clone()\n    dist.all_reduce(out)\n    return out\n")
+    (d / "1_allreduce_local.py").write_text(
+        "import torch\n\n@torch.no_grad()\ndef solution(tensor):\n    return tensor.clone()\n")
+    out = tmp_path / "out"
+    code, cap = run_cli(["eval", str(d), "--out", str(out), "--world-size", "2", "--trials", "2",
+                         "--warmup", "2", "--iters", "3", "--timeout", "240"], tmp_path, capsys)
+    assert code == 0, cap.err
+    recs = {json.loads(l)["path"]: json.loads(l) for l in (out / "eval.jsonl").read_text().splitlines()}
+    assert recs["1_allreduce_good.py"]["evaluation"]["outcome"] in ("faster", "slower")
+    assert recs["1_allreduce_local.py"]["evaluation"]["outcome"] == "wrong_result"
+    # the static labels travel with the evaluation in the same record
+    assert recs["1_allreduce_good.py"]["mechanism"][0]["label"] == "nccl"
+    assert (out / "pkb_eval.sqlite").exists()
+    assert "wrong_result" in cap.out

@@ -55,3 +55,9 @@ def test_bad_files_become_records_with_a_status(tmp_path):
     assert recs["8_alltoall_cuda.py"].parse_line == 1
     assert recs["13_gemm_allreduce_cuda.py"].parse_status == "not_python"
     assert all(r.sha256 for r in recs.values())
+
+
+def test_deep_nesting_is_a_syntax_error_not_a_crash(tmp_path):
+    (tmp_path / "deep.py").write_text("x = " + "-" * 100000 + "1\n")
+    (rec,) = load_corpus(tmp_path)
+    assert rec.parse_status == "syntax_error" and "nested" in rec.parse_message
