@@ -253,7 +253,7 @@ def _source_text(rec: Any) -> str:
     return ""
 
 
-_TRIAL_FIELDS = ("matched", "shape_ok", "dtype_ok", "numel", "mismatches", "max_abs_err", "max_rel_err", "max_violation", "nan_inf", "sentinel", "mutates_inputs", "aliases_input", "saved")
+_TRIAL_FIELDS = ("matched", "shape_ok", "dtype_ok", "numel", "mismatches", "max_abs_err", "max_rel_err", "max_violation", "nan_inf", "sentinel", "mutates_inputs", "aliases_input", "saved", "repeat")
 
 
 def _trial_summary(result: Any) -> list[dict[str, Any]]:

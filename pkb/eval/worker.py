@@ -200,6 +200,26 @@ def storage_ptrs(x: Any) -> set[int]:
     return out
 
 
+def repeat_summary(first: Any, second: Any) -> dict[str, Any]:
+    """How a second call on identical inputs differs from the first (bitwise; NaN equals NaN)."""
+    import torch
+
+    if bitwise_equal(first, second):
+        return {"equal": True, "differing": 0, "max_abs_diff": 0.0}
+    ta, tb = tensors_of(first), tensors_of(second)
+    differing, worst = 0, 0.0
+    for a, b in zip(ta, tb):
+        if a.shape != b.shape:
+            return {"equal": False, "differing": None, "max_abs_diff": None, "note": "shapes differ between the two calls"}
+        af, bf = a.detach().double(), b.detach().double()
+        same = (af == bf) | (torch.isnan(af) & torch.isnan(bf))
+        differing += int((~same).sum().item())
+        d = (af - bf).abs()[~same & torch.isfinite(af - bf)]
+        if d.numel():
+            worst = max(worst, float(d.max().item()))
+    return {"equal": False, "differing": differing, "max_abs_diff": worst}
+
+
 def _cap_for_saving(x: Any, cap_elems: int) -> Any:
     import torch
 
@@ -246,6 +266,7 @@ class Rank:
             all_matched = self.correctness()
             rep.phase("sync")
             verdicts = self.exchange_verdicts(all_matched)
+            self.save_peer_inputs(verdicts)
             if self.job.timing and all(v.get("matched") for v in verdicts):
                 rep.phase("timing")
                 self.timing(min(int(v.get("groups", 1)) for v in verdicts))
@@ -364,6 +385,8 @@ class Rank:
         atol, rtol = self.source.tolerance
         all_matched = True
         self.first_inputs: tuple | None = None
+        self.wrong_trials: list[int] = []
+        previous_expected: Any = None  # the diagnosis tests `stale` against the trial before
         for t in range(job.trials):
             rep.phase(f"trial {t} reference")
             try:
@@ -384,14 +407,25 @@ class Rank:
             cmp["poisoned_bytes"] = poisoned
             cmp["mutates_inputs"] = not bitwise_equal(candidate_inputs, inputs)
             cmp["aliases_input"] = bool(storage_ptrs(got) & storage_ptrs(candidate_inputs))
+            extra: dict[str, Any] = {}
+            if t == 0:  # one repeat of identical inputs tells a race from a deterministic bug
+                rep.phase("trial 0 repeat")
+                again = self.call_candidate(clone_tree(inputs))
+                cmp["repeat"] = repeat_summary(got, again)
+                if not cmp["repeat"]["equal"]:
+                    extra["repeat_got"] = again
             if not cmp["matched"]:
                 all_matched = False
-                cmp["saved"] = self.save_tensors(f"trial{t}", inputs, expected, got)
+                self.wrong_trials.append(t)
+                if previous_expected is not None:
+                    extra.update(previous_expected=previous_expected, previous_trial=t - 1)
+                cmp["saved"] = self.save_tensors(f"trial{t}", inputs, expected, got, extra)
+            previous_expected = expected
             rep.result["trials"].append(cmp)
             rep.save()
         return all_matched
 
-    def save_tensors(self, tag: str, inputs: Any, expected: Any, got: Any) -> str:
+    def save_tensors(self, tag: str, inputs: Any, expected: Any, got: Any, extra: dict[str, Any] | None = None) -> str:
         import torch
 
         try:
@@ -406,6 +440,8 @@ class Rank:
                     "inputs": _cap_for_saving(inputs, cap_elems),
                     "expected": _cap_for_saving(expected, cap_elems),
                     "got": _cap_for_saving(got, cap_elems),
+                    # previous_expected / previous_trial / repeat_got, for the diagnosis
+                    **{k: _cap_for_saving(v, cap_elems) for k, v in (extra or {}).items()},
                 },
                 path,
             )
@@ -418,7 +454,7 @@ class Rank:
         from pkb.eval.timing import group_count, input_bytes
 
         groups = group_count(self.job.groups, input_bytes(self.first_inputs), self.device) if all_matched else 1
-        write_json_atomic(verdict_path(self.job.job_dir, self.rank), {"matched": all_matched, "groups": groups})
+        write_json_atomic(verdict_path(self.job.job_dir, self.rank), {"matched": all_matched, "groups": groups, "wrong_trials": self.wrong_trials})
         verdicts: list[dict[str, Any] | None] = [None] * self.ws
         while True:
             for r in range(self.ws):
@@ -427,6 +463,24 @@ class Rank:
             if all(v is not None for v in verdicts):
                 return verdicts  # type: ignore[return-value]
             time.sleep(0.02)  # a rank that never arrives is the launcher's to time out
+
+    def save_peer_inputs(self, verdicts: list[dict[str, Any]]) -> None:
+        """This rank's inputs of every trial some other rank got wrong, for the differential
+        diagnosis (which needs all ranks' inputs); regenerated from the seed, capped like the rest."""
+        import torch
+
+        wanted = sorted({t for v in verdicts for t in v.get("wrong_trials", [])} - set(self.wrong_trials))
+        if not wanted:
+            return
+        cap_elems = max(1, self.job.save_cap_bytes // 3 // 8)
+        try:
+            d = tensors_dir(self.job.job_dir)
+            d.mkdir(parents=True, exist_ok=True)
+            for t in wanted:
+                inputs = self.source.make_inputs(self.rank, self.ws, t, self.device, self.dtype)
+                torch.save({"rank": self.rank, "trial": t, "inputs": _cap_for_saving(inputs, cap_elems)}, d / f"inputs_trial{t}_rank{self.rank}.pt")
+        except Exception:
+            pass  # a convenience, like save_tensors: never a reason to fail the rank
 
     def timing(self, n_groups: int) -> None:
         import torch.distributed as dist
