@@ -271,3 +271,43 @@ def explain_command(
         raise typer.Exit(2)
     rec, used = analyze_file(path, store=store, ptx=ptx)
     render(rec, Console(soft_wrap=False), used)
+
+
+@app.command("report")
+def report_command(
+    path: Path = typer.Argument(..., help="a run folder (with static.jsonl), a static.jsonl, or a corpus folder (static passes run first)"),
+    out: Path = typer.Option(Path("pkb-report"), "--out", "-o", help="folder for index.html, report.md and kernels/"),
+    store: Optional[Path] = typer.Option(None, "--store", help="evaluation store (default: pkb_eval.sqlite beside the run, if any)"),
+    ptx: bool = typer.Option(True, "--ptx/--no-ptx", help="run the PTX pass where nvcc exists (corpus input only)"),
+    cache: bool = typer.Option(True, "--cache/--no-cache", help="reuse pass facts of unchanged files (corpus input only)"),
+) -> None:
+    """Write the corpus report (one self-contained HTML page, Markdown) and a page per candidate."""
+    from reports.corpus_report import build
+    from reports.load import gather
+
+    if not path.exists():
+        err.print(f"[red]error:[/] {path}: no such file or folder")
+        raise typer.Exit(2)
+    if store is not None and not store.is_file():
+        err.print(f"[red]error:[/] {store}: no such store")
+        raise typer.Exit(2)
+    records, info = gather(path, out, store=store, ptx=ptx, cache=cache)
+    result = build(records, out, info)
+    evaluated = f"{result['evaluated']} evaluated" if result["evaluated"] else "static only (no evaluation found)"
+    typer.echo(f"{result['candidates']} candidates, {evaluated}; wrote {result['html']}, {result['markdown']} and {len(result['pages'])} pages in {out}/{'kernels'}/")
+
+
+@app.command("explain")
+def explain_command(
+    path: Path = typer.Argument(..., help="one candidate file"),
+    store: Optional[Path] = typer.Option(None, "--store", help="evaluation store to read a previous evaluation from (default: ./pkb_eval.sqlite, if any)"),
+    ptx: bool = typer.Option(True, "--ptx/--no-ptx", help="run the PTX pass where nvcc exists"),
+) -> None:
+    """Print one candidate's page in the terminal: explanation, labels with evidence, findings, evaluation."""
+    from reports.terminal import analyze_file, render
+
+    if not path.is_file():
+        err.print(f"[red]error:[/] {path}: not a file")
+        raise typer.Exit(2)
+    rec, used = analyze_file(path, store=store, ptx=ptx)
+    render(rec, Console(soft_wrap=False), used)
