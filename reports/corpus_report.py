@@ -141,7 +141,7 @@ def _plot_outcomes(rows: list[dict[str, Any]], key: str) -> str:
         left = [a + b for a, b in zip(left, vals)]
     ax.set_xlabel("evaluated candidates")
     ax.set_title(f"Outcomes by {key}", fontsize=11)
-    ax.legend(fontsize=7, ncol=4, loc="lower right")
+    ax.legend(fontsize=7, ncol=len(outcomes), loc="upper center", bbox_to_anchor=(0.5, -0.35), frameon=False)
     ax.grid(axis="x", alpha=0.3)
     return fig_to_img(fig, f"outcomes by {key}")
 

@@ -1,0 +1,220 @@
+"""The corpus report and the per-candidate pages: static-only and evaluated data, checked as
+files and in a real headless browser (Debian's chromium).
+
+Without chromium the browser tests skip, or fail where CI is set (.ci/run installs it).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pkb.cli import main
+from profiling.analyze import profile_summary
+from profiling.synthetic import KinetoBuilder
+from profiling.trace import trace_from_chrome
+from reports import corpus_report
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+HEADINGS = ("pkb-analyze corpus report", "At a glance", "Transfer mechanisms", "Synchronization and overlap", "Most common findings",
+            "Fastest kernel per problem", "Candidates", "pass@k and fast_p@k")
+
+
+@pytest.fixture(scope="module")
+def static_records(tmp_path_factory):
+    from reports.load import run_static
+
+    tmp = tmp_path_factory.mktemp("report_static")
+    os.environ["PKB_CACHE_DIR"] = str(tmp / "cache")
+    return run_static(ROOT / "corpus", tmp / "static", ptx=False)
+
+
+def _trace_file(path: Path) -> Path:
+    import json
+
+    b = KinetoBuilder()
+    for i, t0 in enumerate((0.0, 300.0)):
+        b.cpu_range(f"pkb:candidate_call[{i}]", t0, 250)
+        b.kernel("void pkb_sm_load_gather<float>(float**, float*, int)", t0 + 5, t0 + 20, 60, stream=7)
+        b.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", t0 + 10, t0 + 90, 120, stream=7)
+        b.host_sync("cudaStreamSynchronize", t0 + 215, 20)
+    path.write_text(json.dumps(b.to_dict()))
+    return path
+
+
+def _evaluation(outcome: str, subtype: str = "", speedup: float | None = None, reason: str = "", **details) -> dict:
+    """An evaluation dict in pkb.eval's shape (what finish() writes and the store keeps)."""
+    correct = outcome in ("faster", "slower")
+    trials = [{"trial": t, "matched": outcome != "wrong_result", "ranks": [
+        {"rank": r, "matched": outcome != "wrong_result", "shape_ok": True, "dtype_ok": True, "numel": 6144,
+         "mismatches": 0 if outcome != "wrong_result" else 6144, "max_abs_err": 0.0 if outcome != "wrong_result" else 2.5,
+         "max_rel_err": 0.0, "max_violation": 0.0 if outcome != "wrong_result" else 1e5, "nan_inf": 0,
+         "sentinel": 0 if subtype != "unwritten" else 3072, "mutates_inputs": False, "aliases_input": False,
+         **({"repeat": {"equal": True, "differing": 0, "max_abs_diff": 0.0}} if t == 0 else {}),
+         **({"first_mismatches": [{"flat": 0, "coords": [0, 0], "expected": 1.5, "got": 0.25}]} if outcome == "wrong_result" else {})}
+        for r in range(2)]} for t in range(3)] if outcome in ("faster", "slower", "wrong_result") else []
+    return {"status": "ran", "outcome": outcome, "subtype": subtype, "speedup": speedup, "correct": correct, "world_size": 2,
+            "backend": "nccl", "device": "cuda", "dtype": "bfloat16", "trials": trials, "ranks": [], "reason": reason, "wall_s": 12.5,
+            "config_key": "0123456789abcdef", "details": {"reference_ms": 1.0 if speedup else None, "candidate_ms": (1.0 / speedup) if speedup else None, **details}}
+
+
+@pytest.fixture(scope="module")
+def evaluated_records(static_records, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("report_eval")
+    trace = _trace_file(tmp / "rank0.trace.json")
+    by_problem: dict = {}
+    for rec in static_records:
+        if rec.problem_id is not None:
+            by_problem.setdefault(rec.problem_id, []).append(rec)
+    picks = [copy.deepcopy(r) for pid in (1, 2, 12) for r in by_problem[pid][:3]]
+    plans = [
+        _evaluation("faster", speedup=1.8), _evaluation("slower", speedup=0.6),
+        _evaluation("wrong_result", "unwritten", reason="trial 0: 3072 of 6144 elements outside tolerance"),
+        _evaluation("compile_error", "cuda_syntax", reason="rank 0 in load: RuntimeError: kernel.cu(12): error: expected a ';'"),
+        _evaluation("faster", speedup=2.4), _evaluation("hang", "timeout", reason="killed after the 600 s limit; rank 1 in trial 0 candidate",
+                                                        stuck_ranks=[{"rank": 1, "phase": "trial 0 candidate"}]),
+        _evaluation("slower", speedup=0.3), _evaluation("faster", speedup=1.1), _evaluation("runtime_error", "illegal_address", reason="rank 1 in trial 0 candidate: an illegal memory access"),
+    ]
+    for rec, ev in zip(picks, plans):
+        rec.evaluation = ev
+    summary = profile_summary(trace_from_chrome(__import__("json").loads(trace.read_text()), path=str(trace), rank=0), ["pkb_sm_load_gather"], 1 << 20)
+    picks[1].profile = {"ranks": [summary], "merged_trace": None, "timeline_png": None, "errors": []}
+    return picks
+
+
+@pytest.fixture(scope="module")
+def built(static_records, evaluated_records, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("reports")
+    return {
+        "static": corpus_report.build(copy.deepcopy(static_records), tmp / "static", {"input": "corpus/"}),
+        "eval": corpus_report.build(evaluated_records, tmp / "eval", {"input": "synthetic evaluation"}),
+    }
+
+
+def _hrefs(html: str) -> list[str]:
+    return re.findall(r'href="([^"]+)"', html)
+
+
+@pytest.mark.parametrize("which", ["static", "eval"])
+def test_every_link_resolves(built, which):
+    res = built[which]
+    index = Path(res["html"])
+    html = index.read_text()
+    links = [h for h in _hrefs(html) if not h.startswith("#")]
+    assert len(links) >= res["candidates"]
+    for h in links:
+        assert (index.parent / h.split("#")[0]).is_file(), h
+    for page in res["pages"]:
+        text = Path(page).read_text()
+        assert 'href="../index.html"' in text
+        for h in _hrefs(text):
+            if not h.startswith("#"):
+                assert (Path(page).parent / h.split("#")[0]).is_file(), (page, h)
+    for h in re.findall(r"\]\(([^)]+)\)", Path(res["markdown"]).read_text()):
+        assert (index.parent / h.split("#")[0]).is_file(), h
+
+
+def test_self_contained(built):
+    for res in built.values():
+        for path in [res["html"], *res["pages"]]:
+            html = Path(path).read_text()
+            assert not re.search(r'(src|href)="(https?:)?//', html), path  # nothing fetched from a network
+            assert not re.search(r'<link\b', html)
+            assert html.count("<img") == html.count('src="data:image/png;base64,')
+
+
+def test_static_report_says_it_is_static(built):
+    html = Path(built["static"]["html"]).read_text()
+    assert "Static data only" in html and "needs an evaluation" in html
+    md = Path(built["static"]["markdown"]).read_text()
+    for heading in ("# pkb-analyze corpus report", "## Transfer mechanisms", "## Most common findings", "## Candidates"):
+        assert heading in md
+    assert built["static"]["plots"] == 3  # mechanisms, sync/overlap, findings
+
+
+def test_evaluated_report_answers_the_three_questions(built, evaluated_records):
+    html = Path(built["eval"]["html"]).read_text()
+    assert "Failed problems and why" in html and "Fastest kernel per problem" in html
+    assert "compile_error (cuda_syntax)" in html and "wrong_result (unwritten)" in html
+    fastest = max((r for r in evaluated_records if r.problem_id == 1 and r.evaluation["outcome"] == "faster"), key=lambda r: r.evaluation["speedup"])
+    assert fastest.path in html
+    assert "pass@1" in html and "fast_1@5" in html
+    assert built["eval"]["plots"] == 5  # + outcomes by category, speedups
+    assert built["eval"]["page_plots"] == 1  # the profiled candidate's timeline
+
+
+# ---- in a real browser ---------------------------------------------------------------------------
+
+
+def _browser(tmp_path: Path, url: str, *extra: str) -> str:
+    if CHROMIUM is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing (CI installs it in .ci/run: apt-get install -y chromium)")
+        pytest.skip("chromium not installed")
+    args = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'chromium-profile'}", "--virtual-time-budget=5000", *extra, url]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+@pytest.mark.parametrize("which", ["static", "eval"])
+def test_corpus_page_renders_in_chromium(built, which, tmp_path):
+    res = built[which]
+    dom = _browser(tmp_path, Path(res["html"]).resolve().as_uri(), "--dump-dom")
+    for heading in HEADINGS:
+        assert heading in dom, heading
+    loaded = re.search(r'data-imgs-loaded="(\d+)"', dom)
+    total = re.search(r'data-imgs-total="(\d+)"', dom)
+    assert loaded and total, "the page's load script did not run"
+    assert int(loaded.group(1)) == int(total.group(1)) == res["plots"]
+    assert dom.count('class="badge') >= (res["evaluated"] or 0)
+
+
+def test_kernel_page_renders_with_its_timeline(built, evaluated_records, tmp_path):
+    res = built["eval"]
+    page = Path(res["pages"][1])  # the profiled one
+    dom = _browser(tmp_path, page.resolve().as_uri(), "--dump-dom")
+    for heading in ("Explanation", "Labels of the candidate", "Kernels", "Findings", "Evaluation", "Diagnosis", "Timeline of one call"):
+        assert f">{heading}</h2>" in dom, heading
+    assert 'data-imgs-loaded="1"' in dom and 'data-imgs-total="1"' in dom
+    assert evaluated_records[1].path in dom and "speedup 0.6x" in dom
+
+
+def test_screenshot(built, tmp_path):
+    shot = tmp_path / "corpus.png"
+    _browser(tmp_path, Path(built["eval"]["html"]).resolve().as_uri(), f"--screenshot={shot}", "--window-size=1280,2000")
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+
+
+# ---- the commands --------------------------------------------------------------------------------
+
+
+def test_report_and_explain_commands(tmp_path, capsys):
+    os.environ["PKB_CACHE_DIR"] = str(tmp_path / "cache")
+    out = tmp_path / "rep"
+    with pytest.raises(SystemExit) as exc:
+        main(["report", str(ROOT / "corpus"), "--out", str(out), "--no-ptx"])
+    assert (exc.value.code or 0) == 0
+    assert (out / "static.jsonl").is_file() and (out / "index.html").is_file() and (out / "report.md").is_file()
+    assert "static only" in capsys.readouterr().out
+    # a run folder (static.jsonl already there) is read, not re-analyzed
+    again = tmp_path / "rep2"
+    with pytest.raises(SystemExit) as exc:
+        main(["report", str(out), "--out", str(again)])
+    assert (exc.value.code or 0) == 0 and (again / "index.html").is_file()
+    assert len(list((again / "kernels").glob("*.html"))) == len((out / "static.jsonl").read_text().splitlines())
+    target = ROOT / "corpus" / "solutions_cuda_bf16_h100_8_pkb_sample-b" / "13_gemm_allreduce_cuda.py"
+    with pytest.raises(SystemExit) as exc:
+        main(["explain", str(target), "--no-ptx"])
+    assert (exc.value.code or 0) == 0
+    text = capsys.readouterr().out
+    assert "PKB012" in text and "Labels of the candidate" in text and "not evaluated" in text
