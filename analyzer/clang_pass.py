@@ -920,6 +920,8 @@ class _ClangPass:
         if p.kind == "CALL_EXPR":
             if p.spelling == "operator=" and p.kids and p.kids[0] is cur:
                 return {"store"}
+            if p.spelling == "operator=":
+                return {"load"}  # the right side of a struct copy (float4 a = b): read whole
             if self.is_constructor(p) and "atomic" not in p.spelling:
                 return {"load"}
             return set()  # bound to a reference parameter

@@ -7,6 +7,7 @@ helper in a header the pass could not read), the label is `unknown`, with the re
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from analyzer.facts import PEER_KINDS, SIGNAL_KINDS, CallSite, CudaFacts, CudaSource, Function, PtxFacts
@@ -85,11 +86,17 @@ class Classifier:
             lab = next((x for x in lst if x.value == value), None)
             if lab is None:
                 lst.append(Label(axis, value, [ev]))
-            elif len(lab.evidence) < 4 and ev not in lab.evidence:
+            elif len(lab.evidence) < 6 and ev not in lab.evidence:
                 lab.evidence.append(ev)
 
         inside = [a for a in k.cuda.accesses if a.function in k.reach]
+        # A bulk copy or multimem op written in inline asm is TMA / NVLS, not an SM load of the
+        # same address: those asm lines do not count as SM traffic.
+        engine_lines = {asm.line for asm in k.cuda.asm if asm.function in k.reach and any(
+            m.startswith(("cp.async.bulk", "cp.reduce.async.bulk", "multimem.")) for m in asm.mnemonics)}
         for a in inside:
+            if a.via == "asm" and a.line in engine_lines:
+                continue
             if a.pointer_kind in PEER_KINDS:
                 value = {"load": "sm_load", "store": "sm_store", "atomic": "sm_atomic"}[a.kind]
                 add("mechanism", value, self.ev(a.line, "clang", f"{a.kind} through {a.pointer} ({a.pointer_kind})"))
@@ -241,11 +248,18 @@ class Classifier:
         for c in self.timed("tensor_copy"):
             if self._peer_copy(c):
                 rec.add_label(Label("mechanism", "copy_engine", [self.ev(c.line, "python", "copy of a tensor viewing a peer buffer")]))
-        for k in k_facts:
-            for m in k.cuda.memcpys:
-                if m.peer and (launched is None or self._host_fn_timed(k.cuda, m.function)):
-                    rec.add_label(Label("mechanism", "copy_engine", [self.ev(m.line, "clang", m.api)]))
-                if m.host and (launched is None or self._host_fn_timed(k.cuda, m.function)):
+        # Copies issued by host code: a source may hold no kernel at all, only cudaMemcpy*Async.
+        for cuda in self.facts.cuda:
+            for m in cuda.memcpys:
+                if launched is not None and not self._host_fn_timed(cuda, m.function):
+                    continue
+                if m.peer:
+                    ev = [self.ev(m.line, "clang", m.api)]
+                    ev += [self.ev(c.line, "python", f"calls {c.target}, which copies with {m.api}")
+                           for c in self.timed("ext_kernel") if cuda.bindings.get(c.target, c.target) == m.function
+                           and any(a.pointer_kind in PEER_KINDS for a in c.args)][:2]
+                    rec.add_label(Label("mechanism", "copy_engine", ev))
+                if m.host:
                     rec.add_label(Label("mechanism", "host_staging", [self.ev(m.line, "clang", f"{m.api} {m.kind_arg}")]))
         self._host_cuda_calls()
         for c in self.timed("host_transfer"):
@@ -275,10 +289,12 @@ class Classifier:
         self._overlap(reports)
 
     def _peer_copy(self, c: CallSite) -> bool:
+        receiver = c.snippet.split("." + c.qualname.split(".")[-1] + "(")[0].split("=")[-1].strip()
+        if receiver in self.facts.python.host_tensors:
+            return False  # a peer view copied into host memory is host staging
         if any(a.pointer_kind == "peer_tensor" for a in c.args):
             return True
         # `hdl.get_buffer(peer, ...).copy_(x)` / `peer_view.clone()`: the receiver is the peer view.
-        receiver = c.snippet.split("." + c.qualname.split(".")[-1] + "(")[0].split("=")[-1].strip()
         if "get_buffer(" in receiver and "rank" not in receiver.split("get_buffer(")[1].split(",")[0]:
             return True
         return receiver in self._peer_tensor_names()
@@ -292,6 +308,14 @@ class Classifier:
                 if lhs and "rank" not in first:
                     names.add(lhs)
         return names
+
+    def _compute_line(self, k: KernelReport) -> int:
+        """First line of a kernel that does arithmetic beyond moving data (dot, fma, rsqrt...)."""
+        pattern = re.compile(r"tl\.dot\(|tl\.sum\(|fmaf|rsqrt|wmma|mma\.sync|acc\s*\+=|sum\s*\+=")
+        for i in range(k.line, min(k.line + 300, len(self.lines) + 1)):
+            if pattern.search(self.lines[i - 1]):
+                return i
+        return 0
 
     def _launched_kernels(self, k_facts: list[_KernelFacts]) -> set[str] | None:
         """Kernels reachable from host functions the timed path calls; None when unknown."""
@@ -346,12 +370,23 @@ class Classifier:
         mover = [r for r in reports if any(l.value not in ("none", "unknown") for l in r.labels.get("mechanism", []))]
         side_stream = [c for c in py.calls if c.path == "timed" and c.stream_context]
         if side_stream and (py.streams or self.timed("event", "stream")):
-            rec.add_label(Label("overlap", "multi_stream", [self.ev(side_stream[0].line, "python", f"issued under {side_stream[0].stream_context}")]))
+            first = side_stream[0]
+            evidence = [self.ev(first.line, "python", f"issued under {first.stream_context}")]
+            with_line = next((i for i in range(first.line, 0, -1) if "with " in self.lines[i - 1] and first.stream_context.split("(")[0].split(".")[-1] in self.lines[i - 1]), 0)
+            if with_line and with_line != first.line:
+                evidence.insert(0, self.ev(with_line, "python", "a side stream for communication"))
+            rec.add_label(Label("overlap", "multi_stream", evidence))
         if py.chunk_loops:
             rec.add_label(Label("overlap", "chunked_pipeline", [self.ev(py.chunk_loops[0], "python", "a loop over chunks issues transfers and compute")]))
         fused = [r for r in mover if r.language == "triton" or self.computes.get(r.name, False)]
         if fused and not has_torch_compute:
-            rec.add_label(Label("overlap", "fused_kernel", [self.ev(fused[0].line, "clang" if fused[0].language == "cuda" else "python", f"{fused[0].name} moves peer data and computes")]))
+            k = fused[0]
+            pass_name = "clang" if k.language == "cuda" else "python"
+            evidence = [self.ev(k.line, pass_name, f"{k.name} moves peer data and computes")]
+            compute_line = self._compute_line(k)
+            if compute_line:
+                evidence.append(self.ev(compute_line, pass_name, "the arithmetic in the same kernel"))
+            rec.add_label(Label("overlap", "fused_kernel", evidence))
         if not rec.labels.get("overlap"):
             line = (compute_calls[0].line if compute_calls else (matmul_lines[0] if matmul_lines else py.solution_line or 1))
             rec.add_label(Label("overlap", "none", [self.ev(line, "python", "communication and computation run one after another")]))

@@ -158,6 +158,8 @@ class PythonFacts:
     streams: list[int] = field(default_factory=list)  # lines creating torch.cuda.Stream()
     chunk_loops: list[int] = field(default_factory=list)  # loops in the timed path that launch
     #                                                       transfers and compute per chunk
+    # names bound to host (CPU or pinned) tensors: a copy into them is staging, not peer traffic
+    host_tensors: list[str] = field(default_factory=list)
     # ext function name -> kinds of its positional args seen at call sites (for the C++ pass)
     ext_arg_kinds: dict[str, list[str]] = field(default_factory=dict)
 

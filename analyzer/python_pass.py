@@ -200,9 +200,13 @@ class PythonPass:
             return scope.kinds.get(key) or self.module_scope.kinds.get(key) or self.module_scope.kinds.get("*." + node.attr, "unknown")
         if isinstance(node, ast.Subscript):
             base = self.kind_of(node.value, scope)
-            if isinstance(node.slice, ast.Constant) and isinstance(node.value, ast.Name):
-                key = f"{node.value.id}[{node.slice.value!r}]"
-                got = scope.kinds.get(key) or self.module_scope.kinds.get(key)
+            if isinstance(node.slice, ast.Constant):
+                if isinstance(node.value, ast.Name):
+                    key = f"{node.value.id}[{node.slice.value!r}]"
+                    got = scope.kinds.get(key) or self.module_scope.kinds.get(key)
+                    if got:
+                        return got
+                got = self.module_scope.kinds.get(f"*[{node.slice.value!r}]")
                 if got:
                     return got
             if base in ("peer_ptr_array", "signal_ptr_array"):
@@ -220,7 +224,7 @@ class PythonPass:
             if name.endswith("_symmetric_memory.empty") or last == "empty" and "symm" in name:
                 return "symm_local"
             if last in ("int", "c_void_p", "to", "cuda", "contiguous", "view", "reshape",
-                        "flatten", "__int__", "tensor", "as_tensor", "data_ptr", "narrow") or name in ("int", "torch.tensor", "torch.as_tensor"):
+                        "flatten", "__int__", "tensor", "as_tensor", "data_ptr", "narrow", "list", "tuple") or name in ("int", "torch.tensor", "torch.as_tensor"):
                 inner = node.args[0] if node.args else (node.func.value if isinstance(node.func, ast.Attribute) else None)
                 if isinstance(node.func, ast.Attribute) and last in ("to", "cuda", "contiguous", "view", "reshape", "flatten", "data_ptr", "narrow"):
                     inner = node.func.value
@@ -252,7 +256,34 @@ class PythonPass:
             return self.qualname(node.func).endswith("get_rank")
         return False
 
+    def _is_host_tensor(self, value: ast.AST) -> bool:
+        if not isinstance(value, ast.Call):
+            return False
+        last = self.qualname(value.func).split(".")[-1]
+        if last in ("cpu", "pin_memory"):
+            return True
+        consts = [a.value for a in value.args if isinstance(a, ast.Constant)]
+        kws = {k.arg: k.value for k in value.keywords if k.arg}
+        if last == "to" and "cpu" in consts:
+            return True
+        pinned = isinstance(kws.get("pin_memory"), ast.Constant) and kws["pin_memory"].value is True
+        on_cpu = isinstance(kws.get("device"), ast.Constant) and kws["device"].value == "cpu"
+        return last in ALLOC_FUNCS and (pinned or on_cpu)
+
     def _assign_kinds(self, targets: list[ast.AST], value: ast.AST, scope: _Scope, line: int) -> None:
+        if self._is_host_tensor(value):
+            for t in targets:
+                name = _dotted(t) if isinstance(t, (ast.Name, ast.Attribute)) else ""
+                if name and name not in self.facts.host_tensors:
+                    self.facts.host_tensors.append(name)
+        if isinstance(value, ast.Dict):
+            # State dicts (`st = {"peers": [...]}`) are read back by key, often under another name.
+            for key, val in zip(value.keys, value.values):
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    kind = self.kind_of(val, scope)
+                    if kind != "unknown":
+                        slot = f"*[{key.value!r}]"
+                        self.module_scope.kinds[slot] = _stronger(self.module_scope.kinds.get(slot, "unknown"), kind)
         if isinstance(value, ast.Call) and self.qualname(value.func).endswith("get_rank") or (
             isinstance(value, ast.Attribute) and value.attr == "rank"
         ):
@@ -303,6 +334,9 @@ class PythonPass:
             key = f"{target.value.id}[{target.slice.value!r}]"
         else:
             return
+        if isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant):
+            slot = f"*[{target.slice.value!r}]"
+            self.module_scope.kinds[slot] = _stronger(self.module_scope.kinds.get(slot, "unknown"), kind)
         dest = self.module_scope if (key.split("[")[0] in self.global_names or isinstance(target, ast.Attribute)) else scope
         dest.kinds[key] = _stronger(dest.kinds.get(key, "unknown"), kind)
         dest.origin.setdefault(key, line)
@@ -554,6 +588,9 @@ class PythonPass:
                 scope = self._scope_for(fn)
                 args = [self._arg(i, a, scope) for i, a in enumerate(node.args)]
                 args += [self._arg(-1, kw.value, scope, kw.arg or "") for kw in node.keywords]
+                if cat == "tensor_copy" and isinstance(node.func, ast.Attribute):
+                    # the receiver: `peer_view.copy_(x)` pushes into a peer's buffer
+                    args.append(self._arg(-1, node.func.value, scope, "self"))
                 self._record(node, name, cat, enclosing, args)
 
     def _assigned_names(self, call: ast.Call) -> list[str]:

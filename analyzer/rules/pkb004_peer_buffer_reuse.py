@@ -1,3 +1,6 @@
+import ast
+import re
+
 from analyzer.facts import PEER_KINDS
 from analyzer.rules.base import Rule
 
@@ -51,25 +54,65 @@ class PeerBufferReuseWithoutBarrier(Rule):
         ]
         if not peer_calls:
             return
-        last = max(peer_calls, key=lambda c: c.line)
+        position = _call_positions(ctx)
+        last = max(peer_calls, key=lambda c: position(c.function, c.line))
+        last_pos = position(last.function, last.line)
         closing = [
             c for c in calls
-            if c.function == last.function and c.line > last.line
-            and (c.qualname in ("handle.barrier", "handle.wait_signal") or c.category in ("host_sync", "collective"))
+            if (c.qualname in ("handle.barrier", "handle.wait_signal") or c.category in ("host_sync", "collective"))
+            and position(c.function, c.line) > last_pos
         ]
         if closing:
             return
         # A kernel that ends with its own wait (a spin after its last peer access) closes itself.
-        kernels = {last.target}
         for cuda in ctx.facts.cuda:
             entry = cuda.bindings.get(last.target, last.target)
-            names = {entry} | {l.kernel for l in cuda.launches if l.caller == entry}
-            kernels |= names
-            peer_lines = [a.line for a in cuda.accesses if a.function in names and a.pointer_kind in PEER_KINDS]
-            spins = [s.line for s in cuda.spin_loops if s.function in names or s.function not in {f.name for f in cuda.functions if f.kind == "host"}]
-            if peer_lines and spins and max(spins) > max(peer_lines):
+            kernels = {entry} | {l.kernel for l in cuda.launches if l.caller == entry}
+            peer_lines = [a.line for a in cuda.accesses if a.function in kernels and a.pointer_kind in PEER_KINDS]
+            if peer_lines and any(w > max(peer_lines) for w in _wait_lines(ctx, cuda, kernels)):
                 return
         for t in ctx.py.triton_kernels:
             if t.name == last.target and t.spin_loops and t.peer_loads and max(t.spin_loops) > max(t.peer_loads):
                 return
         yield self.finding(ctx, last.line, f"nothing after {last.qualname} waits for the peers")
+
+
+def _call_positions(ctx):
+    """Order of execution, approximately: a call inside a helper sits where solution() calls it."""
+    try:
+        tree = ast.parse(ctx.rec.source)
+    except (SyntaxError, RecursionError, SystemError):
+        return lambda fn, line: line
+    sites: dict[str, list[int]] = {}
+    owner: dict[int, str] = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Call):
+                    name = n.func.id if isinstance(n.func, ast.Name) else (n.func.attr if isinstance(n.func, ast.Attribute) else "")
+                    if name:
+                        sites.setdefault(name, []).append(n.lineno)
+                        owner.setdefault(n.lineno, fn.name)
+
+    def position(fn: str, line: int, depth: int = 0) -> tuple:
+        if fn in ("solution", "") or fn not in sites or depth > 8:
+            return (line,)
+        site = max(sites[fn])
+        return position(owner.get(site, "solution"), site, depth + 1) + (line,)
+
+    return position
+
+
+def _wait_lines(ctx, cuda, kernels: set[str]) -> list[int]:
+    """File lines inside the kernels where they wait on a flag: a spin, or a call of a helper that spins."""
+    spinning = {s.function for s in cuda.spin_loops}
+    lines = [s.line for s in cuda.spin_loops if s.function in kernels]
+    src = ctx.py.cuda_sources[cuda.source_index]
+    text = src.text.splitlines()
+    for f in cuda.functions:
+        if f.name not in kernels:
+            continue
+        for i in range(f.text_line - 1, min(f.text_end_line, len(text))):
+            if any(re.search(rf"\b{re.escape(h)}\s*[<(]", text[i]) for h in spinning if h != f.name):
+                lines.append(src.file_line(i + 1))
+    return lines

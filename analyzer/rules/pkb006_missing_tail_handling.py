@@ -1,6 +1,11 @@
 import ast
+import re
 
 from analyzer.rules.base import Rule
+
+# A count divided by a vector/tile width in host code: `out.numel() / 8`, `rows * cols / 4`.
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')  # inline-asm templates use %0, %1 ...
+_HOST_DIV = re.compile(r"=\s*([^;=]*\b(numel\(\)|size\(|rows|cols|numel|count|\bn\b|elems|N)\b[^;=]*?)\s*(/|>>)\s*(2|3|4|8|16|32)\s*;")
 
 
 class MissingTailHandling(Rule):
@@ -39,6 +44,7 @@ class MissingTailHandling(Rule):
         for cuda in ctx.facts.cuda:
             for line in cuda.unguarded_tiles:
                 yield self.finding(ctx, line, pass_name="clang")
+            yield from self._host_side(ctx, cuda)
         if not ctx.py.triton_kernels:
             return
         try:
@@ -49,7 +55,16 @@ class MissingTailHandling(Rule):
         for fn in ast.walk(tree):
             if isinstance(fn, ast.FunctionDef) and fn.name in names:
                 uses_arange = "arange" in ast.unparse(fn)
+                # `tl.load(ptrs + r).to(tl.pointer_type(...))` reads one address from the peer
+                # table: a scalar, nothing to mask.
+                scalar_loads = {
+                    id(n.func.value) for n in ast.walk(fn)
+                    if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "to"
+                    and "pointer_type" in ast.unparse(n)
+                }
                 for node in ast.walk(fn):
+                    if id(node) in scalar_loads:
+                        continue
                     if (
                         uses_arange and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                         and node.func.attr in ("load", "store") and not any(k.arg == "mask" for k in node.keywords)
@@ -57,3 +72,30 @@ class MissingTailHandling(Rule):
                         and "pointer_type" not in ast.unparse(node)
                     ):
                         yield self.finding(ctx, node.lineno, f"tl.{node.func.attr} without mask in {fn.name}", kernel=fn.name)
+
+    def _host_side(self, ctx, cuda):
+        """The division happens in host code and the kernel only ever sees the vector count.
+
+        Counted as unhandled when neither the host function nor a kernel it launches looks at
+        the remainder (a `%`), and no check rejects sizes that do not divide (that is PKB013).
+        """
+        src = ctx.py.cuda_sources[cuda.source_index]
+        text = src.text.splitlines()
+        by_name = {f.name: f for f in cuda.functions}
+        for f in cuda.functions:
+            if f.kind != "host":
+                continue
+            body = text[f.text_line - 1 : f.text_end_line]
+            if any("%" in _STRING.sub("", line) for line in body):
+                continue
+            launched = [by_name[l.kernel] for l in cuda.launches if l.caller == f.name and l.kernel in by_name]
+            if not launched:
+                continue
+            if any("%" in _STRING.sub("", line) for k in launched for line in text[k.text_line - 1 : k.text_end_line]):
+                continue
+            for i, line in enumerate(body):
+                code = line.split("//")[0]
+                if _HOST_DIV.search(code) and "+" not in code.split("=", 1)[1]:
+                    yield self.finding(ctx, src.file_line(f.text_line + i), f"{f.name} divides the count and launches {launched[0].name} on the quotient only", kernel=f.name, pass_name="clang")
+                    break
+

@@ -60,9 +60,13 @@ class NarrowInputAssert(Rule):
             elif a.kind == "shape":
                 yield self.finding(ctx, a.line, "accepts only sizes that are a multiple of a tile")
         names = {"Float": "float32", "BFloat16": "bfloat16", "Half": "float16"}
-        for line, text, _src in ctx.cuda_lines():
+        spelled = {"bfloat16": ("BFloat16", "bfloat16", "bf16"), "float16": ("Half", "half", "__half"), "float32": ("Float", "float")}
+        for line, text, src in ctx.cuda_lines():
             m = _CUDA_DTYPE_CHECK.search(text)
-            if m and accepted and (accepted - {names[m.group(3)]}):
+            # A check in one branch of a dtype dispatch is not narrow when another branch takes
+            # the problem's dtype: only flag sources that never mention the accepted dtype.
+            supported = {d for d in accepted if any(w in src.text for w in spelled.get(d, ())) and d != (names[m.group(3)] if m else "")}
+            if m and accepted and (accepted - {names[m.group(3)]}) and not supported:
                 yield self.finding(ctx, line, f"TORCH_CHECK accepts only {names[m.group(3)]}", pass_name="clang")
             elif _CUDA_SHAPE_CHECK.search(text):
                 yield self.finding(ctx, line, "TORCH_CHECK accepts only multiples of a tile", pass_name="clang")
