@@ -116,6 +116,27 @@ def run_eval(records, out: Path, options, quiet: bool) -> None:
     typer.echo(f"wrote {path} and the store {options.store_path}")
 
 
+def run_emulated(records, out: Path, world_size: int, *, trials: int, dtype, scale: str, quiet: bool) -> None:
+    """Emulated ranks: protocol bugs on one device. Results are labeled emulated and not stored
+    beside real evaluations (they carry no timing and say nothing about NVLink)."""
+    from pkb.emulate import evaluate_record
+    from reports import console
+
+    path = out / "eval_emulated.jsonl"
+    with path.open("w", encoding="utf-8") as jsonl, _progress(len(records), quiet) as (progress, task):
+        for rec in records:
+            if rec.parse_status == "ok":
+                rec.evaluation = evaluate_record(rec, world_size, trials=trials, dtype=dtype, scale=scale)
+            else:
+                rec.evaluation = {"emulated": True, "status": "not_run", "reason": f"file not read: {rec.parse_status}"}
+            jsonl.write(json.dumps(rec.to_json_line(), default=str) + "\n")
+            jsonl.flush()
+            progress.advance(task)
+    typer.echo(console.eval_table(records))
+    typer.echo(console.eval_totals(records) + f" (EMULATED: {world_size} virtual ranks, correctness only, no timing)")
+    typer.echo(f"wrote {path}")
+
+
 def _static_options(ptx, cache, cache_dir, select, ignore):
     from analyzer.pipeline import StaticOptions
 
@@ -184,12 +205,17 @@ def eval_command(
     store: Optional[Path] = typer.Option(None, "--store", help="SQLite store (default OUT/pkb_eval.sqlite)"),
     pkb_root: Optional[Path] = typer.Option(None, "--pkb-root", help="a PKB checkout: evaluate against its references and input factory"),
     ptx: bool = typer.Option(False, "--ptx/--no-ptx", help="run the PTX pass in the static stage"),
+    emulate: Optional[int] = typer.Option(None, "--emulate", help="N virtual ranks in one process on one GPU (or CPU): correctness only, never timed"),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Evaluate candidates against their references on every rank: one outcome each, stored, resumable."""
     from pkb.eval import EvalOptions
 
     records = run_static(path, out, _static_options(ptx, True, None, None, None), quiet=True)
+    if emulate:
+        run_emulated(records, out, emulate, trials=min(trials, 3), dtype=dtype, scale=scale, quiet=quiet)
+        write_tables(records, out)
+        return
     options = EvalOptions(
         world_size=world_size, trials=trials, backend=backend, dtype=dtype, timeout_s=timeout, warmup=warmup,
         iters=iters, scale=scale, store_path=str(store or out / "pkb_eval.sqlite"), work_dir=str(out / "eval_work"),

@@ -50,16 +50,20 @@ def eval_table(records: list[CandidateRecord], width: int = 48) -> str:
         ev = r.evaluation or {}
         path = r.path if len(r.path) <= width else "…" + r.path[-(width - 1):]
         speed = ev.get("speedup")
-        rows.append([path, ev.get("status", "-"), ev.get("outcome") or "-", ev.get("subtype") or "",
+        outcome = ev.get("outcome") or ("correct" if ev.get("correct") else "-")
+        rows.append([path, ev.get("status", "-"), outcome, ev.get("subtype") or "",
                      f"{speed:.3g}x" if isinstance(speed, (int, float)) else "", (ev.get("reason") or "")[:50]])
     return tabulate(rows, headers=["candidate", "status", "outcome", "subtype", "speedup", "reason"], tablefmt="simple")
 
 
 def eval_totals(records: Iterable[CandidateRecord]) -> str:
     records = list(records)
-    outcomes = Counter((r.evaluation or {}).get("outcome") or (r.evaluation or {}).get("status", "-") for r in records)
+    def outcome(ev: dict) -> str:
+        return ev.get("outcome") or ("correct" if ev.get("correct") else ev.get("status", "-"))
+
+    outcomes = Counter(outcome(r.evaluation or {}) for r in records)
     ran = [r for r in records if (r.evaluation or {}).get("status") in ("ran", "skipped_cached")]
-    correct = [r for r in ran if (r.evaluation or {}).get("outcome") in ("faster", "slower")]
+    correct = [r for r in ran if (r.evaluation or {}).get("outcome") in ("faster", "slower") or (r.evaluation or {}).get("correct")]
     line = f"evaluated {len(ran)} of {len(records)}; outcomes: " + ", ".join(f"{k} {v}" for k, v in outcomes.most_common())
     if ran:
         line += f"; correct {len(correct)}/{len(ran)}"

@@ -134,3 +134,20 @@ def test_eval_command_runs_pure_pytorch_candidates_on_cpu(tmp_path, capsys):
     assert recs["1_allreduce_good.py"]["mechanism"][0]["label"] == "nccl"
     assert (out / "pkb_eval.sqlite").exists()
     assert "wrong_result" in cap.out
+
+
+def test_eval_emulated_labels_results_and_finds_local_only(tmp_path, capsys):
+    d = tmp_path / "c"
+    d.mkdir()
+    (d / "1_allreduce_good.py").write_text(
+        "import torch\nimport torch.distributed as dist\n\n"
+        "@torch.no_grad()\ndef solution(tensor):\n    out = tensor.clone()\n    dist.all_reduce(out)\n    return out\n")
+    (d / "1_allreduce_local.py").write_text("import torch\n\ndef solution(tensor):\n    return tensor.clone()\n")
+    out = tmp_path / "out"
+    code, cap = run_cli(["eval", str(d), "--out", str(out), "--emulate", "4"], tmp_path, capsys)
+    assert code == 0, cap.err
+    recs = {json.loads(l)["path"]: json.loads(l)["evaluation"] for l in (out / "eval_emulated.jsonl").read_text().splitlines()}
+    assert all(ev["emulated"] and ev["speedup"] is None for ev in recs.values())
+    assert recs["1_allreduce_good.py"]["correct"]
+    assert (recs["1_allreduce_local.py"]["outcome"], recs["1_allreduce_local.py"]["subtype"]) == ("wrong_result", "local_only")
+    assert "EMULATED" in cap.out
