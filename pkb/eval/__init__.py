@@ -128,6 +128,8 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
     t0 = time.monotonic()
     source = _source_text(rec)
     sha = rec.sha256 or hashlib.sha256(source.encode("utf-8")).hexdigest()
+    if source and getattr(rec, "parse_status", "") == "too_large":
+        sha = hashlib.sha256(source.encode("utf-8")).hexdigest()  # the record hashed a prefix only
     evaluation: dict[str, Any] = {
         "status": "not_run",
         "outcome": "",
@@ -146,7 +148,26 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
         "details": {},
     }
     if not source:
-        evaluation["reason"] = f"no source to run ({rec.parse_status}: {rec.parse_message})".strip()
+        decided = _decided_without_launch(rec)
+        if decided is None:
+            evaluation["reason"] = f"no source to run ({rec.parse_status}: {rec.parse_message})".strip()
+            return evaluation
+        # Empty or not Python at all: the outcome is certain without starting a rank.
+        try:
+            ref = problem_source.resolve(rec.problem_id, rec.problem_name, options)
+        except LookupError as exc:
+            evaluation["reason"] = str(exc)
+            return evaluation
+        dtype = options.dtype or ref.dtypes[0]
+        key = config_key(problem_id=ref.id, world_size=env.world_size, backend=env.backend, dtype=dtype, options=options)
+        outcome, subtype = decided
+        evaluation.update(
+            status="ran", outcome=outcome, subtype=subtype, dtype=dtype, config_key=key, problem_id=ref.id, problem_stem=ref.stem,
+            reason=f"{rec.parse_status}: {rec.parse_message}", details={"decided_without_launch": True}, wall_s=time.monotonic() - t0,
+        )
+        if sha:
+            store.add_candidate(sha, rec.path, ref.id, rec.problem_name, rec.model, rec.provider, rec.backend)
+            store.write_evaluation(sha, key, ref.id, evaluation)
         return evaluation
     try:
         ref = problem_source.resolve(rec.problem_id, rec.problem_name, options)
@@ -173,6 +194,9 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
         evaluation["reason"] = f"world size {env.world_size} needs {env.world_size} GPUs; {env.device_count} visible"
         return evaluation
 
+    from pkb.eval.device_needs import cuda_uses
+    from pkb.eval.static_checks import static_flags
+
     work = options.resolved_work_dir()
     cand_dir = work / "candidates" / sha[:16]
     cand_dir.mkdir(parents=True, exist_ok=True)
@@ -198,6 +222,11 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
         save_cap_bytes=options.save_cap_bytes,
         repo_root=str(Path(__file__).resolve().parents[2]),
         extra_sys_path=[str(Path(options.pkb_root).resolve())] if options.pkb_root else [],
+        import_timeout_s=min(options.import_timeout_s, options.timeout_s),
+        compile_timeout_s=min(options.compile_timeout_s, options.timeout_s),
+        call_timeout_s=min(options.call_timeout_s, options.timeout_s),
+        claims_custom_kernels=bool(cuda_uses(source)),
+        static_flags=static_flags(source) + _finding_hints(rec),
     )
     return Pending(job, evaluation, sha, key, ref.id, t0)
 
@@ -207,7 +236,7 @@ def finish(pending: Pending, result: Any, store: Any) -> dict[str, Any]:
     from pkb.eval.outcome import decide
 
     evaluation = pending.evaluation
-    evaluation.update(decide(result))
+    evaluation.update(decide(result, pending.job))
     evaluation.update(
         trials=_trial_summary(result),
         ranks=_rank_summary(result),
@@ -239,6 +268,27 @@ def _device_slots(options: EvalOptions, env: Environment) -> list[str]:
     visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
     ids = visible or [str(d) for d in range(env.device_count)]
     return [",".join(ids[j * ws : (j + 1) * ws]) for j in range(jobs)]
+
+
+def _decided_without_launch(rec: Any) -> tuple[str, str] | None:
+    status = getattr(rec, "parse_status", "")
+    if status == "empty":
+        return "load_error", "no_solution"
+    if status in ("not_python", "not_utf8"):
+        return "compile_error", "python_syntax"
+    return None
+
+
+def _finding_hints(rec: Any) -> list[dict[str, Any]]:
+    """The static analyzer's PKB012 (a library collective on the timed path of a custom-kernel
+    candidate), when the record carries findings: a hint beside the eval's own flags."""
+    out = []
+    for f in getattr(rec, "findings", None) or []:
+        rule = getattr(f, "rule", None) or (f.get("rule") if isinstance(f, dict) else None)
+        if rule == "PKB012":
+            line = getattr(f, "line", None) or (f.get("line") if isinstance(f, dict) else 0) or 0
+            out.append({"flag": "pkb012_library_collective", "line": int(line), "snippet": ""})
+    return out
 
 
 def _source_text(rec: Any) -> str:

@@ -74,7 +74,10 @@ _RUNTIME_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             re.I,
         ),
     ),
-    ("out_of_memory", re.compile(r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY", re.I)),
+    (
+        "out_of_memory",
+        re.compile(r"out of memory|OutOfMemoryError|CUDA_ERROR_OUT_OF_MEMORY|can't allocate memory|Cannot allocate memory", re.I),
+    ),
     ("device_assert", re.compile(r"device-side assert", re.I)),
     (
         "rendezvous_error",

@@ -7,8 +7,11 @@ others' results down.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,15 @@ class JobSpec:
     repo_root: str = ""
     extra_sys_path: list[str] = field(default_factory=list)
     visible_devices: str = ""  # CUDA_VISIBLE_DEVICES for this launch ('' leaves it alone)
+    # Per-phase limits (the whole job has timeout_s): the candidate's import, one JIT build, and
+    # one call of the candidate or the reference. A rank past one is killed by the launcher.
+    import_timeout_s: float = 300.0
+    compile_timeout_s: float = 900.0
+    call_timeout_s: float = 120.0
+    # From the evaluating process: does the source build or use CUDA code (claims custom
+    # kernels), and the static exploit flags of pkb.eval.static_checks.
+    claims_custom_kernels: bool = False
+    static_flags: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def timing(self) -> bool:
@@ -80,9 +92,53 @@ def tensors_dir(job_dir: str | Path) -> Path:
     return Path(job_dir) / "tensors"
 
 
+def key_path(job_dir: str | Path, rank: int) -> Path:
+    """The job's secret for one rank: read and deleted by the rank before any candidate code runs."""
+    return Path(job_dir) / f".key_rank{rank}"
+
+
+# Files the harness itself writes in a job directory (anything else there came from elsewhere).
+HARNESS_FILE_PATTERNS = (
+    "job.json", "status_rank*.json", "result_rank*.json", "verdict_rank*.json", "rank*.stdout",
+    "rank*.stderr", "torchrun.log", "torchelastic_error.json", "tensors", "scratch", ".key_rank*",
+    ".*.tmp",
+)
+
+MAC_FIELD = "mac"
+
+
+def _mac(data: dict[str, Any], key: str) -> str:
+    body = {k: v for k, v in data.items() if k != MAC_FIELD}
+    blob = json.dumps(body, sort_keys=True, default=_json_default).encode()
+    return hmac.new(key.encode(), blob, hashlib.sha256).hexdigest()
+
+
+def signed(data: dict[str, Any], key: str | None) -> dict[str, Any]:
+    """`data` with an HMAC of its content under the job's key (no key: unchanged).
+
+    Candidate code runs as the same user as the harness and can write any file of the job; it
+    cannot sign one without the key, which exists only in the launcher and in the ranks' memory.
+    """
+    if not key:
+        return data
+    # round trip first, so the MAC is over exactly what a reader will parse
+    plain = json.loads(json.dumps({k: v for k, v in data.items() if k != MAC_FIELD}, default=_json_default))
+    plain[MAC_FIELD] = _mac(plain, key)
+    return plain
+
+
+def verify(data: dict[str, Any] | None, key: str | None) -> bool:
+    if data is None:
+        return False
+    if not key:
+        return True
+    mac = data.get(MAC_FIELD)
+    return isinstance(mac, str) and hmac.compare_digest(mac, _mac(data, key))
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Readers never see half a file: write beside it, then rename over it."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps(data, default=_json_default), encoding="utf-8")
     os.replace(tmp, path)
 

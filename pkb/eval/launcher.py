@@ -1,13 +1,24 @@
-"""One torchrun launch per (problem, candidate), with a wall-clock limit for the whole job.
+"""One torchrun launch per (problem, candidate), with a wall-clock limit for the whole job and
+per-phase limits (import, JIT build, one call) that the ranks announce in their status files.
 
 torchrun starts each rank in a session of its own, so killing torchrun's process group does not
 reach the ranks: on timeout the launcher signals torchrun's group and every rank's group (their
-pids come from the ranks' status files and from /proc), SIGTERM first, SIGKILL after a grace.
+pids come from /proc: children of torchrun, and status-file pids only when /proc agrees they
+descend from torchrun), SIGTERM first, SIGKILL after a grace. After every job, timed out or not,
+/proc is scanned for anything the job left behind (a forked child that outlived its call, a
+daemon that left the session): a process of the job's groups or sessions, one whose parent chain
+leads to torchrun or a rank, or one that carries the job's marker in its environment is killed.
+
+Every file a rank writes is signed with a per-job key (pkb.eval.job.signed) that the ranks read
+and delete before the candidate loads; a result or status file without a valid signature was
+not written by the harness and does not count.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import secrets
 import shutil
 import signal
 import socket
@@ -19,17 +30,25 @@ from pathlib import Path
 from typing import Any
 
 from pkb.eval.job import (
+    HARNESS_FILE_PATTERNS,
     JobSpec,
+    key_path,
     launcher_log_path,
     log_paths,
     read_json,
     result_path,
     status_path,
+    verify,
 )
 
 TAIL_CHARS = 4000
 KILL_GRACE_S = 3.0
 POLL_S = 0.1
+STATUS_POLL_S = 0.25
+# A rank past its phase's deadline with no `expired` mark from its watchdog (the thread never got
+# the GIL) is killed this much later.
+PHASE_GRACE_S = 3.0
+MARKER_ENV = "PKB_EVAL_JOB_MARK"
 _PORT_IN_USE = ("address already in use", "EADDRINUSE", "Address in use")
 
 
@@ -40,6 +59,8 @@ class RankReport:
     result: dict[str, Any] | None
     stdout_tail: str = ""
     stderr_tail: str = ""
+    forged: list[str] = field(default_factory=list)  # files of this rank with no valid signature
+    exit: dict[str, Any] | None = None  # from torchrun's log: exit code, signal name
 
     @property
     def finished(self) -> bool:
@@ -54,6 +75,9 @@ class LaunchResult:
     ranks: list[RankReport]
     launcher_tail: str = ""
     command: list[str] = field(default_factory=list)
+    phase_timeout: dict[str, Any] | None = None  # {rank, phase, limit_s} when a phase limit killed it
+    strays: list[dict[str, Any]] = field(default_factory=list)  # processes left behind, killed
+    unexpected_files: list[str] = field(default_factory=list)  # in the job dir, not the harness's
 
     @property
     def stuck(self) -> list[dict[str, Any]]:
@@ -146,6 +170,13 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
     env["PYTHONUNBUFFERED"] = "1"
     scratch = job_dir / "scratch"
     scratch.mkdir(exist_ok=True)
+    key = secrets.token_hex(16)
+    for r in range(job.world_size):
+        kp = key_path(job_dir, r)
+        kp.write_text(key, encoding="utf-8")
+        os.chmod(kp, 0o600)
+    marker = secrets.token_hex(8)
+    env[MARKER_ENV] = marker
 
     log = open(launcher_log_path(job_dir), "wb")
     t0 = time.monotonic()
@@ -162,49 +193,129 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
     log.close()
     deadline = t0 + job.timeout_s
     timed_out = False
+    phase_timeout = None
+    next_status = 0.0
+    known: set[int] = set()  # every pid seen in the job, for the sweep afterwards
     try:
         while proc.poll() is None:
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now >= deadline:
                 timed_out = True
                 break
+            if now >= next_status:
+                next_status = now + STATUS_POLL_S
+                known |= set(_descendants({proc.pid}))
+                phase_timeout = _phase_expired(job, key)
+                if phase_timeout:
+                    timed_out = True
+                    break
             time.sleep(POLL_S)
     except BaseException:
-        kill_job(proc, job)  # interrupted evaluator: leave no ranks behind
+        kill_job(proc, job, known)  # interrupted evaluator: leave no ranks behind
+        sweep_strays(marker, {proc.pid} | known)
         raise
     if timed_out:
-        kill_job(proc, job)
+        known |= set(_descendants({proc.pid}))
+        kill_job(proc, job, known)
         clear_stale_build_locks(job.extensions_dir, older_than_s=0.0)
     wall = time.monotonic() - t0
+    strays = sweep_strays(marker, {proc.pid} | known)
+    for r in range(job.world_size):  # a rank that never started leaves its key behind
+        try:
+            key_path(job_dir, r).unlink()
+        except OSError:
+            pass
+    tail = _tail(launcher_log_path(job_dir), 16000)
+    ranks = collect_ranks(job_dir, job.world_size, key)
+    exits = torchrun_exits(tail)
+    for r in ranks:
+        r.exit = exits.get(r.rank)
     return LaunchResult(
         returncode=proc.returncode,
         timed_out=timed_out,
         wall_s=wall,
-        ranks=collect_ranks(job_dir, job.world_size),
-        launcher_tail=_tail(launcher_log_path(job_dir)),
+        ranks=ranks,
+        launcher_tail=tail[-TAIL_CHARS:],
         command=cmd,
+        phase_timeout=phase_timeout,
+        strays=strays,
+        unexpected_files=unexpected_files(job_dir),
     )
 
 
-def collect_ranks(job_dir: Path, world_size: int) -> list[RankReport]:
+def _phase_expired(job: JobSpec, key: str | None) -> dict[str, Any] | None:
+    """A rank whose watchdog marked it past a limit, or past its phase deadline plus a grace."""
+    now = time.time()
+    for r in range(job.world_size):
+        status = read_json(status_path(job.job_dir, r))
+        if not status or not verify(status, key):
+            continue
+        if status.get("expired"):
+            return {"rank": r, "phase": status.get("expired_in") or status.get("phase", ""), "limit_s": status.get("limit_s")}
+        dl = status.get("deadline")
+        if isinstance(dl, (int, float)) and now > dl + PHASE_GRACE_S:
+            return {"rank": r, "phase": status.get("phase", ""), "limit_s": status.get("limit_s"), "no_watchdog": True}
+    return None
+
+
+def collect_ranks(job_dir: Path, world_size: int, key: str | None = None) -> list[RankReport]:
     reports = []
     for r in range(world_size):
-        status = read_json(status_path(job_dir, r)) or {}
+        forged = []
+        status = read_json(status_path(job_dir, r))
+        if status is not None and not verify(status, key):
+            forged.append(status_path(job_dir, r).name)
+            status = None
+        result = read_json(result_path(job_dir, r))
+        if result is not None and not (verify(result, key) and result.get("rank", r) == r):
+            forged.append(result_path(job_dir, r).name)
+            result = None
+        status = status or {}
         out, err = log_paths(job_dir, r)
         reports.append(
             RankReport(
                 rank=r,
                 phase=status.get("phase", ""),
-                result=read_json(result_path(job_dir, r)),
+                result=result,
                 stdout_tail=_tail(out),
                 stderr_tail=_tail(err),
+                forged=forged,
             )
         )
     return reports
 
 
-def kill_job(proc: subprocess.Popen, job: JobSpec) -> None:
+def unexpected_files(job_dir: Path) -> list[str]:
+    from fnmatch import fnmatch
+
+    try:
+        names = sorted(p.name for p in Path(job_dir).iterdir())
+    except OSError:
+        return []
+    return [n for n in names if not any(fnmatch(n, pat) for pat in HARNESS_FILE_PATTERNS)]
+
+
+_FAILURE_ROW = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)\s*\(pid:\s*(\d+)\)")
+
+
+def torchrun_exits(log: str) -> dict[int, dict[str, Any]]:
+    """Per-rank exit codes from torchrun's failure table (a negative code is the signal)."""
+    out: dict[int, dict[str, Any]] = {}
+    for m in _FAILURE_ROW.finditer(log):
+        rank, code, pid = int(m.group(1)), int(m.group(2)), int(m.group(3))
+        entry: dict[str, Any] = {"exit_code": code, "pid": pid}
+        if code < 0:
+            try:
+                entry["signal"] = signal.Signals(-code).name
+            except ValueError:
+                entry["signal"] = f"signal {-code}"
+        out.setdefault(rank, entry)
+    return out
+
+
+def kill_job(proc: subprocess.Popen, job: JobSpec, known: set[int] | None = None) -> None:
     """SIGTERM then SIGKILL to torchrun's group and to each rank's own group."""
-    groups = {proc.pid} | set(_rank_pids(job, proc.pid))
+    groups = {proc.pid} | set(_rank_pids(job, proc.pid, known or set()))
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pgid in groups:
             try:
@@ -222,14 +333,108 @@ def kill_job(proc: subprocess.Popen, job: JobSpec) -> None:
         pass
 
 
-def _rank_pids(job: JobSpec, torchrun_pid: int) -> list[int]:
-    pids = []
+def _rank_pids(job: JobSpec, torchrun_pid: int, known: set[int]) -> list[int]:
+    """The ranks' pids. A status file is the candidate's to forge, so its pid counts only when
+    /proc (or the polling loop) saw that process descend from torchrun."""
+    family = set(_descendants({torchrun_pid})) | known
+    pids = [p for p in _children(torchrun_pid)]  # ranks that had not written a status yet
     for r in range(job.world_size):
         status = read_json(status_path(job.job_dir, r)) or {}
-        if status.get("pid"):
-            pids.append(int(status["pid"]))
-    pids.extend(_children(torchrun_pid))  # ranks that had not written a status yet
-    return pids
+        pid = status.get("pid")
+        if isinstance(pid, int) and pid in family and pid != os.getpid():
+            pids.append(pid)
+    return [p for p in pids if p > 1 and p != os.getpid() and p != os.getpgid(0)]
+
+
+def _proc_table() -> dict[int, tuple[int, int, int]]:
+    """pid -> (ppid, pgid, sid) of every live process (zombies left out)."""
+    table: dict[int, tuple[int, int, int]] = {}
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return table
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] in ("Z", "X"):
+            continue
+        try:
+            table[int(entry.name)] = (int(fields[1]), int(fields[2]), int(fields[3]))
+        except (ValueError, IndexError):
+            continue
+    return table
+
+
+def _descendants(roots: set[int], table: dict[int, tuple[int, int, int]] | None = None) -> list[int]:
+    table = _proc_table() if table is None else table
+    out, frontier = [], set(roots)
+    seen = set(roots)
+    while frontier:
+        nxt = {pid for pid, (ppid, _, _) in table.items() if ppid in frontier and pid not in seen}
+        out.extend(nxt)
+        seen |= nxt
+        frontier = nxt
+    return out
+
+
+def _has_marker(pid: int, marker: str) -> bool:
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"{MARKER_ENV}={marker}".encode() in env.split(b"\0")
+
+
+def sweep_strays(marker: str, family: set[int]) -> list[dict[str, Any]]:
+    """Kill every process the job left behind; return what was found.
+
+    A process belongs to the job when its parent chain leads to torchrun or a rank, when it is in
+    one of their process groups or sessions, or when its environment carries the job's marker (a
+    double fork that left the session still inherits the environment)."""
+    me = os.getpid()
+    killed: list[dict[str, Any]] = []
+    for _ in range(3):  # a stray may fork while we look
+        table = _proc_table()
+        roots = {p for p in family if p in table}
+        groups = {table[p][1] for p in roots} | set(family)
+        sessions = {table[p][2] for p in roots} | set(family)
+        mine = {me, os.getppid(), os.getpgid(0), os.getsid(0)}
+        found = set(_descendants(roots, table)) | roots
+        found |= {pid for pid, (_, pgid, sid) in table.items() if pgid in groups or sid in sessions}
+        found |= {pid for pid in table if _has_marker(pid, marker)}
+        found -= mine
+        found = {p for p in found if p > 1 and not _is_ancestor_of_me(p, table)}
+        if not found:
+            break
+        for pid in sorted(found):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+            except OSError:
+                cmdline = ""
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                continue
+            killed.append({"pid": pid, "cmdline": cmdline[:200]})
+        family |= found
+        time.sleep(0.05)
+    return killed
+
+
+def _is_ancestor_of_me(pid: int, table: dict[int, tuple[int, int, int]]) -> bool:
+    cur = os.getpid()
+    for _ in range(64):
+        if cur == pid:
+            return True
+        if cur not in table:
+            return False
+        cur = table[cur][0]
+        if cur <= 1:
+            return False
+    return False
 
 
 def _children(pid: int) -> list[int]:

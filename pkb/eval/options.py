@@ -23,6 +23,9 @@ class EvalOptions:
     dtype: str | None = None  # None: the problem's first dtype (PKB: bfloat16)
     backend: str = "auto"  # auto | nccl | gloo
     timeout_s: float = 600.0  # wall-clock limit of one launch (all trials and timing)
+    import_timeout_s: float = 300.0  # the candidate's import (a JIT build inside it has its own)
+    compile_timeout_s: float = 900.0  # one JIT build (load_inline / load)
+    call_timeout_s: float = 120.0  # one call of the candidate (or of the reference)
     warmup: int = 500  # PKB's default (power-steady state before timing)
     iters: int = 100  # timed calls per side; 0 turns timing off
     groups: int | None = None  # input groups; None: PKB's rule on CUDA (3x L2), 2 on CPU

@@ -1,8 +1,28 @@
 """One outcome per candidate from the per-rank results of its launch (TAXONOMY's words).
 
-Order of precedence: a failure a rank reported (compile_error, load_error, runtime_error, in that
-order, since a later stage's error is often the echo of an earlier one) > hang > a crash with no
-report > wrong_result > suspect > slower/faster.
+Order of precedence: files the harness did not sign (suspect/harness_tamper) > a failure a rank
+reported (a suspect the rank caught, then compile_error, load_error, runtime_error, in that order,
+since a later stage's error is often the echo of an earlier one) > hang (the whole job's limit, or
+one phase's: import, build, a call) > a crash with no report (runtime_error; the signal named) >
+wrong_result > suspect > slower/faster.
+
+The suspect checks after a correct run, in order (the first that holds is the subtype):
+    harness_tamper      a verdict file forged between ranks, files in the job directory the
+                        harness did not write, an output tensor subclass (caught in the rank)
+    calls_reference     the reference's code reached from the candidate (caught in the rank), or
+                        library collectives counted during the timed calls of a candidate that
+                        builds or uses CUDA code (it claims custom kernels)
+    fallback_path       a try/except whose handler calls collectives or the reference (static),
+                        confirmed by collectives counted during the candidate's calls
+    aliases_input       an output sharing storage with an input, or inputs written by the call
+    cached_output       right in the trials, wrong on the timed calls' inputs, on new values at
+                        old addresses, or on a peer-only change of inputs
+    side_stream_timing  a Python thread started by a call still running after it returned, an
+                        output that was completed only after the call returned, or (CUDA) host
+                        time around a device-wide synchronize more than 3x the event time and
+                        50 us above it, where the reference's clocks agree
+    speed_of_light      faster than the problem's bytes over NVLink (450 GB/s per direction) by
+                        more than 2x, at world size > 1 on GPUs
 """
 
 from __future__ import annotations
@@ -19,9 +39,37 @@ from pkb.eval.timing import rank_time_ms
 _ERROR_PRIORITY = ("compile_error", "load_error", "runtime_error")
 
 
-def decide(launch: LaunchResult) -> dict[str, Any]:
-    """{status, outcome, subtype, speedup, correct, reason, details}."""
+SIDE_STREAM_RATIO = 3.0
+SIDE_STREAM_MIN_MS = 0.05
+SPEED_OF_LIGHT_MARGIN = 2.0
+
+
+def decide(launch: LaunchResult, job: Any = None) -> dict[str, Any]:
+    """{status, outcome, subtype, speedup, correct, reason, details}. `job` (the JobSpec) adds
+    the static flags and whether the candidate claims custom kernels."""
     ranks = launch.ranks
+    details_pre: dict[str, Any] = {}
+    if getattr(launch, "strays", None):
+        details_pre["stray_processes"] = launch.strays[:16]
+    static = list(getattr(job, "static_flags", None) or [])
+    if static:
+        details_pre["static_flags"] = static
+    forged = [f for r in ranks for f in getattr(r, "forged", [])] + [f for r in ranks if r.result for f in r.result.get("forged_files", [])]
+    unexpected = list(getattr(launch, "unexpected_files", None) or [])
+    if forged or unexpected:
+        details_pre.update(forged_files=sorted(set(forged)), unexpected_files=unexpected)
+        what = (f"files the harness did not sign: {', '.join(sorted(set(forged)))}" if forged else "") + (
+            ("; " if forged else "") + f"files in the job directory the harness did not write: {', '.join(unexpected[:5])}" if unexpected else ""
+        )
+        return _result("ran", "suspect", "harness_tamper", details_pre, reason=what)
+    out = _decide(launch, job, ranks)
+    out["details"] = {**details_pre, **out["details"]}
+    if details_pre.get("stray_processes"):
+        out["reason"] += f"; {len(details_pre['stray_processes'])} process(es) left behind by the candidate were killed"
+    return out
+
+
+def _decide(launch: LaunchResult, job: Any, ranks: list[Any]) -> dict[str, Any]:
     errors = [(r.rank, r.result["error"]) for r in ranks if r.result and r.result.get("error")]
     details: dict[str, Any] = {}
     if errors:
@@ -31,8 +79,16 @@ def decide(launch: LaunchResult) -> dict[str, Any]:
         ]
     not_ours = [e for _, e in errors if e.get("source") in ("reference", "harness")]
     ours = [(rank, e) for rank, e in errors if e.get("source") == "candidate"]
+    probe = _probe_mismatch(ranks)
+    if probe and not any(e.get("outcome") == "suspect" for _, e in ours):
+        # A cache probe caught a stale answer; whatever followed (a peer stuck in a collective the
+        # cached rank skipped, its connection errors) is the echo of that desync.
+        details.update(probe)
+        if launch.timed_out:
+            details["stuck_ranks"] = launch.stuck
+        return _result("ran", "suspect", "cached_output", details, reason=probe["probe_reason"])
     if ours:
-        rank, err = min(ours, key=lambda re: _error_rank(re[1]))
+        rank, err = min(ours, key=lambda re: (re[1].get("outcome") != "suspect", _error_rank(re[1])))
         details["failed_ranks"] = sorted(r for r, _ in ours)
         message = _first_compiler_error(err.get("message")) if err["outcome"] == "compile_error" else None
         return _result("ran", err["outcome"], err.get("subtype", ""), details, reason=f"rank {rank} in {err.get('phase')}: {err.get('type')}: {message or _short(err.get('message'))}")
@@ -45,20 +101,50 @@ def decide(launch: LaunchResult) -> dict[str, Any]:
     if launch.timed_out:
         details["stuck_ranks"] = launch.stuck
         where = ", ".join(f"rank {s['rank']} in {s['phase']}" for s in launch.stuck) or "no rank reported"
+        pt = getattr(launch, "phase_timeout", None)
+        if pt:
+            details["phase_timeout"] = pt
+            limit = pt.get("limit_s")
+            lim = f"{limit:g} s " if isinstance(limit, (int, float)) else ""
+            return _result("ran", "hang", "timeout", details, reason=f"rank {pt['rank']} past the {lim}limit of {pt['phase']}; killed; {where}")
         return _result("ran", "hang", "timeout", details, reason=f"killed after the {launch.wall_s:.0f} s limit; {where}")
     unfinished = [r for r in ranks if not r.finished]
     if unfinished or launch.returncode not in (0, None):
-        # A rank died without writing an error: a signal (segfault, abort on a CUDA error).
+        # A rank died without writing an error: a signal (segfault, abort on a CUDA error), or
+        # os._exit. Which rank died first is in torchrun's failure table.
         text = "\n".join(r.stderr_tail for r in unfinished) + "\n" + launch.launcher_tail
-        subtype = runtime_subtype(text)
-        details["crashed_ranks"] = [{"rank": r.rank, "phase": r.phase} for r in unfinished]
+        subtype = runtime_subtype(text) or "crash"
+        crashed = []
+        for r in unfinished:
+            entry: dict[str, Any] = {"rank": r.rank, "phase": r.phase}
+            ex = getattr(r, "exit", None) or {}
+            entry.update({k: ex[k] for k in ("exit_code", "signal") if k in ex})
+            if "signal" not in entry:
+                m = re.search(r"Fatal Python error: (Segmentation fault|Aborted|Bus error|Floating point exception)", r.stderr_tail)
+                if m:
+                    entry["signal"] = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS", "Floating point exception": "SIGFPE"}[m.group(1)]
+            crashed.append(entry)
+        details["crashed_ranks"] = crashed
         details["returncode"] = launch.returncode
-        where = ", ".join(f"rank {r.rank} in {r.phase or 'start-up'}" for r in unfinished)
-        return _result("ran", "runtime_error", subtype, details, reason=f"exited with code {launch.returncode} without a report ({where})")
+        signals = sorted({c["signal"] for c in crashed if c.get("signal")})
+        if signals:
+            details["signal"] = signals[0]
+        def how(c: dict[str, Any]) -> str:
+            if c.get("signal"):
+                return f"rank {c['rank']} killed by {c['signal']} in {c['phase'] or 'start-up'}"
+            if c.get("exit_code") is not None:
+                return f"rank {c['rank']} exited with code {c['exit_code']} in {c['phase'] or 'start-up'}"
+            return f"rank {c['rank']} in {c['phase'] or 'start-up'}"
+        where = ", ".join(how(c) for c in crashed)
+        return _result("ran", "runtime_error", subtype, details, reason=f"died without a report: {where}")
 
     trials = {r.rank: r.result.get("trials", []) for r in ranks}  # type: ignore[union-attr]
     wrong = {rank: [c for c in cs if not c.get("matched")] for rank, cs in trials.items()}
     details["pkb_match"] = all(c.get("values_close") for cs in trials.values() for c in cs)
+    bad = [c for cs in wrong.values() for c in cs]
+    if bad and all(c.get("completed_after_return") for c in bad):
+        details["deferred_work_trials"] = sorted({c["trial"] for c in bad})
+        return _result("ran", "suspect", "side_stream_timing", details, reason="the output was unfinished when the call returned and complete a moment later: the work ran outside the call")
     if any(wrong.values()):
         subtype = wrong_result_subtype(trials)
         details["wrong_ranks"] = sorted(r for r, w in wrong.items() if w)
@@ -73,9 +159,9 @@ def decide(launch: LaunchResult) -> dict[str, Any]:
     if not all(timings.values()):
         return _result("ran", "", "", details, correct=True, reason="correct on every trial; not timed")
 
-    suspect = _suspect(ranks, details)
     speedup, speed = speedups(timings)
     details.update(speed)
+    suspect = _suspect(ranks, details, job)
     if suspect:
         return _result("ran", "suspect", suspect[0], details, speedup=speedup, correct=False, reason=suspect[1])
     outcome = "faster" if speedup is not None and speedup >= 1.0 else "slower"
@@ -120,17 +206,105 @@ def speedups(timings: dict[int, dict[str, Any] | None]) -> tuple[float | None, d
     return speedup, out
 
 
-def _suspect(ranks: list[Any], details: dict[str, Any]) -> tuple[str, str] | None:
+def _suspect(ranks: list[Any], details: dict[str, Any], job: Any = None) -> tuple[str, str] | None:
+    results = [r.result for r in ranks]
+    trials = [c for res in results for c in res.get("trials") or []]
+    static = {f["flag"] for f in (getattr(job, "static_flags", None) or [])}
+    claims = bool(getattr(job, "claims_custom_kernels", False)) or any(res.get("built_extension") for res in results)
+    dist = [res.get("dist_calls") or {} for res in results]
+    during_calls = sum(int(d.get("trials", 0)) + int(d.get("timed", 0)) + int(d.get("checks", 0)) for d in dist)
+    timed_calls = sum(int(d.get("timed", 0)) for d in dist)
+    details["dist_calls_during_candidate"] = during_calls
+    details["dist_calls_timed"] = timed_calls
+    names = sorted({n for d in dist for n in (d.get("names") or {})})
+    if "fallback_try_except" in static and during_calls > 0:
+        return "fallback_path", f"a try/except falls back to library collectives ({', '.join(names)}), and {during_calls} ran during the candidate's calls"
+    if claims and timed_calls > 0:
+        return "calls_reference", f"builds custom kernels but {timed_calls} library collective calls ({', '.join(names)}) ran during its timed calls"
+    if any(c.get("aliases_input") for c in trials) or any(c.get("aliases_input") for res in results for c in res.get("timed_checks") or []):
+        return "aliases_input", "the output shares storage with an input"
     timed_bad = [(r.rank, c) for r in ranks for c in (r.result.get("timed_checks") or []) if not c.get("matched")]
+    if details.get("mutates_inputs") or any(res.get("timed_inputs_mutated") for res in results):
+        if timed_bad:
+            details["timed_mismatch"] = [{"rank": r, "group": c["trial"]} for r, c in timed_bad][:16]
+            return "aliases_input", "right on fresh inputs, wrong on repeated calls: the candidate writes into its inputs"
+        return "aliases_input", "the candidate writes into its inputs (the problem is out of place)"
     refresh_bad = [r.rank for r in ranks if (r.result.get("refresh_check") or {}).get("matched") is False]
+    peer_bad = [r.rank for r in ranks if (r.result.get("peer_change_check") or {}).get("matched") is False]
     if timed_bad:
         details["timed_mismatch"] = [{"rank": r, "group": c["trial"]} for r, c in timed_bad][:16]
-        if details.get("mutates_inputs"):
-            return "aliases_input", "right on fresh inputs, wrong on repeated calls: the candidate writes into its inputs"
         return "cached_output", "right in the correctness trials, wrong on the timed calls' inputs"
     if refresh_bad:
         details["refresh_mismatch_ranks"] = refresh_bad
         return "cached_output", "new values at the same addresses gave the old answer (output cached on the pointer)"
+    if peer_bad:
+        details["peer_change_mismatch_ranks"] = peer_bad
+        return "cached_output", "an input it had seen before, at a new address, while the peers' inputs changed, gave the old answer (output cached on the local input's content)"
+    late = [c["trial"] for c in trials if c.get("completed_after_return")]
+    threads = [c["trial"] for c in trials if c.get("threads_started") and c.get("trial", 0) > 0]
+    if late or threads:
+        details["deferred_work_trials"] = sorted(set(late + threads))
+        why = "the output was completed after the call returned" if late else "a call left a thread of its own running after it returned"
+        return "side_stream_timing", f"work outside the timed call: {why}"
+    side = _side_stream(results)
+    if side:
+        details["side_stream"] = side
+        return "side_stream_timing", (
+            f"host time around a device-wide synchronize is {side['candidate_ratio']:.1f}x the event time "
+            f"({side['candidate_wall_ms']:.3g} ms vs {side['candidate_event_ms']:.3g} ms): work the timing events miss"
+        )
+    floor = _speed_floor(results, details)
+    if floor:
+        return "speed_of_light", floor
+    return None
+
+
+def _probe_mismatch(ranks: list[Any]) -> dict[str, Any] | None:
+    """A refresh or peer-change probe that failed after every trial and timed check matched."""
+    bad: dict[str, list[int]] = {}
+    for r in ranks:
+        res = r.result or {}
+        trials = res.get("trials") or []
+        if not trials or not all(c.get("matched") for c in trials) or not all(c.get("matched") for c in res.get("timed_checks") or []):
+            return None
+        for kind in ("refresh_check", "peer_change_check"):
+            if (res.get(kind) or {}).get("matched") is False:
+                bad.setdefault(kind, []).append(r.rank)
+    if not bad:
+        return None
+    if "refresh_check" in bad:
+        reason = "new values at the same addresses gave the old answer (output cached on the pointer or id)"
+    else:
+        reason = "an input it had seen before, at a new address, while the peers' inputs changed, gave the old answer (output cached on the local input's content)"
+    return {"probe_mismatch": bad, "probe_reason": reason}
+
+
+def _side_stream(results: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for res in results:
+        timing = res.get("timing") or {}
+        cand, ref = timing.get("candidate") or {}, timing.get("reference") or {}
+        ce, cw = (cand.get("event") or {}).get("median_ms"), (cand.get("wall") or {}).get("median_ms")
+        re_, rw = (ref.get("event") or {}).get("median_ms"), (ref.get("wall") or {}).get("median_ms")
+        if ce is None or cw is None or ce <= 0:
+            continue
+        ratio = cw / ce
+        ref_ratio = (rw / re_) if (re_ and rw) else 1.0
+        if ratio > SIDE_STREAM_RATIO and cw - ce > SIDE_STREAM_MIN_MS and ratio > 2 * ref_ratio:
+            return {"rank": res.get("rank"), "candidate_event_ms": ce, "candidate_wall_ms": cw, "candidate_ratio": ratio, "reference_ratio": ref_ratio}
+    return None
+
+
+def _speed_floor(results: list[dict[str, Any]], details: dict[str, Any]) -> str | None:
+    floors = [res.get("speed_floor") for res in results if res.get("speed_floor")]
+    if not floors:
+        return None
+    f = floors[0]
+    details["speed_floor"] = f
+    cand = details.get("candidate_ms")
+    if not f.get("applies") or cand is None or not f.get("floor_ms"):
+        return None
+    if cand * SPEED_OF_LIGHT_MARGIN < f["floor_ms"]:
+        return f"{cand:.3g} ms per call, under the {f['floor_ms']:.3g} ms the problem's {f['bytes']} bytes need at 450 GB/s per direction"
     return None
 
 

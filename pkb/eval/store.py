@@ -145,6 +145,7 @@ class Store:
                             "INSERT OR REPLACE INTO timings VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                             (sha256, config_key, rank, side, clock, s["median_ms"], s["p10_ms"], s["p90_ms"], s["mean_ms"], s["n"], stats.get("groups")),
                         )
+            _test_pause("PKB_EVAL_TEST_PAUSE_IN_STORE_WRITE")  # tests: a SIGKILL lands mid-transaction
             self.conn.execute(
                 "INSERT OR REPLACE INTO outcomes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
@@ -196,6 +197,17 @@ class Store:
         cur = self.conn.execute(sql, params)
         cols = [d[0] for d in cur.description]
         return pd.DataFrame(cur.fetchall(), columns=cols)
+
+
+def _test_pause(var: str) -> None:
+    """When the variable names a file (tests only): create it and stall, so the test can kill
+    this process at exactly this point."""
+    import os
+
+    path = os.environ.get(var)
+    if path:
+        Path(path).write_text(str(os.getpid()))
+        time.sleep(600)
 
 
 def _b(v: Any) -> int | None:

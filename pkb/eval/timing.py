@@ -92,8 +92,10 @@ def time_calls(
     barrier: Callable[[], None] | None = None,
     raw: bool = False,
     start: int = 0,
+    keep_last: bool = True,
 ) -> tuple[dict[str, Any], dict[int, Any]]:
-    """(stats, last output of each group). Calls fn(*groups[i % G]); raw=True gives the samples."""
+    """(stats, last output of each group). Calls fn(*groups[i % G]); raw=True gives the samples.
+    keep_last=False keeps no output (the reference's answers must not outlive its own calls)."""
     cuda = device.type == "cuda"
 
     def sync() -> None:
@@ -109,8 +111,9 @@ def time_calls(
     event_ms: list[float] = []
     wall_ms: list[float] = []
     last: dict[int, Any] = {}
+    first = start
     for i in range(iters):
-        g = (start + i) % len(groups)
+        g = (first + i) % len(groups)
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             t0 = time.perf_counter()
@@ -124,7 +127,9 @@ def time_calls(
             t0 = time.perf_counter()
             out = fn(*groups[g])
             wall_ms.append((time.perf_counter() - t0) * 1e3)
-        last[g] = out
+        if keep_last:
+            last[g] = out
+        del out
     if raw:
         return {"event": event_ms, "wall": wall_ms}, last
     stats = {
@@ -146,16 +151,23 @@ def time_interleaved(
     rounds: int,
     device: torch.device,
     barrier: Callable[[], None] | None = None,
+    keep: set[str] | None = None,
+    before: Callable[[str], None] | None = None,
 ) -> dict[str, tuple[dict[str, Any], dict[int, Any]]]:
     """Time several callables in alternating rounds (A B, B A, ...), so clock ramps, thermal drift
     and cache state do not favour whichever side happens to run second.
 
     Each callable is warmed up once, then gets `iters` timed calls split over `rounds`.
+    keep: the names whose last outputs are returned (default all); before(name) runs ahead of
+    each round of a callable, outside its timed loop (poisoning, cache resets, checks).
     """
+    keep = set(fns) if keep is None else keep
     rounds = max(1, min(rounds, iters)) if iters else 1
     samples: dict[str, dict[str, list[float]]] = {n: {"event": [], "wall": []} for n in fns}
     last: dict[str, dict[int, Any]] = {n: {} for n in fns}
     for name, fn in fns.items():
+        if before is not None:
+            before(name)
         time_calls(fn, groups, warmup=warmup, iters=0, device=device)
     names = list(fns)
     done = 0  # calls so far per side: the next round continues the walk over the groups
@@ -164,7 +176,9 @@ def time_interleaved(
         # A B, then B A: neither side is always the one that runs right after the other.
         for name in names if r % 2 == 0 else names[::-1]:
             fn = fns[name]
-            stats, out = time_calls(fn, groups, warmup=0, iters=chunk, device=device, barrier=barrier, raw=True, start=done)
+            if before is not None:
+                before(name)
+            stats, out = time_calls(fn, groups, warmup=0, iters=chunk, device=device, barrier=barrier, raw=True, start=done, keep_last=name in keep)
             samples[name]["event"].extend(stats["event"])
             samples[name]["wall"].extend(stats["wall"])
             last[name].update(out)

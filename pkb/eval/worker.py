@@ -19,12 +19,15 @@ from typing import Any, Callable
 
 from pkb.eval.job import (
     JobSpec,
+    key_path,
     log_paths,
     read_json,
     result_path,
     status_path,
     tensors_dir,
+    signed,
     verdict_path,
+    verify,
     write_json_atomic,
 )
 
@@ -33,13 +36,22 @@ GROUP_TRIAL_BASE = 1000
 REFRESH_TRIAL = 999
 # Reference and candidate alternate in this many rounds of timed calls.
 TIMING_ROUNDS = 5
+# The mixed-inputs check (even ranks repeat an earlier input, odd ranks get new ones) runs only
+# where every rank's inputs are independent, so mixing seeds cannot break the reference.
+PEER_CHANGE_PROBLEMS = frozenset({1, 2, 4, 7})
+PEER_CHANGE_TRIAL = 998
+# NVLink speed of light per direction (H100/H200 NVLink 4: 18 links x 25 GB/s).
+NVLINK_BYTES_PER_S = 450e9
 
 
 class Reporter:
     """This rank's status and result files."""
 
-    def __init__(self, job: JobSpec, rank: int, world_size: int) -> None:
+    def __init__(self, job: JobSpec, rank: int, world_size: int, key: str | None = None) -> None:
         self.job, self.rank = job, rank
+        self.key = key  # the job's secret: signs every file this rank writes
+        self.watchdog: Any = None
+        self.deadline: float | None = None  # monotonic deadline of the current phase
         self.current = ""
         self.history: list[list[Any]] = []
         self.result: dict[str, Any] = {
@@ -55,17 +67,30 @@ class Reporter:
             "finished": False,
         }
 
-    def phase(self, name: str) -> None:
+    def phase(self, name: str, limit_s: float | None = None, deadline: float | None = None) -> None:
+        """Enter a phase; with a limit (or a monotonic deadline) the launcher kills past it."""
         self.current = name
         now = time.time()
+        if deadline is None and limit_s:
+            deadline = time.monotonic() + limit_s
+        self.deadline = deadline
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if self.watchdog is not None:
+            self.watchdog.set_phase(name, deadline, limit_s or left or 0.0)
         self.history.append([name, round(now, 3)])
-        write_json_atomic(
-            status_path(self.job.job_dir, self.rank),
-            {"rank": self.rank, "pid": os.getpid(), "phase": name, "since": now, "history": self.history[-50:]},
-        )
+        self._status({"phase": name, "since": now, "deadline": None if left is None else now + left, "limit_s": limit_s})
+
+    def _status(self, fields: dict[str, Any]) -> None:
+        data = {"rank": self.rank, "pid": os.getpid(), "pgid": os.getpgid(0), **fields, "history": self.history[-50:]}
+        write_json_atomic(status_path(self.job.job_dir, self.rank), signed(data, self.key))
+
+    def expire(self, where: str, limit_s: float) -> None:
+        """Called by the watchdog thread: this rank is past a limit; the launcher kills the job."""
+        self._status({"phase": self.current, "since": time.time(), "expired": True, "expired_in": where, "limit_s": limit_s})
+        print(f"[pkb.eval rank {self.rank}] past the {limit_s:g} s limit of {where}", file=sys.stderr, flush=True)
 
     def save(self) -> None:
-        write_json_atomic(result_path(self.job.job_dir, self.rank), self.result)
+        write_json_atomic(result_path(self.job.job_dir, self.rank), signed(self.result, self.key))
 
     def fail(self, exc: BaseException, outcome: str, subtype: str, source: str) -> None:
         tb = traceback.format_exc()
@@ -116,9 +141,11 @@ class BuildTracker:
         reporter = self.reporter
 
         def build(*args: Any, **kwargs: Any) -> Any:
-            previous = reporter.current
-            reporter.phase("compile")
+            previous, previous_deadline = reporter.current, reporter.deadline
+            reporter.phase("compile", reporter.job.compile_timeout_s)
+            reporter.result["built_extension"] = True
             t0 = time.perf_counter()
+            m0 = time.monotonic()
             try:
                 return fn(*args, **kwargs)
             except BaseException as exc:
@@ -129,7 +156,9 @@ class BuildTracker:
                 raise
             finally:
                 reporter.result["compile_s"] += time.perf_counter() - t0
-                reporter.phase(previous)
+                # the enclosing phase (the import, a call) does not pay for the build
+                extended = None if previous_deadline is None else previous_deadline + (time.monotonic() - m0)
+                reporter.phase(previous, deadline=extended)
 
         build._pkb_wrapped = True  # type: ignore[attr-defined]
         build.__wrapped__ = fn  # type: ignore[attr-defined]
@@ -239,9 +268,15 @@ def _cap_for_saving(x: Any, cap_elems: int) -> Any:
 
 
 class Rank:
-    def __init__(self, job: JobSpec, rank: int, world_size: int, local_rank: int) -> None:
+    def __init__(self, job: JobSpec, rank: int, world_size: int, local_rank: int, key: str | None = None) -> None:
         self.job, self.rank, self.ws, self.local_rank = job, rank, world_size, local_rank
-        self.reporter = Reporter(job, rank, world_size)
+        self.key = key
+        self.reporter = Reporter(job, rank, world_size, key)
+        self.snapshot: Any = None
+        self.counter: Any = None
+        self.watchdog: Any = None
+        self.module: Any = None
+        self.reference_checked = False  # the reference ran once before any candidate code
         self.device: Any = None
         self.dtype: Any = None
         self.source: Any = None
@@ -250,7 +285,11 @@ class Rank:
     # -- phases --
 
     def run(self) -> int:
+        from pkb.eval.guard import Watchdog
+
         rep = self.reporter
+        self.watchdog = rep.watchdog = Watchdog(rep.expire)
+        self.watchdog.start()
         rep.phase("init")
         rep.save()
         try:
@@ -261,7 +300,10 @@ class Rank:
             rep.fail(exc, "runtime_error", runtime_subtype(str(exc)) or "rendezvous_error", "harness")
             return 1
         try:
-            rep.phase("load")
+            self.load_problem()
+            rep.phase("reference check", self.job.call_timeout_s)
+            self.check_reference()
+            rep.phase("load", self.job.import_timeout_s)
             self.load()
             all_matched = self.correctness()
             rep.phase("sync")
@@ -270,7 +312,10 @@ class Rank:
             if self.job.timing and all(v.get("matched") for v in verdicts):
                 rep.phase("timing")
                 self.timing(min(int(v.get("groups", 1)) for v in verdicts))
+            self.check_tamper("the end of the evaluation")
         except CandidateFailure as failure:
+            if self.snapshot is not None:
+                self.snapshot.restore()
             rep.fail(failure.cause, failure.outcome, failure.subtype, "candidate")
             return 1
         except ReferenceFailure as failure:
@@ -279,6 +324,9 @@ class Rank:
         except BaseException as exc:  # a fault of this harness: say so, do not blame the candidate
             rep.fail(exc, "", "", "harness")
             return 1
+        finally:
+            if self.counter is not None:
+                rep.result["dist_calls"] = dict(self.dist_calls)
         rep.phase("done")
         rep.result["finished"] = True
         rep.save()
@@ -300,9 +348,8 @@ class Rank:
             self.device = torch.device("cpu")
             dist.init_process_group(self.job.backend, timeout=timeout)
 
-    def load(self) -> None:
+    def load_problem(self) -> None:
         from pkb.eval import problem_source
-        from pkb.eval.classify import classify_exception
 
         for p in reversed(self.job.extra_sys_path):
             if p not in sys.path:
@@ -311,25 +358,80 @@ class Rank:
             self.source = problem_source.load(self.job.problem, self.job.dtype, self.job.scale, self.job.tolerance)
         except BaseException as exc:
             raise ReferenceFailure(exc) from exc
+
+    def check_reference(self) -> None:
+        """The reference once on trial 0's inputs, before any candidate code exists in this process:
+        a reference that fails later, after the candidate ran, was broken by the candidate."""
+        inputs = self._inputs(0)
+        pristine = clone_tree(inputs)
+        out = self.call_reference(inputs)
+        from pkb.eval.guard import overlaps
+
+        self.reference_mutates = not bitwise_equal(inputs, pristine)
+        self.reference_aliases = overlaps(out, inputs)
+        self.reference_checked = True
+        del out, inputs, pristine
+
+    def load(self) -> None:
+        from pkb.eval.classify import classify_exception
+        from pkb.eval.guard import DistCounter, HarnessSnapshot, ReferenceWatch
+
+        self.dist_calls = {"trials": 0, "timed": 0, "checks": 0, "names": {}}
+        self.counter = DistCounter()
+        self.counter.install()  # before the candidate binds any name to a collective
         BuildTracker(self.reporter).install()
+        self.snapshot = HarnessSnapshot()
         scratch = os.path.join(self.job.job_dir, "scratch", f"rank{self.rank}")
         os.makedirs(scratch, exist_ok=True)
         os.chdir(scratch)  # files a candidate writes land here, not in the repo
         name = f"pkb_candidate_{self.job.candidate_sha256[:12] or 'x'}"
+        ref_module = getattr(self.source, "module", None)
+        watch = ReferenceWatch(ref_module)
+        before_modules = {id(m) for m in list(sys.modules.values())}
         try:
             spec = importlib.util.spec_from_file_location(name, self.job.candidate_path)
             assert spec is not None and spec.loader is not None
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
-            spec.loader.exec_module(module)
+            with watch:
+                spec.loader.exec_module(module)
         except BaseException as exc:
+            if isinstance(exc, CandidateFailure):
+                raise
             outcome, subtype = classify_exception(exc, during_build=getattr(exc, "pkb_during_build", False))
             raise CandidateFailure(outcome, subtype, exc) from exc
+        self.module = module
+        self.check_tamper("the import")
+        # The reference reached from the candidate: bound in its namespace, run at import, or a
+        # second copy of the reference's file loaded as a module of its own.
+        bound = watch.reaches_module(module, ref_module) if ref_module is not None else []
+        copies = [
+            m.__name__ for m in list(sys.modules.values())
+            if id(m) not in before_modules and m is not module and str(getattr(m, "__file__", "") or "") in watch.files
+        ]
+        if bound or copies or watch.hits:
+            what = ", ".join([f"binds {n}" for n in bound] + [f"loads {c}" for c in copies] + [f"runs {h}" for h in watch.hits[:2]])
+            raise CandidateFailure("suspect", "calls_reference", RuntimeError(f"the candidate reaches the reference: {what}"))
         fn = getattr(module, "solution", None)
         if fn is None or not callable(fn):
             what = "no `solution`" if fn is None else f"`solution` is a {type(fn).__name__}, not callable"
             raise CandidateFailure("load_error", "no_solution", AttributeError(f"{what} in {self.job.candidate_path}"))
         self.solution = fn
+
+    def check_tamper(self, where: str) -> None:
+        if self.snapshot is None:
+            return
+        changed = self.snapshot.changed()
+        if changed:
+            self.snapshot.restore()
+            shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
+            raise CandidateFailure("suspect", "harness_tamper", RuntimeError(f"after {where}, the harness's {shown} had been replaced"))
+
+    def _inputs(self, trial: int) -> tuple:
+        try:
+            return self.source.make_inputs(self.rank, self.ws, trial, self.device, self.dtype)
+        except BaseException as exc:
+            raise ReferenceFailure(exc) from exc
 
     def check_signature(self, inputs: tuple) -> None:
         try:
@@ -348,27 +450,76 @@ class Rank:
     def call_reference(self, inputs: tuple) -> Any:
         import torch
 
+        wd = self.watchdog
         try:
+            if wd is not None:
+                wd.call_start("reference", self.job.call_timeout_s)
             with torch.no_grad():
                 out = self.source.reference(*inputs)
             self.sync()
             return out
         except BaseException as exc:
-            raise ReferenceFailure(exc) from exc
+            if self.reference_checked and self.module is not None:
+                # It ran before the candidate was loaded; now it does not: the candidate broke it.
+                from pkb.eval.classify import classify_exception
 
-    def call_candidate(self, inputs: tuple) -> Any:
+                outcome, subtype = classify_exception(exc)
+                raise CandidateFailure(outcome, subtype, RuntimeError(f"the reference failed after the candidate ran (it passed before the candidate was loaded): {type(exc).__name__}: {exc}")) from exc
+            raise ReferenceFailure(exc) from exc
+        finally:
+            if wd is not None:
+                wd.call_end()
+
+    def call_candidate(self, inputs: tuple, count: str = "trials") -> Any:
         import torch
 
         from pkb.eval.classify import classify_exception
 
+        wd, counter = self.watchdog, self.counter
+        before = counter.total if counter is not None else 0
         try:
+            if wd is not None:
+                wd.call_start("candidate", self.job.call_timeout_s)
+            if counter is not None:
+                counter.active = True
             with torch.no_grad():
                 out = self.solution(*inputs)  # type: ignore[misc]
             self.sync()  # asynchronous CUDA errors surface here, inside the candidate's phase
-            return out
         except BaseException as exc:
+            if isinstance(exc, CandidateFailure):
+                raise
             outcome, subtype = classify_exception(exc, during_build=getattr(exc, "pkb_during_build", False))
             raise CandidateFailure(outcome, subtype, exc) from exc
+        finally:
+            if counter is not None:
+                counter.active = False
+            if wd is not None:
+                wd.call_end()
+        if counter is not None:
+            self.dist_calls[count] += counter.total - before
+            self.dist_calls["names"] = dict(counter.counts)
+        self.check_tamper("a call of the candidate")
+        self.check_output_type(out)
+        return out
+
+    def check_output_type(self, out: Any) -> None:
+        from pkb.eval.guard import foreign_tensor_types
+
+        foreign = foreign_tensor_types(out)
+        if foreign:
+            raise CandidateFailure(
+                "suspect", "harness_tamper",
+                TypeError(f"the output is a tensor subclass ({', '.join(sorted(set(foreign)))}), not torch.Tensor: its comparison and timing cannot be trusted"),
+            )
+
+    def compare(self, expected: Any, got: Any) -> dict[str, Any]:
+        from pkb.eval.compare import compare_outputs
+
+        atol, rtol = self.source.tolerance
+        try:
+            return compare_outputs(expected, got, atol, rtol)
+        except Exception as exc:  # an output the comparison cannot read is the candidate's
+            raise CandidateFailure("runtime_error", "python_exception", RuntimeError(f"the output could not be compared: {type(exc).__name__}: {exc}")) from exc
 
     def sync(self) -> None:
         import torch
@@ -377,50 +528,75 @@ class Rank:
             torch.cuda.synchronize(self.device)
 
     def correctness(self) -> bool:
-        from pkb.eval.compare import compare_outputs
+        """Every trial: the candidate first, on fresh inputs in fresh memory (the allocator
+        poisoned), then the reference on a private clone. The reference's answer does not exist
+        while the candidate runs, so no trick (a freed block of the caching allocator, a gc scan, a
+        look into the caller's frame) can hand it over; it is dropped before the next trial's
+        candidate call, except the previous trial's answer the diagnosis keeps (a wrong answer
+        for any other inputs)."""
+        from pkb.eval.guard import ReferenceWatch, live_threads, new_live_threads, overlaps, started_threads
         from pkb.eval.poison import poison_allocator
         from pkb.eval.timing import input_bytes
 
         rep, job = self.reporter, self.job
-        atol, rtol = self.source.tolerance
         all_matched = True
         self.first_inputs: tuple | None = None
         self.wrong_trials: list[int] = []
         previous_expected: Any = None  # the diagnosis tests `stale` against the trial before
+        watch = ReferenceWatch(getattr(self.source, "module", None))
         for t in range(job.trials):
-            rep.phase(f"trial {t} reference")
-            try:
-                inputs = self.source.make_inputs(self.rank, self.ws, t, self.device, self.dtype)
-            except BaseException as exc:
-                raise ReferenceFailure(exc) from exc
+            rep.phase(f"trial {t} inputs")
+            inputs = self._inputs(t)
             if t == 0:
                 self.first_inputs = inputs
                 self.check_signature(inputs)
-            expected = self.call_reference(clone_tree(inputs))
-            rep.phase(f"trial {t} candidate")
             candidate_inputs = clone_tree(inputs)
-            poisoned = poison_allocator(self.device, input_bytes(expected) + input_bytes(inputs))
-            got = self.call_candidate(candidate_inputs)
-            cmp = compare_outputs(expected, got, atol, rtol)
+            poisoned = poison_allocator(self.device, 4 * input_bytes(inputs))
+            threads = live_threads()
+            rep.phase(f"trial {t} candidate", job.call_timeout_s)
+            with watch:
+                got = self.call_candidate(candidate_inputs)
+            if watch.hits:
+                raise CandidateFailure("suspect", "calls_reference", RuntimeError(f"the candidate's call ran the reference's code: {watch.hits[0]}"))
+            at_return = clone_tree(got)  # what the call returned, before anything else runs
+            started = new_live_threads(threads)
+            mutated = not bitwise_equal(candidate_inputs, inputs)
+            aliased = overlaps(got, candidate_inputs)
+            extra: dict[str, Any] = {}
+            repeat = None
+            if t == 0:  # one repeat of identical inputs tells a race from a deterministic bug
+                rep.phase("trial 0 repeat", job.call_timeout_s)
+                again = self.call_candidate(clone_tree(inputs))
+                repeat = repeat_summary(got, again)
+                if not repeat["equal"]:
+                    extra["repeat_got"] = again
+            rep.phase(f"trial {t} reference", job.call_timeout_s)
+            expected = self.call_reference(clone_tree(inputs))
+            cmp = self.compare(expected, at_return)
             cmp["trial"] = t
             cmp["kind"] = "trial"
             cmp["poisoned_bytes"] = poisoned
-            cmp["mutates_inputs"] = not bitwise_equal(candidate_inputs, inputs)
-            cmp["aliases_input"] = bool(storage_ptrs(got) & storage_ptrs(candidate_inputs))
-            extra: dict[str, Any] = {}
-            if t == 0:  # one repeat of identical inputs tells a race from a deterministic bug
-                rep.phase("trial 0 repeat")
-                again = self.call_candidate(clone_tree(inputs))
-                cmp["repeat"] = repeat_summary(got, again)
-                if not cmp["repeat"]["equal"]:
-                    extra["repeat_got"] = again
+            cmp["mutates_inputs"] = mutated and not getattr(self, "reference_mutates", False)
+            cmp["aliases_input"] = aliased and not getattr(self, "reference_aliases", False)
+            cmp["threads_started"] = started
+            if repeat is not None:
+                cmp["repeat"] = repeat
+            if not cmp["matched"]:
+                # Wrong when the call returned; right a moment later? Then the work went on
+                # elsewhere (a thread, an unjoined stream). Give its threads a moment first.
+                for th in started_threads(threads):
+                    th.join(timeout=2.0)
+                self.sync()
+                if self.compare(expected, got)["matched"]:
+                    cmp["completed_after_return"] = True
             if not cmp["matched"]:
                 all_matched = False
                 self.wrong_trials.append(t)
                 if previous_expected is not None:
                     extra.update(previous_expected=previous_expected, previous_trial=t - 1)
-                cmp["saved"] = self.save_tensors(f"trial{t}", inputs, expected, got, extra)
+                cmp["saved"] = self.save_tensors(f"trial{t}", inputs, expected, at_return, extra)
             previous_expected = expected
+            del expected, got, at_return, extra
             rep.result["trials"].append(cmp)
             rep.save()
         return all_matched
@@ -454,12 +630,18 @@ class Rank:
         from pkb.eval.timing import group_count, input_bytes
 
         groups = group_count(self.job.groups, input_bytes(self.first_inputs), self.device) if all_matched else 1
-        write_json_atomic(verdict_path(self.job.job_dir, self.rank), {"matched": all_matched, "groups": groups, "wrong_trials": self.wrong_trials})
+        data = {"rank": self.rank, "matched": all_matched, "groups": groups, "wrong_trials": self.wrong_trials}
+        write_json_atomic(verdict_path(self.job.job_dir, self.rank), signed(data, self.key))
         verdicts: list[dict[str, Any] | None] = [None] * self.ws
         while True:
             for r in range(self.ws):
                 if verdicts[r] is None:
-                    verdicts[r] = read_json(verdict_path(self.job.job_dir, r))
+                    v = read_json(verdict_path(self.job.job_dir, r))
+                    if v is not None and not (verify(v, self.key) and v.get("rank", r) == r):
+                        # not written by rank r's harness: ignore it and wait for the real one
+                        self.reporter.result["forged_files"] = sorted(set(self.reporter.result.get("forged_files", [])) | {verdict_path("", r).name})
+                        v = None
+                    verdicts[r] = v
             if all(v is not None for v in verdicts):
                 return verdicts  # type: ignore[return-value]
             time.sleep(0.02)  # a rank that never arrives is the launcher's to time out
@@ -483,65 +665,178 @@ class Rank:
             pass  # a convenience, like save_tensors: never a reason to fail the rank
 
     def timing(self, n_groups: int) -> None:
+        """Interleaved timed rounds over fresh input groups (new contents at new addresses), then
+        every group's last timed output checked against the reference computed only afterwards
+        on pristine copies, then two cache probes: new values at the old addresses (a cache on
+        the pointer or id) and, on problems whose ranks' inputs are independent, an earlier
+        input at a new address on even ranks with new inputs on odd ranks (a cache on the local
+        input's content answers with the old sum)."""
         import torch.distributed as dist
 
-        from pkb.eval.compare import compare_outputs
-        from pkb.eval.timing import time_interleaved
+        from pkb.eval.poison import poison_allocator
+        from pkb.eval.timing import input_bytes, time_interleaved
 
         rep, job = self.reporter, self.job
-        atol, rtol = self.source.tolerance
-        try:
-            groups = [
-                self.source.make_inputs(self.rank, self.ws, GROUP_TRIAL_BASE + g, self.device, self.dtype)
-                for g in range(n_groups)
-            ]
-        except BaseException as exc:
-            raise ReferenceFailure(exc) from exc
-        expected = [self.call_reference(clone_tree(g)) for g in groups]
+        groups = [self._inputs(GROUP_TRIAL_BASE + g) for g in range(n_groups)]
+        pristine = [clone_tree(g) for g in groups]  # the reference's inputs, after the timing
+        self.note_speed_floor(groups[0])
+        wd, counter = self.watchdog, self.counter
+
+        def guarded(fn: Callable[..., Any], side: str) -> Callable[..., Any]:
+            limit = job.call_timeout_s
+
+            def call(*args: Any) -> Any:
+                wd.call_start(side, limit)
+                if side == "candidate":
+                    counter.active = True
+                try:
+                    return fn(*args)
+                finally:
+                    counter.active = False
+                    wd.call_end()
+
+            return call
 
         def barrier() -> None:
             dist.barrier()
 
-        # An exception in this loop is charged to the candidate: the reference already ran on
-        # every group just above.
+        dist_before = counter.total
+        reset_l2 = _l2_persisting_reset(self.device)
+
+        def before(side: str) -> None:
+            self.check_tamper("timed calls of the candidate")
+            if reset_l2 is not None:
+                reset_l2()  # lines a candidate marked persisting do not carry over between rounds
+            if side == "candidate":
+                poison_allocator(self.device, 2 * input_bytes(groups[0]))  # the reference's freed outputs
+
+        # An exception in this loop is charged to the candidate: the reference ran on trial
+        # inputs of the same shapes already.
         try:
             timed = time_interleaved(
-                {"reference": self.source.reference, "candidate": self.solution},  # type: ignore[dict-item]
+                {"reference": guarded(self.source.reference, "reference"), "candidate": guarded(self.solution, "candidate")},  # type: ignore[arg-type]
                 groups, warmup=job.warmup, iters=job.iters, rounds=TIMING_ROUNDS, device=self.device, barrier=barrier,
+                keep={"candidate"}, before=before,
             )
         except BaseException as exc:
+            if isinstance(exc, CandidateFailure):
+                raise
             from pkb.eval.classify import classify_exception
 
             outcome, subtype = classify_exception(exc, during_build=getattr(exc, "pkb_during_build", False))
             raise CandidateFailure(outcome, subtype, exc) from exc
         self.sync()
+        self.check_tamper("timed calls of the candidate")
+        self.dist_calls["timed"] += counter.total - dist_before
+        self.dist_calls["names"] = dict(counter.counts)
         (ref_stats, _), (cand_stats, last) = timed["reference"], timed["candidate"]
+        for g, out in last.items():
+            self.check_output_type(out)
         rep.result["timing"] = {"reference": ref_stats, "candidate": cand_stats}
+        rep.result["timed_inputs_mutated"] = any(not bitwise_equal(a, b) for a, b in zip(groups, pristine)) and not getattr(self, "reference_mutates", False)
         # The timed calls' own outputs: a candidate that answers from a cache would pass the
         # correctness trials and still be wrong here.
+        rep.phase("timing check")
         for g, out in sorted(last.items()):
-            cmp = compare_outputs(expected[g], out, atol, rtol)
+            want = self.call_reference(clone_tree(pristine[g]))
+            cmp = self.compare(want, out)
             cmp.update(kind="timed", trial=g)
+            cmp["aliases_input"] = overlaps_any(out, groups) and not getattr(self, "reference_aliases", False)
             if not cmp["matched"]:
-                cmp["saved"] = self.save_tensors(f"timed{g}", groups[g], expected[g], out)
+                cmp["saved"] = self.save_tensors(f"timed{g}", pristine[g], want, out)
             rep.result["timed_checks"].append(cmp)
+            del want
+        del last, timed
         rep.save()
         # New values at the old addresses: a cache keyed on pointers answers with stale data.
-        rep.phase("timing refresh")
-        try:
-            fresh = self.source.make_inputs(self.rank, self.ws, REFRESH_TRIAL, self.device, self.dtype)
-        except BaseException as exc:
-            raise ReferenceFailure(exc) from exc
+        fresh = self._inputs(REFRESH_TRIAL)
         in_place = copy_into(groups[0], fresh)
         target = groups[0] if in_place else fresh
-        want = self.call_reference(clone_tree(target))
-        got = self.call_candidate(target)
-        cmp = compare_outputs(want, got, atol, rtol)
+        reference_inputs = clone_tree(target)
+        rep.phase("timing refresh", job.call_timeout_s)
+        got = self.call_candidate(target, count="checks")
+        want = self.call_reference(reference_inputs)
+        cmp = self.compare(want, got)
         cmp.update(kind="refresh", trial=0, in_place=in_place)
         if not cmp["matched"]:
-            cmp["saved"] = self.save_tensors("refresh", target, want, got)
+            cmp["saved"] = self.save_tensors("refresh", reference_inputs, want, got)
         rep.result["refresh_check"] = cmp
+        del got, want
         rep.save()
+        if self.ws > 1 and self.source.id in PEER_CHANGE_PROBLEMS:
+            # Even ranks: group 1's values again, at a new address. Odd ranks: new values. The sum
+            # changes on every rank; a cache keyed on the local input's content does not notice.
+            src = pristine[min(1, len(pristine) - 1)] if self.rank % 2 == 0 else self._inputs(PEER_CHANGE_TRIAL)
+            target = clone_tree(src)
+            reference_inputs = clone_tree(src)
+            rep.phase("timing peer change", job.call_timeout_s)
+            got = self.call_candidate(target, count="checks")
+            want = self.call_reference(reference_inputs)
+            cmp = self.compare(want, got)
+            cmp.update(kind="peer_change", trial=0)
+            if not cmp["matched"]:
+                cmp["saved"] = self.save_tensors("peer_change", reference_inputs, want, got)
+            rep.result["peer_change_check"] = cmp
+            rep.save()
+
+    def note_speed_floor(self, inputs: tuple) -> None:
+        """The problem's bytes over NVLink's per-direction speed: no correct candidate is faster."""
+        mod = getattr(self.source, "module", None)
+        fn = getattr(mod, "traffic_bytes", None)
+        floor: dict[str, Any] = {"applies": False}
+        if fn is None:
+            floor["why"] = "the problem gives no traffic figure"
+        else:
+            try:
+                traffic = fn(inputs, self.ws)
+                nbytes = max(int(v) for v in traffic.values()) if isinstance(traffic, dict) and traffic else int(traffic or 0)
+                floor.update(bytes=nbytes, floor_ms=nbytes / NVLINK_BYTES_PER_S * 1e3, link_bytes_per_s=NVLINK_BYTES_PER_S)
+                if self.ws <= 1:
+                    floor["why"] = "world size 1: nothing crosses a link, the floor does not apply"
+                elif self.device.type != "cuda":
+                    floor["why"] = "not on GPUs: the NVLink floor does not apply"
+                elif nbytes <= 0:
+                    floor["why"] = "no bytes cross a link"
+                else:
+                    floor["applies"] = True
+            except Exception as exc:
+                floor["why"] = f"traffic_bytes failed: {type(exc).__name__}: {exc}"
+        self.reporter.result["speed_floor"] = floor
+
+def overlaps_any(out: Any, groups: list[Any]) -> bool:
+    from pkb.eval.guard import overlaps
+
+    return any(overlaps(out, g) for g in groups)
+
+
+def _l2_persisting_reset(device: Any) -> Callable[[], None] | None:
+    """cudaCtxResetPersistingL2Cache through the CUDA runtime torch loaded (None off CUDA or
+    when the runtime cannot be found): persisting L2 lines are demoted to normal ones."""
+    if device is None or device.type != "cuda":
+        return None
+    try:
+        import ctypes
+        import glob
+
+        import torch
+
+        lib = None
+        for cand in ["libcudart.so", *sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "cuda_runtime", "lib", "libcudart.so*")))]:
+            try:
+                lib = ctypes.CDLL(cand)
+                break
+            except OSError:
+                continue
+        if lib is None or not hasattr(lib, "cudaCtxResetPersistingL2Cache"):
+            return None
+        fn = lib.cudaCtxResetPersistingL2Cache
+
+        def reset() -> None:
+            fn()
+
+        return reset
+    except Exception:
+        return None
 
 
 # ---- process plumbing -----------------------------------------------------------------------------
@@ -576,6 +871,35 @@ def _die_with_parent() -> None:
         pass
 
 
+def _take_key(job_dir: str, rank: int) -> str | None:
+    """The job's secret, read and deleted before any candidate code exists in this process
+    (every rank does this before the rendezvous, so no candidate can read a peer's copy)."""
+    path = key_path(job_dir, rank)
+    try:
+        key = path.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    try:
+        path.unlink()
+    except OSError:
+        pass
+    return key or None
+
+
+def _enter_scratch(job_dir: str, rank: int) -> None:
+    """The candidate's working directory, HOME and TMPDIR: a scratch folder of this rank."""
+    scratch = os.path.join(job_dir, "scratch", f"rank{rank}")
+    tmp = os.path.join(scratch, "tmp")
+    os.makedirs(tmp, exist_ok=True)
+    os.environ["HOME"] = scratch
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        os.environ[name] = tmp
+    import tempfile
+
+    tempfile.tempdir = tmp
+    os.chdir(scratch)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
@@ -587,7 +911,15 @@ def main(argv: list[str] | None = None) -> None:
     local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
     _redirect_output(job.job_dir, rank)
     _die_with_parent()
-    code = Rank(job, rank, world_size, local_rank).run()
+    key = _take_key(job.job_dir, rank)
+    _enter_scratch(job.job_dir, rank)
+    try:
+        import faulthandler
+
+        faulthandler.enable(file=sys.stderr, all_threads=True)  # a segfault names itself in the log
+    except Exception:
+        pass
+    code = Rank(job, rank, world_size, local_rank, key).run()
     sys.stdout.flush()
     sys.stderr.flush()
     # No process-group teardown: with a failed or stuck peer it can block forever, and every

@@ -1,0 +1,10 @@
+import torch
+import torch.distributed as dist
+
+
+while True:
+    pass
+
+
+def solution(x):
+    return x

@@ -1,0 +1,10 @@
+import torch
+import torch.distributed as dist
+
+
+import time
+
+
+def solution(x):
+    time.sleep(3600)
+    return x

@@ -1,0 +1,6 @@
+import torch
+import torch.distributed as dist
+
+
+def solution(x)
+    return x.clone(

@@ -1,0 +1,320 @@
+"""Inside a rank: what keeps an untrusted candidate from fooling the measurement.
+
+    HarnessSnapshot   identities of the functions and classes the harness relies on (timers,
+                      events, comparison, collectives, its own modules), checked after the import
+                      and after calls; a replaced one is `suspect/harness_tamper`
+    DistCounter       counts torch.distributed collectives (and functional collectives) while the
+                      candidate's calls run, so a library collective on the timed path is seen
+    ReferenceWatch    a profile hook during the correctness calls that notices the candidate
+                      running code from the reference's file (`suspect/calls_reference`)
+    Watchdog          a thread that holds the per-phase and per-call deadlines and marks the
+                      rank's status file `expired`; the launcher kills the job on that mark (and on
+                      a deadline passed without one, should the thread never get the GIL)
+
+None of this is a sandbox: candidate code runs in the harness's interpreter and can reach any
+object with enough effort (gc, frames). The checks make the known tricks fail loudly; the
+launcher's process-level limits and signed result files are what cannot be talked around.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import types
+from pathlib import Path
+from typing import Any, Callable
+
+from pkb.eval.static_checks import COLLECTIVES
+
+_TORCH_FUNCS = (
+    "allclose", "isclose", "equal", "eq", "ne", "isnan", "isfinite", "isinf", "where", "abs", "all", "any",
+    "zeros", "zeros_like", "empty", "empty_like", "full", "stack", "cat", "randn", "manual_seed",
+    "no_grad", "is_tensor", "save", "from_numpy", "as_tensor", "tensor", "clone", "sub", "maximum",
+)
+_CUDA_FUNCS = ("Event", "Stream", "synchronize", "current_stream", "default_stream", "mem_get_info", "set_device", "device_count", "is_available", "stream")
+_EVENT_METHODS = ("record", "elapsed_time", "synchronize", "wait", "query")
+_TIME_FUNCS = ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "sleep")
+_HARNESS_MODULES = ("pkb.eval.compare", "pkb.eval.poison", "pkb.eval.timing", "pkb.eval.worker", "pkb.eval.job", "pkb.eval.guard", "pkb.eval.classify")
+_OTHER = (("json", "dumps"), ("json", "loads"), ("os", "replace"), ("os", "_exit"), ("threading", "enumerate"), ("sys", "setprofile"))
+
+
+# Entries Python itself adds to a class's dict (copyreg caches __slotnames__ on first pickling).
+_PYTHON_MACHINERY = frozenset({"__slotnames__", "__abstractmethods__", "_abc_impl"})
+
+
+class HarnessSnapshot:
+    """The identity of every object the harness's timing and comparison go through."""
+
+    def __init__(self) -> None:
+        import json  # noqa: F401
+        import os  # noqa: F401
+
+        import torch
+        import torch.distributed as dist
+
+        self.entries: dict[str, tuple[Any, str, Any]] = {}
+        for name in _TORCH_FUNCS:
+            self._add(torch, "torch", name)
+        if hasattr(torch, "cuda"):
+            for name in _CUDA_FUNCS:
+                self._add(torch.cuda, "torch.cuda", name)
+            event = getattr(torch.cuda, "Event", None)
+            if event is not None:
+                for name in _EVENT_METHODS:
+                    self._add(event, "torch.cuda.Event", name)
+        for name in _TIME_FUNCS:
+            self._add(time, "time", name)
+        for name in sorted(COLLECTIVES) + ["get_rank", "get_world_size", "init_process_group", "new_group"]:
+            self._add(dist, "torch.distributed", name)
+        for modname in _HARNESS_MODULES:
+            mod = sys.modules.get(modname)
+            if mod is None:
+                continue
+            for name, value in list(vars(mod).items()):
+                if isinstance(value, (types.FunctionType, type)) and getattr(value, "__module__", "") == modname:
+                    self._add(mod, modname, name)
+        for modname, name in _OTHER:
+            self._add(sys.modules[modname], modname, name)
+        # Methods set on torch.Tensor itself (Tensor.__eq__ = ... lands in this dict).
+        self.tensor_dict = dict(vars(torch.Tensor))
+
+    def _add(self, owner: Any, owner_name: str, name: str) -> None:
+        if hasattr(owner, name):
+            self.entries[f"{owner_name}.{name}"] = (owner, name, getattr(owner, name) if not isinstance(owner, type) else owner.__dict__.get(name, getattr(owner, name)))
+
+    def changed(self) -> list[str]:
+        import torch
+
+        out = []
+        for label, (owner, name, obj) in self.entries.items():
+            now = owner.__dict__.get(name, getattr(owner, name, None)) if isinstance(owner, type) else getattr(owner, name, None)
+            if now is not obj:
+                out.append(label)
+        current = vars(torch.Tensor)
+        for name in set(current) | set(self.tensor_dict):
+            if name in _PYTHON_MACHINERY:
+                continue
+            if current.get(name) is not self.tensor_dict.get(name):
+                out.append(f"torch.Tensor.{name}")
+        return sorted(out)
+
+    def restore(self) -> None:
+        """Put the originals back (so the harness can still write its report)."""
+        import torch
+
+        for owner, name, obj in self.entries.values():
+            try:
+                setattr(owner, name, obj)
+            except Exception:
+                pass
+        for name in list(vars(torch.Tensor)):
+            if name not in self.tensor_dict:
+                try:
+                    delattr(torch.Tensor, name)
+                except Exception:
+                    pass
+        for name, obj in self.tensor_dict.items():
+            if vars(torch.Tensor).get(name) is not obj:
+                try:
+                    setattr(torch.Tensor, name, obj)
+                except Exception:
+                    pass
+
+
+class DistCounter:
+    """Wraps torch.distributed's collectives (and funcol's) to count calls while `active`."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.counts: dict[str, int] = {}
+        self.installed = False
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def install(self) -> None:
+        import torch.distributed as dist
+        import torch.distributed.distributed_c10d as c10d
+
+        owners: list[Any] = [dist, c10d]
+        try:
+            import torch.distributed._functional_collectives as funcol
+
+            owners.append(funcol)
+        except Exception:
+            pass
+        wrapped: dict[int, Callable[..., Any]] = {}
+        for owner in owners:
+            for name in COLLECTIVES:
+                fn = getattr(owner, name, None)
+                if fn is None or not callable(fn) or getattr(fn, "_pkb_counted", False):
+                    continue
+                w = wrapped.get(id(fn))
+                if w is None:
+                    w = wrapped[id(fn)] = self._wrap(fn, name)
+                try:
+                    setattr(owner, name, w)
+                except Exception:
+                    pass
+        self.installed = True
+
+    def _wrap(self, fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+        counter = self
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            if counter.active:
+                counter.counts[name] = counter.counts.get(name, 0) + 1
+            return fn(*args, **kwargs)
+
+        counted._pkb_counted = True  # type: ignore[attr-defined]
+        counted.__wrapped__ = fn  # type: ignore[attr-defined]
+        counted.__name__ = getattr(fn, "__name__", name)
+        counted.__doc__ = getattr(fn, "__doc__", None)
+        return counted
+
+
+class ReferenceWatch:
+    """Notices code of the reference's file running inside a candidate call (profile hook)."""
+
+    def __init__(self, reference_module: Any) -> None:
+        files = set()
+        path = getattr(reference_module, "__file__", None)
+        if path:
+            files.add(str(Path(path).resolve()))
+            files.add(str(path))
+        self.files = files
+        self.hits: list[str] = []
+        self.previous: Any = None
+
+    def __enter__(self) -> ReferenceWatch:
+        if not self.files:
+            return self
+        self.previous = sys.getprofile()
+        files, hits = self.files, self.hits
+
+        def hook(frame: Any, event: str, arg: Any) -> None:
+            if event == "call" and frame.f_code.co_filename in files and len(hits) < 8:
+                hits.append(f"{frame.f_code.co_name} ({frame.f_code.co_filename}:{frame.f_code.co_firstlineno})")
+
+        sys.setprofile(hook)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.files:
+            sys.setprofile(self.previous)
+
+    def reaches_module(self, module: Any, reference_module: Any) -> list[str]:
+        """Names in the candidate's namespace bound to the reference module or its functions."""
+        out = []
+        for name, value in list(vars(module).items()):
+            if value is reference_module:
+                out.append(name)
+                continue
+            code = getattr(value, "__code__", None)
+            if code is not None and code.co_filename in self.files:
+                out.append(name)
+        return out
+
+
+class Watchdog(threading.Thread):
+    """Holds this rank's deadlines; on expiry it marks the status file and the launcher kills."""
+
+    POLL_S = 0.1
+
+    def __init__(self, on_expire: Callable[[str, float], None]) -> None:
+        super().__init__(name="pkb-watchdog", daemon=True)
+        self.on_expire = on_expire
+        self.phase_deadline: float | None = None
+        self.phase_limit = 0.0
+        self.phase_name = ""
+        self.call_deadline: float | None = None
+        self.call_limit = 0.0
+        self.call_what = ""
+        self.expired = False
+
+    def set_phase(self, name: str, deadline: float | None, limit: float) -> None:
+        self.phase_name, self.phase_deadline, self.phase_limit = name, deadline, limit
+
+    def call_start(self, what: str, limit: float) -> None:
+        self.call_what, self.call_limit = what, limit
+        self.call_deadline = time.monotonic() + limit if limit > 0 else None
+
+    def call_end(self) -> None:
+        self.call_deadline = None
+
+    def run(self) -> None:
+        while not self.expired:
+            now = time.monotonic()
+            call, phase = self.call_deadline, self.phase_deadline
+            if call is not None and now > call:
+                self.expired = True
+                self.on_expire(f"{self.phase_name}: one {self.call_what} call", self.call_limit)
+            elif phase is not None and now > phase:
+                self.expired = True
+                self.on_expire(self.phase_name, self.phase_limit)
+            time.sleep(self.POLL_S)
+
+
+def live_threads() -> set[int]:
+    return {t.ident for t in threading.enumerate() if t.ident is not None and t.is_alive()}
+
+
+def new_live_threads(before: set[int]) -> list[str]:
+    return [t.name for t in threading.enumerate() if t.is_alive() and t.ident not in before and t.name != "pkb-watchdog"]
+
+
+def started_threads(before: set[int]) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.is_alive() and t.ident not in before and t.name != "pkb-watchdog"]
+
+
+def foreign_tensor_types(x: Any) -> list[str]:
+    """Types of output leaves that are tensors but not exactly torch.Tensor (lazy or lying subclasses)."""
+    import torch
+
+    out: list[str] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, torch.Tensor):
+            if type(v) is not torch.Tensor and type(v) is not torch.nn.Parameter:
+                out.append(type(v).__qualname__)
+        elif isinstance(v, (list, tuple)):
+            for e in v:
+                walk(e)
+        elif isinstance(v, dict):
+            for e in v.values():
+                walk(e)
+
+    walk(x)
+    return out
+
+
+def storage_spans(x: Any) -> list[tuple[int, int]]:
+    """[start, end) byte ranges of the storages of every tensor leaf."""
+    import torch
+
+    spans = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, torch.Tensor):
+            try:
+                st = v.untyped_storage()
+                if st.nbytes():
+                    spans.append((st.data_ptr(), st.data_ptr() + st.nbytes()))
+            except Exception:
+                pass
+        elif isinstance(v, (list, tuple)):
+            for e in v:
+                walk(e)
+        elif isinstance(v, dict):
+            for e in v.values():
+                walk(e)
+
+    walk(x)
+    return spans
+
+
+def overlaps(a: Any, b: Any) -> bool:
+    sa, sb = storage_spans(a), storage_spans(b)
+    return any(x0 < y1 and y0 < x1 for x0, x1 in sa for y0, y1 in sb)

@@ -1,0 +1,354 @@
+"""Hostile candidates through the real launcher (torchrun, gloo, 2 ranks on CPU).
+
+Every CPU-runnable entry of corpus/hostile/manifest.toml runs in one `evaluate` call (two launches
+at a time, tight per-phase limits) and must get the manifest's outcome and subtype; the harness
+must come out of it alive with one result per candidate. Then the checks behind the outcomes
+(which phase a hang was in, which signal a crash had, that a forked child is dead), the pure parts
+without a launch, the exit codes of `python -m pkb.eval`, and a soak over the bundled corpus's
+pure-PyTorch candidates.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+import torch
+
+from pkb.corpus import load_corpus, read_candidate
+from pkb.eval import EvalOptions, evaluate
+from pkb.eval import job as jobfiles
+from pkb.eval.store import Store
+
+REPO = Path(__file__).resolve().parents[1]
+HOSTILE = REPO / "corpus" / "hostile"
+MANIFEST = tomllib.loads((HOSTILE / "manifest.toml").read_text())["candidate"]
+CPU_ENTRIES = [e for e in MANIFEST if not e["needs_gpu"]]
+CALL_LIMIT_S = 10.0
+IMPORT_LIMIT_S = 10.0
+
+
+def hostile_options(tmp: Path, **over) -> EvalOptions:
+    base = dict(
+        world_size=2, trials=2, dtype="float32", backend="gloo", timeout_s=90.0, warmup=1, iters=3, groups=2,
+        store_path=str(tmp / "hostile.sqlite"), work_dir=str(tmp / "work"), jobs=2,
+        call_timeout_s=CALL_LIMIT_S, import_timeout_s=IMPORT_LIMIT_S, compile_timeout_s=30.0,
+    )
+    base.update(over)
+    return EvalOptions(**base)
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("hostile")
+    entries = sorted(CPU_ENTRIES, key=lambda e: e["path"])
+    # state_leak_a first and state_leak_b last: far apart, so never in one launch slot's time
+    entries.sort(key=lambda e: {"1_allreduce_state_leak_a.py": 0, "1_allreduce_state_leak_b.py": 2}.get(e["path"], 1))
+    records = []
+    for e in entries:
+        rec = read_candidate(HOSTILE / e["path"])
+        assert rec.problem_id == e["problem"], e["path"]
+        records.append(rec)
+    options = hostile_options(tmp)
+    t0 = time.monotonic()
+    evaluate(records, options)  # must return, whatever the candidates do
+    wall = time.monotonic() - t0
+    return {"by_path": {Path(r.path).name: r for r in records}, "options": options, "wall": wall, "tmp": tmp}
+
+
+@pytest.mark.parametrize("entry", CPU_ENTRIES, ids=[e["path"] for e in CPU_ENTRIES])
+def test_hostile_candidate_gets_the_manifest_outcome(batch, entry):
+    ev = batch["by_path"][entry["path"]].evaluation
+    assert ev["status"] == "ran", ev.get("reason")
+    assert ev["outcome"] in entry["outcome"].split("|"), (ev["outcome"], ev["subtype"], ev["reason"])
+    if entry["subtype"] != "*":
+        assert ev["subtype"] == entry["subtype"], (ev["outcome"], ev["subtype"], ev["reason"])
+    if ev["outcome"] in ("suspect", "wrong_result", "hang", "runtime_error", "compile_error", "load_error"):
+        assert ev["correct"] is False and ev["speedup"] is None or ev["outcome"] == "suspect"
+
+
+def test_harness_survives_and_stores_one_outcome_each(batch):
+    assert all(r.evaluation["status"] == "ran" for r in batch["by_path"].values())
+    with Store(batch["options"].store_path) as store:
+        out = store.outcomes()
+    assert len(out) == len(CPU_ENTRIES) and out["sha256"].is_unique
+    assert set(out["status"]) == {"ran"}
+
+
+def _ev(batch, name):
+    return batch["by_path"][f"1_allreduce_{name}.py"].evaluation
+
+
+def test_hangs_name_the_phase_and_are_killed_at_its_limit(batch):
+    imp = _ev(batch, "loop_at_import")
+    assert imp["details"]["phase_timeout"]["phase"] == "load"
+    assert imp["details"]["phase_timeout"]["limit_s"] == IMPORT_LIMIT_S
+    for name in ("infinite_loop_call", "sleep_past_limit", "deadlock_barrier"):
+        ev = _ev(batch, name)
+        pt = ev["details"]["phase_timeout"]
+        assert pt["phase"].startswith("trial 0 candidate"), pt
+        assert pt["limit_s"] == CALL_LIMIT_S
+        # well inside the 90 s job limit: the per-call limit did it
+        assert ev["launch_wall_s"] < CALL_LIMIT_S + 25, ev["launch_wall_s"]
+        for r in range(2):
+            status = jobfiles.read_json(jobfiles.status_path(ev["job_dir"], r)) or {}
+            if status.get("pid"):
+                with pytest.raises(ProcessLookupError):
+                    os.kill(status["pid"], 0)
+
+
+def test_crashes_name_the_signal_or_exit_code(batch):
+    seg = _ev(batch, "segfault")
+    assert seg["details"]["signal"] == "SIGSEGV" and "SIGSEGV" in seg["reason"]
+    kill = _ev(batch, "sigkill_self")
+    assert kill["details"]["signal"] == "SIGKILL" and "SIGKILL" in kill["reason"]
+    ex = _ev(batch, "exit_at_import")
+    assert any(c.get("exit_code") == 3 for c in ex["details"]["crashed_ranks"]), ex["details"]
+    assert "code 3" in ex["reason"]
+
+
+def test_forked_child_that_outlives_the_call_is_killed(batch):
+    ev = _ev(batch, "fork_child")
+    pids = [int(p.read_text()) for p in Path(ev["job_dir"]).glob("scratch/rank*/stray_child.pid")]
+    assert pids, "the candidate's child never wrote its pid"
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert {s["pid"] for s in ev["details"]["stray_processes"]} >= set(pids)
+
+
+def test_each_candidate_runs_in_fresh_processes(batch):
+    a, b = _ev(batch, "state_leak_a"), _ev(batch, "state_leak_b")
+    pids = lambda ev: {jobfiles.read_json(jobfiles.status_path(ev["job_dir"], r))["pid"] for r in range(2)}
+    assert not pids(a) & pids(b)
+    assert b["outcome"] in ("faster", "slower"), b["reason"]
+
+
+def test_forged_results_and_planted_files_are_named(batch):
+    forged = _ev(batch, "forge_result")
+    assert "result_rank0.json" in forged["details"]["forged_files"]
+    planted = _ev(batch, "writes_job_dir")
+    assert planted["details"]["unexpected_files"] == ["planted_by_candidate.txt"]
+
+
+def test_scratch_is_the_candidates_home_and_cwd(batch):
+    ev = _ev(batch, "writes_job_dir")
+    assert (Path(ev["job_dir"]) / "scratch" / "rank0").is_dir()
+    # the job dir holds no leftover key file
+    assert not list(Path(ev["job_dir"]).glob(".key_rank*"))
+
+
+def test_calls_reference_and_tamper_reasons_say_what(batch):
+    assert "reference" in _ev(batch, "imports_reference")["reason"]
+    assert "time.perf_counter" in _ev(batch, "patch_perf_counter")["reason"]
+    assert "torch.allclose" in _ev(batch, "patch_allclose")["reason"]
+    assert "elapsed_time" in _ev(batch, "patch_event")["reason"]
+    fb = _ev(batch, "fallback_try")
+    assert fb["details"]["dist_calls_during_candidate"] > 0
+    assert any(f["flag"] == "fallback_try_except" for f in fb["details"]["static_flags"])
+
+
+def test_suite_stays_quick(batch):
+    assert batch["wall"] < 330, batch["wall"]
+
+
+# ---- the pure parts, no launch ----------------------------------------------------------------------
+
+
+def test_static_flags():
+    from pkb.eval.static_checks import static_flags
+
+    flags = {f["flag"] for f in static_flags((HOSTILE / "1_allreduce_fallback_try.py").read_text())}
+    assert "fallback_try_except" in flags
+    assert {f["flag"] for f in static_flags((HOSTILE / "1_allreduce_imports_reference.py").read_text())} == {"imports_reference"}
+    assert "l2_persistence" in {f["flag"] for f in static_flags((HOSTILE / "1_allreduce_l2_persist_cuda.py").read_text())}
+    assert "harness_access" in {f["flag"] for f in static_flags((HOSTILE / "1_allreduce_patch_compare_in_call.py").read_text())}
+    plain = "import torch.distributed as dist\ndef solution(x):\n    out = x.clone()\n    dist.all_reduce(out)\n    return out\n"
+    assert static_flags(plain) == []
+    guarded = "def solution(x):\n    try:\n        return f(x)\n    except ValueError:\n        raise\n"
+    assert static_flags(guarded) == []
+
+
+def test_signed_files_reject_forgery_and_edits():
+    data = jobfiles.signed({"rank": 0, "finished": True, "x": 1.5}, "k" * 32)
+    assert jobfiles.verify(data, "k" * 32)
+    assert not jobfiles.verify({**data, "finished": False}, "k" * 32)
+    assert not jobfiles.verify({"rank": 0, "finished": True}, "k" * 32)
+    assert not jobfiles.verify(data, "j" * 32)
+
+
+def test_snapshot_sees_a_replaced_timer_and_restores_it():
+    import time as _time
+
+    from pkb.eval.guard import HarnessSnapshot
+
+    snap = HarnessSnapshot()
+    assert snap.changed() == []
+    real = _time.perf_counter
+    _time.perf_counter = lambda: 0.0
+    torch.Tensor.__eq__ = lambda self, other: True
+    try:
+        changed = snap.changed()
+        assert "time.perf_counter" in changed and "torch.Tensor.__eq__" in changed
+    finally:
+        snap.restore()
+    assert _time.perf_counter is real and "__eq__" not in vars(torch.Tensor)
+    assert snap.changed() == []
+
+
+def test_dist_counter_counts_only_while_active():
+    import torch.distributed as dist
+
+    from pkb.eval.guard import DistCounter
+
+    c = DistCounter()
+    real = dist.all_reduce
+    try:
+        c.install()
+        assert dist.all_reduce is not real and dist.all_reduce.__wrapped__ is real
+        try:
+            dist.all_reduce(torch.ones(1))  # no process group: raises, but was counted only if active
+        except Exception:
+            pass
+        assert c.total == 0
+        c.active = True
+        try:
+            dist.all_reduce(torch.ones(1))
+        except Exception:
+            pass
+        assert c.counts == {"all_reduce": 1}
+    finally:
+        import torch.distributed.distributed_c10d as c10d
+
+        for owner in (dist, c10d):
+            for name in list(vars(owner)):
+                fn = getattr(owner, name)
+                if getattr(fn, "_pkb_counted", False):
+                    setattr(owner, name, fn.__wrapped__)
+
+
+def test_sweep_kills_a_detached_process_with_the_marker(tmp_path):
+    from pkb.eval.launcher import MARKER_ENV, sweep_strays
+
+    env = {**os.environ, MARKER_ENV: "feedfacecafe"}
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env, start_new_session=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        time.sleep(0.3)
+        killed = sweep_strays("feedfacecafe", set())
+        assert p.pid in {k["pid"] for k in killed}
+        assert p.wait(timeout=5) == -signal.SIGKILL
+        assert other.poll() is None  # no marker, not of the job: left alone
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_torchrun_failure_table_gives_signal_names():
+    from pkb.eval.launcher import torchrun_exits
+
+    log = "[0]:\n  time : x\n  rank      : 1 (local_rank: 1)\n  exitcode  : -11 (pid: 42)\n  error_file: <N/A>\n"
+    assert torchrun_exits(log) == {1: {"exit_code": -11, "pid": 42, "signal": "SIGSEGV"}}
+
+
+def _launch(ranks_results, timed_out=False):
+    from pkb.eval.launcher import LaunchResult, RankReport
+
+    ranks = [RankReport(rank=i, phase="done", result=r) for i, r in enumerate(ranks_results)]
+    return LaunchResult(returncode=0, timed_out=timed_out, wall_s=1.0, ranks=ranks)
+
+
+def _good_rank(rank, cand_event, cand_wall, ref_event=1.0, ref_wall=1.1, floor=None):
+    stats = lambda e, w: {"event": {"median_ms": e}, "wall": {"median_ms": w}}
+    return {
+        "rank": rank, "finished": True, "error": None,
+        "trials": [{"trial": 0, "matched": True, "values_close": True}],
+        "timed_checks": [{"trial": 0, "matched": True}], "refresh_check": {"matched": True},
+        "timing": {"reference": stats(ref_event, ref_wall), "candidate": stats(cand_event, cand_wall)},
+        "speed_floor": floor or {"applies": False},
+    }
+
+
+def test_side_stream_rule_needs_ratio_and_absolute_gap():
+    from pkb.eval.outcome import decide
+
+    ev = decide(_launch([_good_rank(0, 0.01, 0.5), _good_rank(1, 0.01, 0.5)]))
+    assert (ev["outcome"], ev["subtype"]) == ("suspect", "side_stream_timing")
+    # 3x but only 20 us apart: host overhead of a tiny op, not hidden work
+    ev = decide(_launch([_good_rank(0, 0.01, 0.03), _good_rank(1, 0.01, 0.03)]))
+    assert ev["outcome"] in ("faster", "slower")
+    # the reference's clocks disagree as much: the machine, not the candidate
+    ev = decide(_launch([_good_rank(0, 0.1, 0.5, ref_event=0.1, ref_wall=0.5)] * 2))
+    assert ev["outcome"] in ("faster", "slower")
+
+
+def test_speed_of_light_floor_applies_only_where_it_can():
+    from pkb.eval.outcome import decide
+
+    floor = {"applies": True, "bytes": 45_000_000, "floor_ms": 0.1}
+    ev = decide(_launch([_good_rank(0, 0.02, 0.03, floor=floor), _good_rank(1, 0.02, 0.03, floor=floor)]))
+    assert (ev["outcome"], ev["subtype"]) == ("suspect", "speed_of_light")
+    ev = decide(_launch([_good_rank(0, 0.06, 0.07, floor=floor), _good_rank(1, 0.06, 0.07, floor=floor)]))
+    assert ev["outcome"] in ("faster", "slower")  # within 2x of the floor
+    off = {"applies": False, "why": "world size 1: nothing crosses a link, the floor does not apply", "floor_ms": 0.1}
+    ev = decide(_launch([_good_rank(0, 0.001, 0.002, floor=off)]))
+    assert ev["outcome"] in ("faster", "slower")
+    assert "does not apply" in ev["details"]["speed_floor"]["why"]
+
+
+# ---- exit codes --------------------------------------------------------------------------------------
+
+
+def _cli(args, tmp):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    base = [sys.executable, "-m", "pkb.eval", *map(str, args), "--store", str(tmp / "cli.sqlite"), "--work-dir", str(tmp / "w"),
+            "--world-size", "2", "--backend", "gloo", "--dtype", "float32"]
+    return subprocess.run(base, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_exit_codes(tmp_path):
+    assert _cli([tmp_path / "no_such_file.py"], tmp_path).returncode == 2
+    assert _cli([HOSTILE / "1_allreduce_empty.py"], tmp_path).returncode == 0  # evaluated: load_error
+    if not torch.cuda.is_available():
+        out = _cli([HOSTILE / "1_allreduce_illegal_address_cuda.py"], tmp_path)  # needs a GPU: not_run
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert "could not be evaluated" in out.stderr
+
+
+# ---- soak ----------------------------------------------------------------------------------------------
+
+
+def _bundled_records():
+    manifest = tomllib.loads((REPO / "corpus" / "manifest.toml").read_text())["candidate"]
+    problem_of = {e["path"]: e.get("problem") for e in manifest}
+    records = []
+    for rec in load_corpus(REPO / "corpus"):
+        if rec.path.startswith("hostile/"):
+            continue
+        if rec.problem_id is None and problem_of.get(rec.path):
+            rec.problem_id = int(problem_of[rec.path])
+        records.append(rec)
+    return records
+
+
+def test_soak_bundled_pure_pytorch_candidates_three_times_identical(tmp_path):
+    """Runs in CI: on CPU only the pure-PyTorch ones launch (one today), the rest are decided
+    not runnable without a launch; three fresh runs must agree candidate by candidate."""
+    from pkb.eval.device_needs import cuda_requirement
+
+    runs = []
+    for i in range(3):
+        records = _bundled_records()
+        evaluate(records, hostile_options(tmp_path / f"run{i}", trials=2, jobs=2, timeout_s=120.0))
+        runs.append({r.path: (r.evaluation["status"], r.evaluation["outcome"], r.evaluation["subtype"]) for r in records})
+    assert runs[0] == runs[1] == runs[2]
+    pure = [r for r in _bundled_records() if r.source and not cuda_requirement(r.source)]
+    assert pure, "no pure-PyTorch candidate in the bundled corpus"
+    for r in pure:
+        assert runs[0][r.path][0] == "ran", (r.path, runs[0][r.path])
