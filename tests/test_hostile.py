@@ -337,6 +337,10 @@ def _bundled_records():
     return records
 
 
+def _outcome_class(outcome: str) -> str:
+    return "correct" if outcome in ("faster", "slower") else outcome
+
+
 def test_soak_bundled_pure_pytorch_candidates_three_times_identical(tmp_path):
     """Runs in CI: on CPU only the pure-PyTorch ones launch (one today), the rest are decided
     not runnable without a launch; three fresh runs must agree candidate by candidate."""
@@ -346,7 +350,9 @@ def test_soak_bundled_pure_pytorch_candidates_three_times_identical(tmp_path):
     for i in range(3):
         records = _bundled_records()
         evaluate(records, hostile_options(tmp_path / f"run{i}", trials=2, jobs=2, timeout_s=120.0))
-        runs.append({r.path: (r.evaluation["status"], r.evaluation["outcome"], r.evaluation["subtype"]) for r in records})
+        # faster vs slower is a measurement with noise (a speedup near 1 flips); everything
+        # else must be identical: status, correctness, outcome class and subtype
+        runs.append({r.path: (r.evaluation["status"], _outcome_class(r.evaluation["outcome"]), r.evaluation["subtype"]) for r in records})
     assert runs[0] == runs[1] == runs[2]
     pure = [r for r in _bundled_records() if r.source and not cuda_requirement(r.source)]
     assert pure, "no pure-PyTorch candidate in the bundled corpus"

@@ -376,6 +376,11 @@ class Rank:
         from pkb.eval.classify import classify_exception
         from pkb.eval.guard import DistCounter, HarnessSnapshot, ReferenceWatch
 
+        import pkb.eval.classify  # noqa: F401  (every harness module in sys.modules before the snapshot)
+        import pkb.eval.compare  # noqa: F401
+        import pkb.eval.poison  # noqa: F401
+        import pkb.eval.timing  # noqa: F401
+
         self.dist_calls = {"trials": 0, "timed": 0, "checks": 0, "names": {}}
         self.counter = DistCounter()
         self.counter.install()  # before the candidate binds any name to a collective
