@@ -7,6 +7,7 @@ helper in a header the pass could not read), the label is `unknown`, with the re
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 
@@ -359,7 +360,7 @@ class Classifier:
         rec = self.rec
         py = self.facts.python
         compute_calls = self.timed("compute")
-        matmul_lines = _matmul_lines(rec.source, py)
+        matmul_lines = _matmul_lines(rec, py)
         has_torch_compute = bool(compute_calls or matmul_lines)
         problem_compute = self.has_compute
         if problem_compute is None:
@@ -414,12 +415,9 @@ def _reach_host(fn: Function, by_name: dict[str, Function]) -> set[str]:
     return seen
 
 
-def _matmul_lines(source: str, py) -> list[int]:
-    import ast
-
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+def _matmul_lines(rec: CandidateRecord, py) -> list[int]:
+    tree = rec.syntax_tree()
+    if tree is None:
         return []
     timed = {c.function for c in py.calls if c.path == "timed"} | {"solution"}
     out = []

@@ -149,7 +149,7 @@ class StaticAnalyzer:
 
     def _compute_source_passes(self, rec: CandidateRecord) -> None:
         t0 = time.perf_counter()
-        py = analyze_python(rec.source, rec.path)
+        py = analyze_python(rec.source, rec.path, rec.syntax_tree())
         rec.facts = StaticFacts(python=py)
         rec.passes = [PassStatus("python", "ok" if py.status == "ok" else "failed", py.message, time.perf_counter() - t0)]
         if py.status != "ok":

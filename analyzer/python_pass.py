@@ -96,11 +96,11 @@ def _stronger(a: str, b: str) -> str:
 
 
 class PythonPass:
-    def __init__(self, text: str, file: str):
+    def __init__(self, text: str, file: str, tree: ast.Module | None = None):
         self.text = text
         self.file = file
         self.lines = text.splitlines()
-        self.tree = ast.parse(text)
+        self.tree = tree if tree is not None else ast.parse(text)
         self.facts = PythonFacts()
         self.aliases: dict[str, str] = {}  # local name -> dotted module/object name
         self.functions: dict[str, ast.FunctionDef] = {}  # simple name -> def (module and methods)
@@ -928,10 +928,10 @@ class PythonPass:
     loop_nodes: list = []
 
 
-def analyze_python(text: str, file: str) -> PythonFacts:
+def analyze_python(text: str, file: str, tree: ast.Module | None = None) -> PythonFacts:
     """Python facts of one candidate; never raises for a file that parses."""
     try:
-        p = PythonPass(text, file)
+        p = PythonPass(text, file, tree)
         p.loop_nodes = []
         return p.run()
     except SyntaxError as exc:

@@ -79,10 +79,7 @@ def run_static(path: Path, out: Path, options, quiet: bool):
 def write_tables(records, out: Path) -> None:
     from reports import tables
 
-    frames = {"candidates": tables.candidates_frame(records), "kernels": tables.kernels_frame(records), "findings": tables.findings_frame(records)}
-    for name, frame in frames.items():
-        frame.to_csv(out / f"{name}.csv", index=False)
-        frame.to_parquet(out / f"{name}.parquet", index=False)
+    tables.write_tables(records, out)
 
 
 def _progress(total: int, quiet: bool):

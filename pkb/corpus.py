@@ -137,36 +137,41 @@ def read_candidate(path: Path, root: Path | None = None) -> CandidateRecord:
         rec.parse_status = "too_large"
         rec.parse_message = f"{size} bytes, over the {MAX_BYTES}-byte limit; not analyzed"
         return rec
-    rec.parse_status, rec.parse_message, rec.parse_line, rec.source = decode_python(data)
+    rec.parse_status, rec.parse_message, rec.parse_line, rec.source, rec.tree = _decode(data)
     return rec
 
 
 def decode_python(data: bytes) -> tuple[str, str, int, str]:
     """(status, message, line, text) for bytes that should be a Python file."""
+    return _decode(data)[:4]
+
+
+def _decode(data: bytes) -> tuple[str, str, int, str, ast.Module | None]:
+    """decode_python, plus the syntax tree it parsed (kept so later stages need not parse again)."""
     if not data.strip():
-        return "empty", "the file is empty", 0, ""
+        return "empty", "the file is empty", 0, "", None
     if b"\x00" in data:
-        return "not_python", "binary content (NUL bytes); not a Python file", 0, ""
+        return "not_python", "binary content (NUL bytes); not a Python file", 0, "", None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        return "not_utf8", f"not UTF-8 at byte {exc.start} (line {line}): {exc.reason}", line, ""
+        return "not_utf8", f"not UTF-8 at byte {exc.start} (line {line}): {exc.reason}", line, "", None
     try:
-        ast.parse(text)
+        tree = ast.parse(text)
     except SyntaxError as exc:
         line = exc.lineno or 0
         # Mostly-unprintable text that happens to decode is junk, not Python with a typo.
         printable = sum(ch.isprintable() or ch in "\n\t\r" for ch in text[:4096])
         if printable < 0.9 * min(len(text), 4096):
-            return "not_python", "not Python source (mostly unprintable characters)", 0, text
-        return "syntax_error", f"line {line}: {exc.msg}", line, text
+            return "not_python", "not Python source (mostly unprintable characters)", 0, text, None
+        return "syntax_error", f"line {line}: {exc.msg}", line, text, None
     except ValueError as exc:  # e.g. source code string cannot contain null bytes
-        return "not_python", str(exc), 0, text
+        return "not_python", str(exc), 0, text, None
     except (RecursionError, SystemError, MemoryError):
         # CPython's parser gives up on very deep nesting (3.11 reports it as a SystemError).
-        return "syntax_error", "nested too deeply for Python's parser", 0, text
-    return "ok", "", 0, text
+        return "syntax_error", "nested too deeply for Python's parser", 0, text, None
+    return "ok", "", 0, text, tree
 
 
 def load_corpus(root: Path) -> list[CandidateRecord]:

@@ -109,8 +109,21 @@ class CandidateRecord:
     evaluation: dict[str, Any] = field(default_factory=dict)
     profile: dict[str, Any] = field(default_factory=dict)
     diagnosis: dict[str, Any] = field(default_factory=dict)
-    # The decoded text, kept in memory so no stage reads the file twice; never serialized.
+    # The decoded text and its syntax tree, kept in memory so no stage reads or parses the file
+    # twice; never serialized.
     source: str = field(default="", repr=False, compare=False)
+    tree: Any = field(default=None, repr=False, compare=False)
+
+    def syntax_tree(self) -> Any:
+        """The file's `ast.Module` (parsed once, on first use); None when it does not parse."""
+        if self.tree is None and self.source:
+            import ast
+
+            try:
+                self.tree = ast.parse(self.source)
+            except (SyntaxError, ValueError, RecursionError, SystemError, MemoryError):
+                self.tree = False
+        return self.tree or None
 
     # ---- derived views -------------------------------------------------------------------
 

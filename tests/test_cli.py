@@ -57,6 +57,8 @@ def test_findings_point_at_lines_that_exist(tmp_path, capsys):
     run_cli([str(ROOT / "corpus"), "--out", str(out), "--no-ptx", "-q"], tmp_path, capsys)
     for line in (out / "static.jsonl").read_text().splitlines():
         rec = json.loads(line)
+        if not rec["findings"]:
+            continue
         text = (ROOT / "corpus" / rec["path"]).read_text().splitlines()
         for f in rec["findings"]:
             assert 1 <= f["line"] <= len(text)

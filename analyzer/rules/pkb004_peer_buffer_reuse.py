@@ -79,9 +79,8 @@ class PeerBufferReuseWithoutBarrier(Rule):
 
 def _call_positions(ctx):
     """Order of execution, approximately: a call inside a helper sits where solution() calls it."""
-    try:
-        tree = ast.parse(ctx.rec.source)
-    except (SyntaxError, RecursionError, SystemError):
+    tree = ctx.rec.syntax_tree()
+    if tree is None:
         return lambda fn, line: line
     sites: dict[str, list[int]] = {}
     owner: dict[int, str] = {}

@@ -47,9 +47,8 @@ class MissingTailHandling(Rule):
             yield from self._host_side(ctx, cuda)
         if not ctx.py.triton_kernels:
             return
-        try:
-            tree = ast.parse(ctx.rec.source)
-        except SyntaxError:
+        tree = ctx.rec.syntax_tree()
+        if tree is None:
             return
         names = {t.name for t in ctx.py.triton_kernels}
         for fn in ast.walk(tree):

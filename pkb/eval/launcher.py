@@ -225,6 +225,7 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
             key_path(job_dir, r).unlink()
         except OSError:
             pass
+    remove_rank_tmpdirs(job_dir)
     tail = _tail(launcher_log_path(job_dir), 16000)
     ranks = collect_ranks(job_dir, job.world_size, key)
     exits = torchrun_exits(tail)
@@ -283,6 +284,19 @@ def collect_ranks(job_dir: Path, world_size: int, key: str | None = None) -> lis
             )
         )
     return reports
+
+
+def remove_rank_tmpdirs(job_dir: Path) -> None:
+    """The short TMPDIRs the ranks made under /tmp (a killed rank cannot remove its own)."""
+    import shutil
+
+    for marker in Path(job_dir, "scratch").glob("rank*/tmpdir.txt"):
+        try:
+            tmp = Path(marker.read_text(encoding="utf-8").strip())
+        except OSError:
+            continue
+        if tmp.name.startswith("pkb-r") and tmp.parent == Path("/tmp"):
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def unexpected_files(job_dir: Path) -> list[str]:

@@ -891,11 +891,30 @@ def _take_key(job_dir: str, rank: int) -> str | None:
     return key or None
 
 
+def _short_tmpdir(scratch: str, rank: int) -> str:
+    """A private TMPDIR with a short path.
+
+    torch's symmetric memory binds a Unix socket at $TMPDIR/symm_mem-<pid>; a socket path has at
+    most 107 bytes, and past that bind fails ("Failed to bind socket: Invalid argument", seen on
+    the H200 with a job directory under a long output folder). So the scratch TMPDIR lives under
+    /tmp, and the scratch folder records where, for the launcher's clean-up.
+    """
+    import atexit
+    import shutil
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix=f"pkb-r{rank}-", dir="/tmp" if os.path.isdir("/tmp") else None)
+    with open(os.path.join(scratch, "tmpdir.txt"), "w", encoding="utf-8") as fh:
+        fh.write(tmp)
+    atexit.register(shutil.rmtree, tmp, True)
+    return tmp
+
+
 def _enter_scratch(job_dir: str, rank: int) -> None:
     """The candidate's working directory, HOME and TMPDIR: a scratch folder of this rank."""
     scratch = os.path.join(job_dir, "scratch", f"rank{rank}")
-    tmp = os.path.join(scratch, "tmp")
-    os.makedirs(tmp, exist_ok=True)
+    os.makedirs(scratch, exist_ok=True)
+    tmp = _short_tmpdir(scratch, rank)
     os.environ["HOME"] = scratch
     for name in ("TMPDIR", "TEMP", "TMP"):
         os.environ[name] = tmp
