@@ -3,7 +3,7 @@
 On real hardware every rank owns a GPU. Under emulation all ranks' kernels share one device, so a
 kernel that spins until a peer's kernel sets a flag only finishes if that peer's blocks get SMs
 while it spins. If the spinning grids fill the device, the peer's blocks never start: the hang is
-an artefact of emulation and the honest verdict is `inconclusive`, not `hang`.
+an artefact of emulation and the honest verdict is status `inconclusive` (no outcome), not `hang`.
 
 What can be known after the fact:
 - the device's limits (SMs, threads and shared memory per SM) from torch;

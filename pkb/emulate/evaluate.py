@@ -383,7 +383,8 @@ class _Run:
                 return {**base, "outcome": "hang", "subtype": "timeout",
                         "reason": f"{phase}: no progress in {self.timeout:.0f} s ({where}); the grids were co-resident ({co.get('why', '')})"}
             sub = "not_co_resident" if co["verdict"] == "not_co_resident" else "co_residency_unknown"
-            return {**base, "outcome": "inconclusive", "subtype": sub,
+            # Not an outcome of TAXONOMY.md: the emulation cannot decide, and says so in status.
+            return {**base, "status": "inconclusive", "outcome": "", "subtype": sub,
                     "reason": f"{phase}: no progress in {self.timeout:.0f} s ({where}); {co.get('why', '')}: "
                               "the ranks' grids may not fit on one GPU together, which real per-rank GPUs would not suffer"}
         note = ""
