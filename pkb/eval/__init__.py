@@ -158,7 +158,7 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
         except LookupError as exc:
             evaluation["reason"] = str(exc)
             return evaluation
-        dtype = options.dtype or ref.dtypes[0]
+        dtype = _input_dtype(rec, ref, options)
         key = config_key(problem_id=ref.id, world_size=env.world_size, backend=env.backend, dtype=dtype, options=options)
         outcome, subtype = decided
         evaluation.update(
@@ -174,7 +174,7 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
     except LookupError as exc:
         evaluation["reason"] = str(exc)
         return evaluation
-    dtype = options.dtype or ref.dtypes[0]
+    dtype = _input_dtype(rec, ref, options)
     key = config_key(problem_id=ref.id, world_size=env.world_size, backend=env.backend, dtype=dtype, options=options)
     evaluation.update(dtype=dtype, config_key=key, problem_id=ref.id, problem_stem=ref.stem)
     store.add_candidate(sha, rec.path, ref.id, rec.problem_name, rec.model, rec.provider, rec.backend)
@@ -301,6 +301,15 @@ def _source_text(rec: Any) -> str:
         except (OSError, UnicodeDecodeError):
             return ""
     return ""
+
+
+# PKB's run-tree precision names the dtype its generator asked the candidate to handle.
+_PRECISION_DTYPE = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def _input_dtype(rec: Any, ref: Any, options: EvalOptions) -> str:
+    """--dtype, else the run tree's precision (PKB layout), else the problem's first dtype."""
+    return options.dtype or _PRECISION_DTYPE.get(getattr(rec, "precision", "") or "", "") or ref.dtypes[0]
 
 
 _TRIAL_FIELDS = ("matched", "shape_ok", "dtype_ok", "numel", "mismatches", "max_abs_err", "max_rel_err", "max_violation", "nan_inf", "sentinel", "mutates_inputs", "aliases_input", "saved", "repeat")
