@@ -203,6 +203,7 @@ def eval_command(
     pkb_root: Optional[Path] = typer.Option(None, "--pkb-root", help="a PKB checkout: evaluate against its references and input factory"),
     ptx: bool = typer.Option(False, "--ptx/--no-ptx", help="run the PTX pass in the static stage"),
     emulate: Optional[int] = typer.Option(None, "--emulate", help="N virtual ranks in one process on one GPU (or CPU): correctness only, never timed"),
+    profile: bool = typer.Option(False, "--profile", help="after timing, record a torch.profiler trace of a few candidate calls per rank (NVTX ranges too)"),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Evaluate candidates against their references on every rank: one outcome each, stored, resumable."""
@@ -216,7 +217,7 @@ def eval_command(
     options = EvalOptions(
         world_size=world_size, trials=trials, backend=backend, dtype=dtype, timeout_s=timeout, warmup=warmup,
         iters=iters, scale=scale, store_path=str(store or out / "pkb_eval.sqlite"), work_dir=str(out / "eval_work"),
-        pkb_root=str(pkb_root) if pkb_root else None,
+        pkb_root=str(pkb_root) if pkb_root else None, profile=profile,
     )
     run_eval(records, out, options, quiet)
     write_tables(records, out)

@@ -153,3 +153,19 @@ def test_eval_emulated_labels_results_and_finds_local_only(tmp_path, capsys):
     assert recs["1_allreduce_good.py"]["correct"]
     assert (recs["1_allreduce_local.py"]["outcome"], recs["1_allreduce_local.py"]["subtype"]) == ("wrong_result", "local_only")
     assert "EMULATED" in cap.out
+
+
+def test_eval_profile_records_a_trace_summary_on_cpu(tmp_path, capsys):
+    d = tmp_path / "c"
+    d.mkdir()
+    (d / "1_allreduce_good.py").write_text(
+        "import torch\nimport torch.distributed as dist\n\n"
+        "@torch.no_grad()\ndef solution(tensor):\n    out = tensor.clone()\n    dist.all_reduce(out)\n    return out\n")
+    out = tmp_path / "out"
+    code, cap = run_cli(["eval", str(d), "--out", str(out), "--world-size", "2", "--trials", "1",
+                         "--warmup", "2", "--iters", "3", "--timeout", "240", "--profile"], tmp_path, capsys)
+    assert code == 0, cap.err
+    rec = json.loads((out / "eval.jsonl").read_text().splitlines()[0])
+    prof = rec["profile"]
+    assert len(prof["ranks"]) == 2, prof
+    assert all(r and r.get("calls") for r in prof["ranks"]), prof

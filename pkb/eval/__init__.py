@@ -73,7 +73,7 @@ def evaluate(records: Iterable[Any], options: EvalOptions | None = None) -> None
                 for fut in done:
                     rec, pending, slot = running.pop(fut)
                     free.append(slot)
-                    rec.evaluation = finish(pending, fut.result(), store)
+                    rec.evaluation = finish(pending, fut.result(), store, rec)
 
             for rec in records:
                 pending = prepare(rec, options, env, store)
@@ -104,7 +104,7 @@ def evaluate_one(rec: Any, options: EvalOptions, env: Environment, store: Any) -
     pending = prepare(rec, options, env, store)
     if isinstance(pending, dict):
         return pending
-    return finish(pending, _launch(pending, options), store)
+    return finish(pending, _launch(pending, options), store, rec)
 
 
 @dataclass
@@ -225,14 +225,17 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
         import_timeout_s=min(options.import_timeout_s, options.timeout_s),
         compile_timeout_s=min(options.compile_timeout_s, options.timeout_s),
         call_timeout_s=min(options.call_timeout_s, options.timeout_s),
+        profile=options.profile,
         claims_custom_kernels=bool(cuda_uses(source)),
         static_flags=static_flags(source) + _finding_hints(rec),
     )
     return Pending(job, evaluation, sha, key, ref.id, t0)
 
 
-def finish(pending: Pending, result: Any, store: Any) -> dict[str, Any]:
+def finish(pending: Pending, result: Any, store: Any, rec: Any = None) -> dict[str, Any]:
     """Decide the outcome of a finished launch and commit all its rows at once."""
+    if rec is not None and pending.job.profile:
+        rec.profile = _profile_summary(rec, pending, result)
     from pkb.eval.outcome import decide
 
     evaluation = pending.evaluation
@@ -247,6 +250,19 @@ def finish(pending: Pending, result: Any, store: Any) -> dict[str, Any]:
     )
     store.write_evaluation(pending.sha256, pending.config_key, pending.problem_id, evaluation, [r.result for r in result.ranks])
     return evaluation
+
+
+def _profile_summary(rec: Any, pending: Pending, result: Any) -> dict[str, Any]:
+    """The ranks' traces read once, with the static pass's peer-moving kernels as communication."""
+    try:
+        from profiling.analyze import comm_kernel_names
+        from profiling.hooks import summarize_job
+
+        floors = [((r.result or {}).get("speed_floor") or {}).get("bytes") for r in result.ranks]
+        sol = max((b for b in floors if b), default=None)
+        return summarize_job(pending.job.job_dir, comm_kernel_names(rec), sol, timeline_png=True)
+    except Exception as exc:  # noqa: BLE001 - a profile problem never changes the evaluation
+        return {"errors": [f"profile summary failed: {type(exc).__name__}: {exc}"]}
 
 
 def _launch(pending: Pending, options: EvalOptions) -> Any:

@@ -48,6 +48,7 @@ class JobSpec:
     call_timeout_s: float = 120.0
     # From the evaluating process: does the source build or use CUDA code (claims custom
     # kernels), and the static exploit flags of pkb.eval.static_checks.
+    profile: bool = False  # a few candidate calls under torch.profiler after timing
     claims_custom_kernels: bool = False
     static_flags: list[dict[str, Any]] = field(default_factory=list)
 

@@ -41,6 +41,9 @@ class EvalOptions:
     # Launches at a time. On CUDA each gets its own world_size GPUs (CUDA_VISIBLE_DEVICES), so
     # jobs * world_size must fit the machine; timing is only clean with one job per GPU set.
     jobs: int = 1
+    # Profile a few candidate calls per rank after timing (Kineto traces under the job dir,
+    # summarized into record.profile).
+    profile: bool = False
 
     def resolved_work_dir(self) -> Path:
         return Path(self.work_dir).resolve()
@@ -69,6 +72,7 @@ def config_key(
         "pkb": bool(options.pkb_root),
         "pkb_shape": list(options.pkb_shape) if options.pkb_root else None,
         "problem_file": options.problem_files.get(problem_id),
+        "profile": options.profile,
     }
     blob = json.dumps(payload, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

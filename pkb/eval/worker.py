@@ -313,6 +313,9 @@ class Rank:
                 rep.phase("timing")
                 self.timing(min(int(v.get("groups", 1)) for v in verdicts))
             self.check_tamper("the end of the evaluation")
+            if self.job.profile and all(v.get("matched") for v in verdicts):
+                rep.phase("profile", self.job.call_timeout_s * 4)
+                self.profile()
         except CandidateFailure as failure:
             if self.snapshot is not None:
                 self.snapshot.restore()
@@ -668,6 +671,20 @@ class Rank:
                 torch.save({"rank": self.rank, "trial": t, "inputs": _cap_for_saving(inputs, cap_elems)}, d / f"inputs_trial{t}_rank{self.rank}.pt")
         except Exception:
             pass  # a convenience, like save_tensors: never a reason to fail the rank
+
+    def profile(self) -> None:
+        """A few candidate calls under the profiler, after timing, so they cost the timing nothing.
+
+        Profiling problems are recorded, never blamed on the candidate (the hook does not raise).
+        """
+        from profiling.hooks import profile_candidate
+
+        inputs = self._inputs(GROUP_TRIAL_BASE)
+        solution = self.solution
+        self.reporter.result["profile"] = profile_candidate(
+            lambda: solution(*inputs), job_dir=self.job.job_dir, rank=self.rank,  # type: ignore[misc]
+            meta={"candidate": self.job.candidate_sha256, "problem": self.job.problem.get("id")},
+        )
 
     def timing(self, n_groups: int) -> None:
         """Interleaved timed rounds over fresh input groups (new contents at new addresses), then
