@@ -84,6 +84,18 @@ def parse_candidate_name(stem: str, backend_hint: str = "") -> tuple[int | None,
     return pid, name, backend
 
 
+def _known_problem_name(pid: int | None, name: str) -> str:
+    """`allreduce_alias_input` is a variant of problem 1 `allreduce`: report the problem's name."""
+    if pid is None:
+        return name
+    from problems import names
+
+    known = names().get(pid)
+    if known and (name == known or name.startswith(known + "_")):
+        return known
+    return name
+
+
 def discover(root: Path) -> list[Path]:
     """Candidate files under `root` (a file or a folder), in a stable order.
 
@@ -120,7 +132,7 @@ def read_candidate(path: Path, root: Path | None = None) -> CandidateRecord:
         rec.backend, rec.precision, rec.hardware = tree.backend, tree.precision, tree.hardware
         rec.provider, rec.model = tree.provider, tree.model
     pid, name, backend = parse_candidate_name(path.stem, rec.backend)
-    rec.problem_id, rec.problem_name = pid, name
+    rec.problem_id, rec.problem_name = pid, _known_problem_name(pid, name)
     if backend and not rec.backend:
         rec.backend = backend
 

@@ -61,3 +61,10 @@ def test_deep_nesting_is_a_syntax_error_not_a_crash(tmp_path):
     (tmp_path / "deep.py").write_text("x = " + "-" * 100000 + "1\n")
     (rec,) = load_corpus(tmp_path)
     assert rec.parse_status == "syntax_error" and "nested" in rec.parse_message
+
+
+def test_variant_file_names_map_to_the_problem_name(tmp_path):
+    (tmp_path / "1_allreduce_alias_input.py").write_text("def solution(t):\n    return t\n")
+    (tmp_path / "12_allgather_gemm_cuda.py").write_text("def solution(a, b):\n    return a\n")
+    names = {r.problem_id: r.problem_name for r in load_corpus(tmp_path)}
+    assert names == {1: "allreduce", 12: "allgather_gemm"}
