@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from analyzer.facts import PEER_KINDS, SIGNAL_KINDS, CallSite, CudaFacts, CudaSource, Function, PtxFacts
 from pkb.record import CandidateRecord, Evidence, KernelReport, Label
 
-TRANSFER_CATEGORIES = {"collective", "p2p", "tensor_copy", "ext_kernel", "triton_launch", "cupy_launch"}
 ORDER_STRENGTH = ("release_acquire", "fence_system", "volatile_only", "relaxed")
 # torch.ops.symm_mem library ops: what they move bytes with.
 SYMM_OPS = {
@@ -38,14 +37,15 @@ class _KernelFacts:
     reach: set[str]  # names of the kernel and every device function it reaches
 
 
-def _reach(fn: Function, by_name: dict[str, Function]) -> set[str]:
+def _reach(fn: Function, by_name: dict[str, Function], device_only: bool = True) -> set[str]:
+    """`fn` and every function it calls, transitively (device code only, unless told)."""
     seen = {fn.name}
     todo = [fn]
     while todo:
         f = todo.pop()
         for callee in f.calls:
             g = by_name.get(callee)
-            if g is not None and g.name not in seen and g.kind != "host":
+            if g is not None and g.name not in seen and not (device_only and g.kind == "host"):
                 seen.add(g.name)
                 todo.append(g)
     return seen
@@ -333,7 +333,7 @@ class Classifier:
                 if f.name in entry_fns:
                     if f.kind == "global":
                         out.add(f.name)
-                    for callee in _reach_host(f, by_name):
+                    for callee in _reach(f, by_name, device_only=False):
                         out.add(callee)
         # cupy kernels are launched by name
         return out or None
@@ -344,7 +344,7 @@ class Classifier:
         by_name = {f.name: f for f in cuda.functions}
         for e in entry:
             f = by_name.get(e)
-            if f is not None and (f.name == host_fn or host_fn in _reach_host(f, by_name)):
+            if f is not None and host_fn in _reach(f, by_name, device_only=False):
                 return True
         return False
 
@@ -400,19 +400,6 @@ def _ptx_entry(ptx: PtxFacts, name: str):
         if base == name or base.endswith("::" + name):
             return e
     return None
-
-
-def _reach_host(fn: Function, by_name: dict[str, Function]) -> set[str]:
-    seen: set[str] = set()
-    todo = [fn]
-    while todo:
-        f = todo.pop()
-        for callee in f.calls:
-            g = by_name.get(callee)
-            if g is not None and g.name not in seen:
-                seen.add(g.name)
-                todo.append(g)
-    return seen
 
 
 def _matmul_lines(rec: CandidateRecord, py) -> list[int]:
