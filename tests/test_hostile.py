@@ -358,3 +358,41 @@ def test_soak_bundled_pure_pytorch_candidates_three_times_identical(tmp_path):
     assert pure, "no pure-PyTorch candidate in the bundled corpus"
     for r in pure:
         assert runs[0][r.path][0] == "ran", (r.path, runs[0][r.path])
+
+
+def test_no_input_reaches_the_candidate_at_an_address_it_saw_with_other_values(tmp_path):
+    """The invariant that keeps a pointer-keyed cache from deadlocking the ranks: every input the
+    candidate is handed sits at an address it has not seen with other contents, except the
+    refresh probe's (new values at the old addresses, on every rank alike). Before inputs were
+    kept alive, the allocator reused trial addresses on one rank and not the other."""
+    log_dir = tmp_path / "seen"
+    log_dir.mkdir()
+    body = f'''
+import torch
+import torch.distributed as dist
+
+_seen = open(f"{log_dir}/rank{{dist.get_rank()}}.log", "a")
+
+
+@torch.no_grad()
+def solution(x):
+    print(x.data_ptr(), float(x.double().sum()), file=_seen, flush=True)
+    out = x.clone()
+    dist.all_reduce(out)
+    return out
+'''
+    path = tmp_path / "cands" / "1_allreduce_logs_addresses.py"
+    path.parent.mkdir()
+    path.write_text(body)
+    rec = read_candidate(path)
+    evaluate([rec], hostile_options(tmp_path, trials=4, iters=2, groups=3, jobs=1))
+    assert rec.evaluation["outcome"] in ("faster", "slower"), rec.evaluation.get("reason")
+    for log in sorted(log_dir.glob("rank*.log")):
+        contents: dict[int, set[float]] = {}
+        for line in log.read_text().splitlines():
+            ptr, total = line.split()
+            contents.setdefault(int(ptr), set()).add(float(total))
+        calls = sum(len(v) for v in contents.values())
+        reused = {p: v for p, v in contents.items() if len(v) > 1}
+        assert calls >= 4 + 1 + 3, (log.name, calls)  # trials, the repeat, the timing groups
+        assert len(reused) == 1 and len(next(iter(reused.values()))) == 2, (log.name, reused)

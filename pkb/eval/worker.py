@@ -62,6 +62,7 @@ class Reporter:
             "timing": None,
             "timed_checks": [],
             "refresh_check": None,
+            "inputs_kept_alive": True,  # False: past the budget of `Rank.hand`
             "error": None,
             "compile_s": 0.0,
             "finished": False,
@@ -281,6 +282,32 @@ class Rank:
         self.dtype: Any = None
         self.source: Any = None
         self.solution: Callable[..., Any] | None = None
+        self.handed: list[Any] = []  # every input the candidate was handed (see `hand`)
+        self.handed_bytes = 0
+
+    def hand(self, inputs: Any) -> None:
+        """Keep what the candidate is handed alive until the rank ends, so that no later input
+        lands at an address the candidate has already seen. Otherwise the allocator reuses a
+        freed address on one rank and not on another, a cache keyed on pointers hits on that
+        rank only, and it skips a collective its peers enter: a deadlock the harness caused.
+        Only the refresh probe reuses addresses, on every rank alike. Past a memory budget
+        (a quarter of the device, 4 GiB off CUDA) inputs are no longer kept, and the result says so."""
+        import torch
+
+        from pkb.eval.timing import input_bytes
+
+        if any(h is inputs for h in self.handed):
+            return
+        nbytes = input_bytes(inputs)
+        if self.device is not None and self.device.type == "cuda":
+            budget = torch.cuda.get_device_properties(self.device).total_memory // 4
+        else:
+            budget = 4 << 30
+        if self.handed_bytes + nbytes > budget:
+            self.reporter.result["inputs_kept_alive"] = False
+            return
+        self.handed.append(inputs)
+        self.handed_bytes += nbytes
 
     # -- phases --
 
@@ -485,6 +512,7 @@ class Rank:
 
         wd, counter = self.watchdog, self.counter
         before = counter.total if counter is not None else 0
+        self.hand(inputs)
         try:
             if wd is not None:
                 wd.call_start("candidate", self.job.call_timeout_s)
@@ -680,6 +708,7 @@ class Rank:
         from profiling.hooks import profile_candidate
 
         inputs = self._inputs(GROUP_TRIAL_BASE)
+        self.hand(inputs)
         solution = self.solution
         self.reporter.result["profile"] = profile_candidate(
             lambda: solution(*inputs), job_dir=self.job.job_dir, rank=self.rank,  # type: ignore[misc]
@@ -700,6 +729,8 @@ class Rank:
 
         rep, job = self.reporter, self.job
         groups = [self._inputs(GROUP_TRIAL_BASE + g) for g in range(n_groups)]
+        for g in groups:
+            self.hand(g)
         pristine = [clone_tree(g) for g in groups]  # the reference's inputs, after the timing
         self.note_speed_floor(groups[0])
         wd, counter = self.watchdog, self.counter
