@@ -848,6 +848,12 @@ class _ClangPass:
                     nm = x.spelling
                 if nm and nm not in calls and nm not in ("__cudaPushCallConfiguration", "cudaConfigureCall"):
                     calls.append(nm)
+                # A kernel handed by reference to the launch API (cudaLaunchCooperativeKernel(
+                # (void*)k, ...)) is launched by this function as surely as k<<<...>>>(...) is.
+                if x.kind == "CALL_EXPR" and x.spelling in ("cudaLaunchKernel", "cudaLaunchCooperativeKernel", "cudaLaunchKernelExC"):
+                    kname, _ = self.launch_api_parts(x)
+                    if kname and kname not in calls:
+                        calls.append(kname)
             params = []
             for p in f.params:
                 t = p.type

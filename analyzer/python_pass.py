@@ -522,6 +522,20 @@ class PythonPass:
             elif isinstance(sub, ast.Attribute) and sub.attr in SYMM_HANDLE_ATTRS:
                 self.stmt_ctx.setdefault(id(sub), ctx)
 
+    def _callees_of(self, node: ast.AST) -> dict[str, ast.AST]:
+        """The file's functions that `node` calls, directly or through each other."""
+        found: dict[str, ast.AST] = {}
+        todo = [node]
+        while todo:
+            for sub in ast.walk(todo.pop()):
+                if isinstance(sub, ast.Call):
+                    callee = self._local_callee(sub)
+                    name = getattr(callee, "name", None)
+                    if callee is not None and name and name not in found:
+                        found[name] = callee
+                        todo.append(callee)
+        return found
+
     def _local_callee(self, call: ast.Call) -> ast.AST | None:
         f = call.func
         if isinstance(f, ast.Name) and f.id in self.functions and f.id not in self.triton_names:
@@ -890,13 +904,19 @@ class PythonPass:
             if c.category == "stream" and c.qualname.endswith("Stream"):
                 self.facts.streams.append(c.line)
         for loop, fname in getattr(self, "loop_nodes", []):
+            # The loop's own calls and those of the file's functions it calls (a prefetch helper
+            # issues the copies, a block function the compute): one iteration does all of it.
+            callees = self._callees_of(loop)
+            bodies = [loop, *callees.values()]
             cats = set()
             for c in self.facts.calls:
-                if loop.lineno <= c.line <= (loop.end_lineno or loop.lineno) and c.path == "timed":
+                if c.path != "timed":
+                    continue
+                if loop.lineno <= c.line <= (loop.end_lineno or loop.lineno) or c.function in callees:
                     cats.add(c.category)
             transfer = cats & {"collective", "p2p", "tensor_copy", "ext_kernel", "triton_launch", "cupy_launch", "symm_handle"}
             compute = cats & {"compute", "ext_kernel", "triton_launch"}
-            has_matmul = any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult) for n in ast.walk(loop))
+            has_matmul = any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult) for b in bodies for n in ast.walk(b))
             if transfer and (compute - transfer or has_matmul or len(transfer) > 1):
                 self.facts.chunk_loops.append(loop.lineno)
 

@@ -261,6 +261,9 @@ def test_cooperative_launch_and_grid_sync():
     assert ("grid_sync", "cudaLaunchCooperativeKernel") in cats
     assert func(facts, "coop_kernel").launch_bounds == "256"
     assert any(a.pointer == "peer_buf" and a.pointer_kind == "peer_ptr" and a.kind == "load" for a in facts.accesses)
+    # The kernel handed to the launch API by reference is a call edge of the host function, so
+    # reachability from the bound entry point finds it (no <<<>>> anywhere in the source).
+    assert "coop_kernel" in func(facts, "launch_coop").calls
 
 
 NVSHMEM = r"""
