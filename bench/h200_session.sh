@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# One session on the lent one-GPU H200 (torch 2.11, CUDA 13): the runs that need a GPU, in one
-# call, each under its own time limit. Prints a short table last; everything lands in
-# $OUT/session.tar.gz (traces, hand figures, emulation rows, evaluation records, logs).
+# The runs that need the lent one-GPU H200 (torch 2.11, CUDA 13), grouped in parts that fit one
+# device call each. Prints a short table last; logs, traces and records land in $OUT.
 #
-#   bash bench/h200_session.sh            (from the repository root, on the GPU machine)
+#   bash bench/h200_session.sh PART...     (from the repository root, on the GPU machine)
 #
-# PKB_EVAL_TREE: a folder whose pkb/ package shadows the working tree's (a snapshot of a
-# committed state, so work in progress elsewhere in the tree does not change what is measured).
+# Parts: hostile (the GPU-only hostile candidates, tests/test_hostile.py -k gpu), storeflags (the
+# sm_store_flags fixture program under compute-sanitizer), eval16 (the corpus's GEMM +
+# reduce-scatter candidate), overhead (bench/eval_overhead.py against PKB's run_local.py from
+# .pkb/), profile (bench/profile_overhead.py and profiling.gpu_check: CUPTI and ncu), fixtures
+# (record the profiling fixtures), emulate (pkb.emulate.gpu_check).
+# PKB_EVAL_TREE: a folder whose pkb/ package shadows the working tree's.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
@@ -19,27 +22,35 @@ fi
 export PYTHONPATH=${PKB_EVAL_TREE:+$PKB_EVAL_TREE:}$PWD${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >"$W/logs/gpu.txt" 2>&1
 start=$(date +%s)
-
-# 1. profiling fixtures and 2. the emulation check, side by side (correctness and trace shape;
-#    neither reports a timing that the other could disturb).
-timeout 280 python3 -m profiling.record_fixtures "$W/traces" >"$W/logs/fixtures.log" 2>&1 & P1=$!
-timeout 280 python3 -m pkb.emulate.gpu_check --json "$W/emulate.json" --trials 2 >"$W/logs/emulate.log" 2>&1 & P2=$!
-wait $P1; R1=$?; wait $P2; R2=$?
-
-# 3. the evaluation core at world size 1 on real CUDA candidates of the corpus (alone on the GPU).
-E=$W/evalset; mkdir -p "$E/bf16" "$E/fp32"
-for f in solutions_cuda_bf16_h100_8_pkb_sample-a/1_allreduce_cuda.py solutions_cuda_bf16_h100_8_pkb_sample-a/2_allgather_cuda.py \
-         solutions_cuda_bf16_h100_8_pkb_sample-b/16_gemm_reducescatter_cuda.py solutions_cuda_bf16_h100_8_pkb_sample-c/2_allgather_cuda.py; do
-  cp "corpus/$f" "$E/bf16/"
-done
-cp corpus/solutions_cuda_fp32_h100_8_pkb_sample-c/1_allreduce_cuda.py "$E/fp32/"
 CLI='from pkb.cli import main; main()'
-timeout 170 python3 -c "$CLI" eval "$E/bf16" --out "$W/eval_bf16" --world-size 1 --trials 3 --timeout 150 >"$W/logs/eval_bf16.log" 2>&1; R3=$?
-timeout 80 python3 -c "$CLI" eval "$E/fp32" --out "$W/eval_fp32" --world-size 1 --trials 3 --dtype float32 --timeout 70 >"$W/logs/eval_fp32.log" 2>&1; R4=$?
-rm -rf "$W/traces/torch_extensions" "$W"/eval_*/eval_work
+declare -A RC PID
+
+run_part() {
+  case "$1" in
+    hostile) timeout 420 python3 -m pytest -q -p no:cacheprovider tests/test_hostile.py -k gpu -rA ;;
+    storeflags) PKB_FIXTURE_PROGRAMS=sm_store_flags timeout 300 compute-sanitizer --tool memcheck --print-limit 8 \
+                  python3 -m profiling.record_fixtures "$W/fx_sanitized" ;;
+    eval16) mkdir -p "$W/eval16" && cp corpus/solutions_cuda_bf16_h100_8_pkb_sample-b/16_gemm_reducescatter_cuda.py "$W/eval16/" &&
+            timeout 240 python3 -c "$CLI" eval "$W/eval16" --out "$W/eval16_out" --world-size 1 --trials 2 --timeout 220 ;;
+    overhead) timeout 540 python3 bench/eval_overhead.py --pkb-root .pkb --world-size 1 --trials 5 --timeout 200 \
+                --candidate corpus/solutions_cuda_bf16_h100_8_pkb_sample-a/1_allreduce_cuda.py ;;
+    profile) timeout 150 python3 bench/profile_overhead.py; timeout 300 python3 -m profiling.gpu_check "$W/gpu_check" ;;
+    fixtures) timeout 280 python3 -m profiling.record_fixtures "$W/traces" ;;
+    emulate) timeout 280 python3 -m pkb.emulate.gpu_check --json "$W/emulate.json" --trials 2 ;;
+    *) echo "unknown part $1"; return 2 ;;
+  esac
+}
+
+# Parts given as A+B run side by side; parts separated by spaces run one after another.
+for group in "$@"; do
+  IFS=+ read -ra parts <<<"$group"
+  for p in "${parts[@]}"; do run_part "$p" >"$W/logs/$p.log" 2>&1 & PID[$p]=$!; done
+  for p in "${parts[@]}"; do wait "${PID[$p]}"; RC[$p]=$?; done
+done
+rm -rf "$W"/*/torch_extensions "$W"/eval*_out/eval_work
 tar -czf "$OUT/session.tar.gz" -C "$W" . 2>/dev/null
-echo "=== fixtures (rc $R1)"; tail -12 "$W/logs/fixtures.log"
-echo "=== emulation (rc $R2)"; tail -16 "$W/logs/emulate.log"
-echo "=== eval bf16 (rc $R3)"; tail -9 "$W/logs/eval_bf16.log"
-echo "=== eval fp32 (rc $R4)"; tail -5 "$W/logs/eval_fp32.log"
+for group in "$@"; do
+  IFS=+ read -ra parts <<<"$group"
+  for p in "${parts[@]}"; do echo "=== $p (rc ${RC[$p]})"; tail -n 14 "$W/logs/$p.log"; done
+done
 echo "wall $(( $(date +%s) - start )) s"

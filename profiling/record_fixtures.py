@@ -154,6 +154,12 @@ def build_programs(ext: Any, device: Any) -> dict[str, dict[str, Any]]:
     flag_hdl = symm_mem.rendezvous(flags, gname)
     flag_ptrs = torch.tensor(list(flag_hdl.buffer_ptrs), dtype=torch.int64, device=device)
     torch.cuda.synchronize()
+    # Kernels index from buffer_ptrs[rank]: it must be the tensor's own address, or a kernel
+    # writes beside the tensor (an allocator that sub-allocates symmetric blocks breaks this).
+    for label, t, h in (("buf", buf, hdl), ("store", store_buf, store_hdl), ("flags", flags, flag_hdl)):
+        own = int(h.buffer_ptrs[rank])
+        print(f"[record_fixtures] symm {label}: buffer_ptrs[{rank}] {own:#x}, data_ptr {t.data_ptr():#x}, "
+              f"buffer_size {getattr(h, 'buffer_size', '?')}, {t.numel() * t.element_size()} bytes", flush=True)
 
     out_ce = torch.empty(world * n, dtype=f32, device=device)
     out_peer = torch.empty(world * n, dtype=f32, device=device)

@@ -321,6 +321,33 @@ def test_exit_codes(tmp_path):
         assert "could not be evaluated" in out.stderr
 
 
+# ---- on a GPU ------------------------------------------------------------------------------------
+
+GPU_ENTRIES = [e for e in MANIFEST if e["needs_gpu"] or e["path"] in ("1_allreduce_oom.py", "1_allreduce_segfault.py")]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: the CUDA-only hostile candidates, on NCCL")
+def test_gpu_hostile_candidates_and_a_healthy_context_after_them(tmp_path):
+    """The GPU-only entries on the real path (NCCL, every visible GPU), then a correct CUDA
+    candidate of the bundled corpus: it must still build, run and be correct after an illegal
+    address, an out-of-memory and a segfault in the launches before it."""
+    healthy = REPO / "corpus" / "solutions_cuda_fp32_h100_8_pkb_sample-c" / "1_allreduce_cuda.py"
+    entries = sorted(GPU_ENTRIES, key=lambda e: e["path"])
+    records = [read_candidate(HOSTILE / e["path"]) for e in entries] + [read_candidate(healthy)]
+    options = hostile_options(tmp_path, world_size=None, backend="nccl", jobs=1, timeout_s=300.0,
+                              compile_timeout_s=240.0)
+    evaluate(records, options)
+    wrong = []
+    for e, rec in zip(entries, records):
+        ev = rec.evaluation
+        got = (ev["status"], ev["outcome"], ev["subtype"])
+        if ev["status"] != "ran" or ev["outcome"] not in e["outcome"].split("|") or e["subtype"] not in ("*", ev["subtype"]):
+            wrong.append(f"{e['path']}: expected {e['outcome']}/{e['subtype']}, got {got}: {ev.get('reason')}")
+    last = records[-1].evaluation
+    assert not wrong, "\n".join(wrong)
+    assert last["status"] == "ran" and last["outcome"] in ("faster", "slower"), (last["outcome"], last.get("reason"))
+
+
 # ---- soak ----------------------------------------------------------------------------------------------
 
 
