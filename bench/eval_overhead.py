@@ -97,7 +97,7 @@ def run_pkb(args: argparse.Namespace, candidate: Path, tmp: Path) -> dict:
     wall = time.perf_counter() - t0
     trials = [
         {"trial": int(m[1]), "result": m[2], "ref_ms": float(m[3]), "sol_ms": float(m[4]), "speedup": float(m[5])}
-        for m in _PKB_TRIAL.findall(proc.stdout)
+        for m in _PKB_TRIAL.finditer(proc.stdout)
     ]
     return {"wall_s": wall, "returncode": proc.returncode, "trials": trials, "stdout_tail": proc.stdout[-3000:], "stderr_tail": proc.stderr[-3000:]}
 
@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         pkb = run_pkb(args, candidate, tmp)
         print(f"PKB:  {pkb['wall_s']:.1f} s wall, exit {pkb['returncode']}, {len(pkb['trials'])} timed trials")
+        for t in pkb["trials"]:
+            print(f"  PKB trial {t['trial']}: {t['result']}, ref {t['ref_ms']:.4f} ms, candidate {t['sol_ms']:.4f} ms, speedup {t['speedup']:.3f}x")
         print(f"wall ratio PKB/ours: {pkb['wall_s'] / ours['wall_s']:.2f}x")
         if pkb["trials"]:
             pkb_ref = statistics.median(t["ref_ms"] for t in pkb["trials"])

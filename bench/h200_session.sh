@@ -13,7 +13,7 @@
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/pkb_session}
+OUT=${OUT:-/tmp/pkb_session}  # on the lent machine: its $OUT, which comes back
 W=$OUT/work; mkdir -p "$W/logs"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -28,13 +28,13 @@ declare -A RC PID
 run_part() {
   case "$1" in
     hostile) timeout 420 python3 -m pytest -q -p no:cacheprovider tests/test_hostile.py -k gpu -rA ;;
-    storeflags) PKB_FIXTURE_PROGRAMS=sm_store_flags timeout 300 compute-sanitizer --tool memcheck --print-limit 8 \
+    storeflags) PKB_FIXTURE_PROGRAMS=sm_store_flags timeout 300 compute-sanitizer --tool memcheck --print-limit 400 \
                   python3 -m profiling.record_fixtures "$W/fx_sanitized" ;;
     eval16) mkdir -p "$W/eval16" && cp corpus/solutions_cuda_bf16_h100_8_pkb_sample-b/16_gemm_reducescatter_cuda.py "$W/eval16/" &&
             timeout 240 python3 -c "$CLI" eval "$W/eval16" --out "$W/eval16_out" --world-size 1 --trials 2 --timeout 220 ;;
     overhead) timeout 540 python3 bench/eval_overhead.py --pkb-root .pkb --world-size 1 --trials 5 --timeout 200 \
                 --candidate corpus/solutions_cuda_bf16_h100_8_pkb_sample-a/1_allreduce_cuda.py ;;
-    profile) timeout 150 python3 bench/profile_overhead.py; timeout 300 python3 -m profiling.gpu_check "$W/gpu_check" ;;
+    profile) timeout 120 python3 bench/profile_overhead.py; timeout 200 python3 -m profiling.gpu_check "$W/gpu_check" ;;
     fixtures) timeout 280 python3 -m profiling.record_fixtures "$W/traces" ;;
     emulate) timeout 280 python3 -m pkb.emulate.gpu_check --json "$W/emulate.json" --trials 2 ;;
     *) echo "unknown part $1"; return 2 ;;

@@ -85,6 +85,20 @@ def _check_cupti(out: Path, env: dict[str, str]) -> dict[str, Any]:
     if p.returncode != 0 or not files:
         res["error"] = (p.stderr or p.stdout)[-1500:]
         return res
+    # What CUPTI delivered, by record kind, and the first marker records as they came: when the
+    # ranges do not show, this says whether the markers were missing or misread.
+    kinds: dict[str, int] = {}
+    markers: list[dict[str, Any]] = []
+    for line in files[0].read_text(encoding="utf-8").splitlines():
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        k = str(r.get("kind_name") or r.get("kind"))
+        kinds[k] = kinds.get(k, 0) + 1
+        if "MARKER" in k.upper() and len(markers) < 6:
+            markers.append(r)
+    res["record_kinds"], res["marker_samples"] = kinds, markers
     trace = load_cupti_jsonl(files[0])
     ev = trace.events
     mc = trace.memcpys
@@ -104,10 +118,16 @@ def _check_ncu(out: Path) -> dict[str, Any]:
 
     rep = out / "ncu_check"
     run = run_ncu_command([sys.executable, "-m", "profiling.gpu_check", str(out), "--ncu-child"], kernels=[], report=rep,
-                          launch_count=8, execute=True, timeout_s=300)
+                          launch_count=8, execute=True, timeout_s=150)
     (out / "ncu.log").write_text((run.stdout or "") + (run.stderr or ""))
     res: dict[str, Any] = {"returncode": run.returncode, "argv": run.argv}
     path = Path(str(rep) + ".ncu-rep")
+    if run.returncode == 0 and not path.is_file():
+        # Nothing matched the NVTX include: once more without it, to tell the filter from ncu.
+        res["nvtx_filter_matched"] = False
+        run = run_ncu_command([sys.executable, "-m", "profiling.gpu_check", str(out), "--ncu-child"], kernels=[], report=rep,
+                              nvtx_include=None, launch_count=8, execute=True, timeout_s=150)
+        (out / "ncu_unfiltered.log").write_text((run.stdout or "") + (run.stderr or ""))
     if run.returncode != 0 or not path.is_file():
         res["error"] = ((run.stderr or "") + (run.stdout or ""))[-1500:]
         return res
@@ -129,6 +149,13 @@ def main(argv: list[str] | None = None) -> int:
         return _cupti_child(out)
     if "--ncu-child" in argv:
         return _ncu_child()
+    import shutil
+
+    import torch
+
+    if not torch.cuda.is_available() or shutil.which("ncu") is None:
+        print("profiling.gpu_check needs a CUDA GPU and ncu on PATH", file=sys.stderr)
+        return 2
     for k, v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
         os.environ[k] = v
     from profiling.capture import cupti_environment
@@ -138,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "gpu_check.json").write_text(json.dumps({"cupti": cupti, "ncu": ncu}, indent=1, default=str))
     calls = cupti.get("per_call") or []
     ok_cupti = bool(calls) and all(c.get("launches", 0) >= 1 for c in calls) and cupti.get("memcpys", 0) >= CALLS
-    ok_ncu = ncu.get("kernels", 0) >= 1 and any("nvltx__bytes" in c for c in ncu.get("columns", []))
+    ok_ncu = ncu.get("kernels", 0) >= 1 and any("nvltx__bytes" in c for c in ncu.get("columns", [])) and ncu.get("nvtx_filter_matched", True)
     print(f"cupti: rc {cupti['returncode']}, {cupti.get('records', 0)} records, {cupti.get('kernels', 0)} kernels, "
           f"{cupti.get('memcpys', 0)} copies ({cupti.get('copy_engine_memcpys', 0)} on a copy engine), ranges {cupti.get('ranges', [])}")
     for c in calls:
@@ -146,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
               f"gpu_span_us {c.get('gpu_span_us')}")
     if "error" in cupti:
         print("  error:", cupti["error"][-600:])
-    print(f"ncu: rc {ncu['returncode']}, {ncu.get('kernels', 0)} kernels profiled, metric columns {ncu.get('columns', [])}")
+    print(f"cupti record kinds: {cupti.get('record_kinds', {})}")
+    print(f"ncu: rc {ncu['returncode']}, {ncu.get('kernels', 0)} kernels profiled, metric columns {ncu.get('columns', [])}"
+          f"{'; the NVTX include matched nothing (profiled without it)' if ncu.get('nvtx_filter_matched') is False else ''}")
     for r in ncu.get("rows", [])[:4]:
         print("  ", {k: v for k, v in r.items() if k in ("Kernel Name", "gpu__time_duration.sum", "nvltx__bytes.sum", "dram__bytes.sum")})
     if "error" in ncu:

@@ -149,14 +149,14 @@ def build_programs(ext: Any, device: Any) -> dict[str, dict[str, Any]]:
     store_buf = symm_mem.empty(world * n, dtype=f32, device=device)
     store_hdl = symm_mem.rendezvous(store_buf, gname)
     store_ptrs = torch.tensor(list(store_hdl.buffer_ptrs), dtype=torch.int64, device=device)
-    flags = symm_mem.empty(32 * world, dtype=torch.int32, device=device)
-    flags.zero_()
-    flag_hdl = symm_mem.rendezvous(flags, gname)
-    flag_ptrs = torch.tensor(list(flag_hdl.buffer_ptrs), dtype=torch.int64, device=device)
+    # Flags live in the store buffer's signal pads (zeroed by the allocator, one per rank), as
+    # candidates keep them. A separate 128-byte symmetric tensor for them was reported out of
+    # bounds at its own data_ptr by compute-sanitizer on torch 2.11 (2026-12-03).
+    flag_ptrs = torch.tensor(list(store_hdl.signal_pad_ptrs), dtype=torch.int64, device=device)
     torch.cuda.synchronize()
     # Kernels index from buffer_ptrs[rank]: it must be the tensor's own address, or a kernel
     # writes beside the tensor (an allocator that sub-allocates symmetric blocks breaks this).
-    for label, t, h in (("buf", buf, hdl), ("store", store_buf, store_hdl), ("flags", flags, flag_hdl)):
+    for label, t, h in (("buf", buf, hdl), ("store", store_buf, store_hdl)):
         own = int(h.buffer_ptrs[rank])
         print(f"[record_fixtures] symm {label}: buffer_ptrs[{rank}] {own:#x}, data_ptr {t.data_ptr():#x}, "
               f"buffer_size {getattr(h, 'buffer_size', '?')}, {t.numel() * t.element_size()} bytes", flush=True)

@@ -237,3 +237,28 @@ def test_timing_interleaves_reference_and_candidate_in_alternating_order():
     assert "".join(order) == "rr" + "cc" + "rc" + "cr" + "rc" + "cr"  # warm-ups, then A B / B A rounds
     stats, last = out["candidate"]
     assert stats["wall"]["n"] == 4 and stats["groups"] == 2 and set(last) == {0, 1}
+
+
+def test_a_build_inside_a_call_runs_under_the_compile_limit_not_the_calls():
+    """load_inline on a candidate's first call: the call's clock stops for the build."""
+    import time
+    from types import SimpleNamespace
+
+    from pkb.eval.guard import Watchdog
+    from pkb.eval.worker import BuildTracker
+
+    expired = []
+    wd = Watchdog(lambda where, limit: expired.append(where))
+    phases = []
+    rep = SimpleNamespace(current="trial 0 candidate", deadline=None, watchdog=wd, result={"compile_s": 0.0},
+                          job=SimpleNamespace(compile_timeout_s=30.0))
+    rep.phase = lambda name, limit_s=None, deadline=None: phases.append(name)
+    slow_build = BuildTracker(rep).wrap(lambda: time.sleep(0.8) or "module")
+    wd.start()
+    wd.call_start("candidate", 0.4)
+    assert slow_build() == "module"  # 0.8 s of build inside a 0.4 s call: not a hang
+    assert not expired, expired
+    assert wd.call_deadline is not None and wd.call_deadline - time.monotonic() > 0.2  # the call's time left is back
+    time.sleep(0.7)  # past what the call had left: now it is a hang
+    assert len(expired) == 1 and expired[0].endswith("one candidate call"), expired
+    assert phases == ["compile", "trial 0 candidate"]

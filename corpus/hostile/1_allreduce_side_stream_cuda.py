@@ -17,6 +17,7 @@ def solution(x):
     with torch.cuda.stream(_side):
         out.copy_(x)
         dist.all_reduce(out)
-        for _ in range(20):
-            out.mul_(1.0)
+        # Hidden GPU work the current stream's events cannot see: about 10 ms of spinning, far
+        # more than the host takes to enqueue it, so it shows on one GPU as on eight.
+        torch.cuda._sleep(20_000_000)
     return out

@@ -244,6 +244,17 @@ class Watchdog(threading.Thread):
     def call_end(self) -> None:
         self.call_deadline = None
 
+    def pause_call(self) -> float | None:
+        """Stop the current call's clock (a JIT build inside the call has its own limit)."""
+        left = None if self.call_deadline is None else self.call_deadline - time.monotonic()
+        self.call_deadline = None
+        return left
+
+    def resume_call(self, left: float | None) -> None:
+        """Restart the call's clock with the time it had left when paused."""
+        if left is not None:
+            self.call_deadline = time.monotonic() + left
+
     def run(self) -> None:
         while not self.expired:
             now = time.monotonic()

@@ -143,6 +143,10 @@ class BuildTracker:
 
         def build(*args: Any, **kwargs: Any) -> Any:
             previous, previous_deadline = reporter.current, reporter.deadline
+            # A build inside a call (load_inline on the first call) runs under the compile limit,
+            # not the call's: the call's clock stops for the build and restarts after it.
+            wd = reporter.watchdog
+            call_left = wd.pause_call() if wd is not None else None
             reporter.phase("compile", reporter.job.compile_timeout_s)
             reporter.result["built_extension"] = True
             t0 = time.perf_counter()
@@ -160,6 +164,8 @@ class BuildTracker:
                 # the enclosing phase (the import, a call) does not pay for the build
                 extended = None if previous_deadline is None else previous_deadline + (time.monotonic() - m0)
                 reporter.phase(previous, deadline=extended)
+                if wd is not None:
+                    wd.resume_call(call_left)
 
         build._pkb_wrapped = True  # type: ignore[attr-defined]
         build.__wrapped__ = fn  # type: ignore[attr-defined]
