@@ -98,6 +98,23 @@ def _sync() -> None:
         pass
 
 
+def warm_up(fn: Callable[[], Any], warmup: int, sync: bool = True) -> None:
+    """The un-profiled calls before a capture (first-call effects stay out of it)."""
+    for _ in range(max(0, warmup)):
+        fn()
+    if sync:
+        _sync()
+
+
+def ranged_calls(fn: Callable[[], Any], calls: int, sync: bool = True) -> None:
+    """`calls` calls of fn, each inside its pkb:candidate_call[i] range (ranges must be enabled)."""
+    for i in range(calls):
+        with ranges.phase(ranges.candidate_call(i)):
+            fn()
+        if sync:
+            _sync()
+
+
 def capture_kineto(
     fn: Callable[[], Any],
     calls: int = 3,
@@ -122,10 +139,7 @@ def capture_kineto(
 
     _claim("kineto")
     out = _out_file(out_path, rank, ".trace.json.gz")
-    for _ in range(max(0, warmup)):
-        fn()
-    if sync:
-        _sync()
+    warm_up(fn, warmup, sync)
     activities = [ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(ProfilerActivity.CUDA)
@@ -136,11 +150,7 @@ def capture_kineto(
     t0 = time.perf_counter()
     with ranges.enabled():
         with profile(**kwargs) as prof:
-            for i in range(calls):
-                with ranges.phase(ranges.candidate_call(i)):
-                    fn()
-                if sync:
-                    _sync()
+            ranged_calls(fn, calls, sync)
     wall = time.perf_counter() - t0
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "trace.json"
@@ -326,10 +336,7 @@ def capture_cupti(
             except Exception as exc:  # one odd record must not lose the rest
                 records.append({"kind": "pkb_error", "message": str(exc)})
 
-    for _ in range(max(0, warmup)):
-        fn()
-    if sync:
-        _sync()
+    warm_up(fn, warmup, sync)
     cupti.activity_register_callbacks(requested, completed)
     wanted = ["CONCURRENT_KERNEL", "MEMCPY", "MEMCPY2", "MEMSET", "SYNCHRONIZATION", "RUNTIME", "DRIVER", "MARKER"]
     enabled_kinds = []
@@ -345,11 +352,7 @@ def capture_cupti(
     t0 = time.perf_counter()
     try:
         with ranges.enabled(record_function=False):
-            for i in range(calls):
-                with ranges.phase(ranges.candidate_call(i)):
-                    fn()
-                if sync:
-                    _sync()
+            ranged_calls(fn, calls, sync)
     finally:
         wall = time.perf_counter() - t0
         try:

@@ -57,19 +57,13 @@ def _cupti_child(out: Path) -> int:
 
 
 def _ncu_child() -> int:
-    import torch
-
     from profiling import ranges
+    from profiling.capture import ranged_calls, warm_up
 
     fn = _workload()
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
+    warm_up(fn, 2)
     with ranges.enabled(record_function=False):
-        for i in range(CALLS):
-            with ranges.phase(ranges.candidate_call(i)):
-                fn()
-            torch.cuda.synchronize()
+        ranged_calls(fn, CALLS)
     return 0
 
 
@@ -117,17 +111,20 @@ def _check_ncu(out: Path) -> dict[str, Any]:
     from profiling.capture import load_ncu_report, run_ncu_command
 
     rep = out / "ncu_check"
-    run = run_ncu_command([sys.executable, "-m", "profiling.gpu_check", str(out), "--ncu-child"], kernels=[], report=rep,
-                          launch_count=8, execute=True, timeout_s=150)
-    (out / "ncu.log").write_text((run.stdout or "") + (run.stderr or ""))
-    res: dict[str, Any] = {"returncode": run.returncode, "argv": run.argv}
     path = Path(str(rep) + ".ncu-rep")
+
+    def profile(log: str, **over: Any) -> Any:
+        run = run_ncu_command([sys.executable, "-m", "profiling.gpu_check", str(out), "--ncu-child"], kernels=[], report=rep,
+                              launch_count=8, execute=True, timeout_s=150, **over)
+        (out / log).write_text((run.stdout or "") + (run.stderr or ""))
+        return run
+
+    run = profile("ncu.log")
+    res: dict[str, Any] = {"returncode": run.returncode, "argv": run.argv}
     if run.returncode == 0 and not path.is_file():
         # Nothing matched the NVTX include: once more without it, to tell the filter from ncu.
         res["nvtx_filter_matched"] = False
-        run = run_ncu_command([sys.executable, "-m", "profiling.gpu_check", str(out), "--ncu-child"], kernels=[], report=rep,
-                              nvtx_include=None, launch_count=8, execute=True, timeout_s=150)
-        (out / "ncu_unfiltered.log").write_text((run.stdout or "") + (run.stderr or ""))
+        run = profile("ncu_unfiltered.log", nvtx_include=None)
     if run.returncode != 0 or not path.is_file():
         res["error"] = ((run.stderr or "") + (run.stdout or ""))[-1500:]
         return res
