@@ -166,6 +166,8 @@ def test_eval_profile_records_a_trace_summary_on_cpu(tmp_path, capsys):
                          "--warmup", "2", "--iters", "3", "--timeout", "240", "--profile"], tmp_path, capsys)
     assert code == 0, cap.err
     rec = json.loads((out / "eval.jsonl").read_text().splitlines()[0])
+    # the harness's own trace folder is not the candidate's tampering
+    assert rec["evaluation"]["outcome"] in ("faster", "slower"), rec["evaluation"].get("reason")
     prof = rec["profile"]
     assert len(prof["ranks"]) == 2, prof
     assert all(r and r.get("calls") for r in prof["ranks"]), prof

@@ -104,6 +104,9 @@ HARNESS_FILE_PATTERNS = (
     "rank*.stderr", "torchrun.log", "torchelastic_error.json", "tensors", "scratch", ".key_rank*",
     ".*.tmp",
 )
+# Where a profiled job's ranks write their traces (profiling.hooks): the harness's own only when
+# the job profiles, so a candidate cannot hide files under that name otherwise.
+PROFILE_DIR = "profile"
 
 MAC_FIELD = "mac"
 

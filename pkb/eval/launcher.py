@@ -31,6 +31,7 @@ from typing import Any
 
 from pkb.eval.job import (
     HARNESS_FILE_PATTERNS,
+    PROFILE_DIR,
     JobSpec,
     key_path,
     launcher_log_path,
@@ -240,7 +241,7 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
         command=cmd,
         phase_timeout=phase_timeout,
         strays=strays,
-        unexpected_files=unexpected_files(job_dir),
+        unexpected_files=unexpected_files(job_dir, allowed=(PROFILE_DIR,) if job.profile else ()),
     )
 
 
@@ -299,14 +300,16 @@ def remove_rank_tmpdirs(job_dir: Path) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def unexpected_files(job_dir: Path) -> list[str]:
+def unexpected_files(job_dir: Path, allowed: tuple[str, ...] = ()) -> list[str]:
+    """Names in the job directory that neither the harness's patterns nor `allowed` explain."""
     from fnmatch import fnmatch
 
     try:
         names = sorted(p.name for p in Path(job_dir).iterdir())
     except OSError:
         return []
-    return [n for n in names if not any(fnmatch(n, pat) for pat in HARNESS_FILE_PATTERNS)]
+    patterns = HARNESS_FILE_PATTERNS + tuple(allowed)
+    return [n for n in names if not any(fnmatch(n, pat) for pat in patterns)]
 
 
 _FAILURE_ROW = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)\s*\(pid:\s*(\d+)\)")
