@@ -126,7 +126,7 @@ def capture_kineto(
     meta: dict[str, Any] | None = None,
     trim: bool = False,
 ) -> Path:
-    """Run fn `warmup` times, then `calls` times under torch.profiler; write a gzip chrome trace.
+    """Run fn `warmup` times, then `calls` times under the Kineto profiler; write a gzip chrome trace.
 
     Each profiled call runs inside phase("pkb:candidate_call[i]"); the device-wide synchronize
     after a call (sync=True) lies outside the range, so it is not charged to the candidate. The
@@ -135,16 +135,18 @@ def capture_kineto(
     trim=True keeps only the events of the profiled calls (trim_chrome_trace).
     """
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from torch.autograd.profiler import profile
 
     _claim("kineto")
     out = _out_file(out_path, rank, ".trace.json.gz")
     warm_up(fn, warmup, sync)
-    activities = [ProfilerActivity.CPU]
-    if torch.cuda.is_available():
-        activities.append(ProfilerActivity.CUDA)
     cfg = _experimental_config()
-    kwargs: dict[str, Any] = dict(activities=activities, record_shapes=False, with_stack=False, profile_memory=False)
+    # torch.autograd.profiler.profile is the Kineto profiler that torch.profiler.profile wraps; the
+    # wrapper's start imports torch._inductor (2.2 s on a CPU rank, measured), which a capture of
+    # three calls does not need.
+    kwargs: dict[str, Any] = dict(use_kineto=True, use_cpu=True, record_shapes=False, with_stack=False, profile_memory=False)
+    if torch.cuda.is_available():
+        kwargs["use_device"] = "cuda"
     if cfg is not None:
         kwargs["experimental_config"] = cfg
     t0 = time.perf_counter()
@@ -226,7 +228,9 @@ def trim_chrome_trace(data: dict[str, Any], prefix: str = ranges.CALL_PREFIX, pa
 
 # ---- CUPTI (cupti-python) -------------------------------------------------------------------------
 
-# CUpti_ChannelType: a memcpy record's channel (CUPTI 12.x+). ASYNC_MEMCPY is a copy engine.
+# CUpti_ChannelType: the channel a memcpy was submitted on (CUPTI 12.x+): ASYNC_MEMCPY, an
+# asynchronous copy engine's own channel; COMPUTE, the stream's compute channel (on the H200 a
+# same-device cudaMemcpyAsync came this way, and a 4-byte device-to-host copy the async way).
 CHANNEL_TYPES = {0: "invalid", 1: "compute", 2: "async_memcpy"}
 MEMCPY_PTOP = 10
 
@@ -268,7 +272,17 @@ def cupti_environment() -> dict[str, str]:
     return env
 
 
-def _record_dict(rec: Any, kind_names: dict[int, str]) -> dict[str, Any]:
+def api_names(cupti: Any) -> dict[str, dict[int, str]]:
+    """cbid -> API function name ("cudaLaunchKernel_v7000") for RUNTIME and DRIVER records, which
+    carry only the cbid (H200, cupti-python 13.0.1)."""
+    out: dict[str, dict[int, str]] = {}
+    for kind, enum_name in (("RUNTIME", "runtime_api_trace_cbid"), ("DRIVER", "driver_api_trace_cbid")):
+        enum = getattr(cupti, enum_name, None)
+        out[kind] = {int(m): m.name for m in enum} if enum is not None else {}
+    return out
+
+
+def _record_dict(rec: Any, kind_names: dict[int, str], apis: dict[str, dict[int, str]] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for attr in dir(rec):
         if attr.startswith("_"):
@@ -279,15 +293,27 @@ def _record_dict(rec: Any, kind_names: dict[int, str]) -> dict[str, Any]:
             continue
         if callable(v):
             continue
+        # cupti-python spells fields that clash with Python words with a trailing "_" (flags_, async_)
+        key = attr[:-1] if attr.endswith("_") else attr
         if isinstance(v, (bool, int, float, str)) or v is None:
-            out[attr] = v
+            out[key] = v
         elif isinstance(v, bytes):
-            out[attr] = v.decode("utf-8", errors="replace")
+            out[key] = v.decode("utf-8", errors="replace")
         elif hasattr(v, "value") and isinstance(getattr(v, "value"), int):  # enums
-            out[attr] = int(v.value)
+            out[key] = int(v.value)
+        elif attr == "object_id":  # a marker's thread: ActivityObjectKindId.pt (process_id, thread_id)
+            pt = getattr(v, "pt", None)
+            for f in ("process_id", "thread_id"):
+                x = getattr(pt, f, None)
+                if isinstance(x, int):
+                    out[f] = x
     k = out.get("kind")
     if isinstance(k, int):
         out["kind_name"] = kind_names.get(k, str(k))
+    if apis and not out.get("name") and isinstance(out.get("cbid"), int):
+        name = apis.get(out.get("kind_name", ""), {}).get(out["cbid"])
+        if name:
+            out["name"] = name
     if "channel_type" in out and isinstance(out["channel_type"], int):
         out["channel"] = CHANNEL_TYPES.get(out["channel_type"], str(out["channel_type"]))
     return out
@@ -306,7 +332,7 @@ def capture_cupti(
     """Like capture_kineto through cupti-python; writes JSON lines (profiling.trace.load_cupti_jsonl).
 
     Activity kinds: CONCURRENT_KERNEL (plain KERNEL would serialize kernels and hide overlap),
-    MEMCPY and MEMCPY2 (copyKind: PTOP = 10; channel_type: ASYNC_MEMCPY = 2 is a copy engine),
+    MEMCPY and MEMCPY2 (copyKind: PTOP = 10; channel_type: ASYNC_MEMCPY = 2, COMPUTE = 1),
     MEMSET, SYNCHRONIZATION, RUNTIME, DRIVER, MARKER (NVTX ranges, when NVTX_INJECTION64_PATH points
     at libcupti: see cupti_environment). Returns None, with a warning, where cupti-python is not
     installed. Raises BackendConflict in a process that already used torch.profiler.
@@ -324,6 +350,7 @@ def capture_cupti(
             os.environ["NVTX_INJECTION64_PATH"] = lib
     AK = cupti.ActivityKind
     kind_names = {int(k.value if hasattr(k, "value") else k): getattr(k, "name", str(k)) for k in AK}
+    apis = api_names(cupti)
     records: list[dict[str, Any]] = []
 
     def requested() -> tuple[int, int]:
@@ -332,7 +359,7 @@ def capture_cupti(
     def completed(activities: list[Any]) -> None:
         for a in activities:
             try:
-                records.append(_record_dict(a, kind_names))
+                records.append(_record_dict(a, kind_names, apis))
             except Exception as exc:  # one odd record must not lose the rest
                 records.append({"kind": "pkb_error", "message": str(exc)})
 
@@ -399,6 +426,24 @@ class NcuRun:
     stdout: str = ""
     stderr: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    unavailable_metrics: list[str] = field(default_factory=list)  # what ncu could not collect here
+
+
+_UNAVAILABLE = re.compile(r"Unable to access the following \d+ metrics?: ([^\n]+?)\.?\s*$", re.MULTILINE)
+
+
+def unavailable_metrics(output: str) -> list[str]:
+    """Base names of the metrics ncu said it could not access ("nvltx__bytes" for nvltx__bytes.sum).
+
+    The lent one-GPU H200 answers so for nvlrx__bytes and nvltx__bytes and then profiles nothing.
+    """
+    names: set[str] = set()
+    for m in _UNAVAILABLE.finditer(output or ""):
+        for part in m.group(1).split(","):
+            part = part.strip()
+            if part:
+                names.add(part.split(".", 1)[0])
+    return sorted(names)
 
 
 def kernel_base_name(name: str) -> str:
@@ -422,7 +467,7 @@ def run_ncu_command(
     report: str | Path,
     *,
     world_size: int = 1,
-    nvtx_include: str | None = "pkb:candidate_call[1]/",
+    nvtx_include: str | None = ranges.ncu_include(ranges.candidate_call(1)),
     metrics: Sequence[str] = NCU_METRICS,
     launch_count: int | None = None,
     ncu: str = "ncu",
@@ -437,7 +482,9 @@ def run_ncu_command(
     With several ranks each rank runs under its own ncu, which coordinate through
     `--communicator tcp --communicator-num-peers N`; the report name gets `%q{RANK}` so each rank
     writes its own. The program must open its ranges through NVTX (profiling.ranges with
-    PKB_PROFILE_RANGES=1, which this puts in env). execute=True runs it.
+    PKB_PROFILE_RANGES=1, which this puts in env). execute=True runs it; where ncu cannot access
+    some of the metrics on this machine it runs once more without them and lists them in
+    `unavailable_metrics`.
     """
     names = sorted({kernel_base_name(k) for k in kernels if k})
     rep = str(report)
@@ -460,6 +507,13 @@ def run_ncu_command(
     if execute:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **env})
         run.returncode, run.stdout, run.stderr = p.returncode, p.stdout, p.stderr
+        missing = unavailable_metrics(p.stdout + "\n" + p.stderr) if p.returncode != 0 else []
+        kept = [m for m in metrics if m.split(".", 1)[0] not in missing]
+        if missing and kept:
+            again = run_ncu_command(target, kernels, report, world_size=world_size, nvtx_include=nvtx_include, metrics=kept,
+                                    launch_count=launch_count, ncu=ncu, extra=extra, execute=True, timeout_s=timeout_s)
+            again.unavailable_metrics = sorted(set(missing) | set(again.unavailable_metrics))
+            return again
     return run
 
 

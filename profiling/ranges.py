@@ -3,14 +3,20 @@
     with phase("pkb:candidate_call[0]"):
         out = solution(*inputs)
 
-Each range is pushed twice under one name: an NVTX push/pop range (for `nsys` and for
-`ncu --nvtx --nvtx-include "pkb:candidate_call[1]/"`) and a `torch.profiler.record_function`
+Each range is pushed twice under one name: an NVTX push/pop range (for `nsys`, for
+`ncu --nvtx --nvtx-include` and for CUPTI's MARKER records) and a `torch.profiler.record_function`
 (Kineto shows it as `user_annotation` on the CPU and `gpu_user_annotation` on the stream; FACTS.md:
 `torch.cuda.nvtx` ranges do not reach Kineto traces, which is why both are needed).
 
-NVTX comes from the `nvtx` PyPI package when importable, else `torch.cuda.nvtx` (CUDA builds of
-torch only), else nothing. Names use the vocabulary below and never contain `@` or `/`, which
-ncu's `--nvtx-include` syntax reserves (`domain@range`, trailing `/` = push/pop range).
+NVTX comes from `torch.cuda.nvtx` on CUDA builds of torch, else from the `nvtx` PyPI package, else
+nothing. The order is measured, not taste: on the H200 (torch 2.11, CUDA 13, 2026-12-03) ranges
+pushed through torch.cuda.nvtx (plain nvtxRangePushA) arrived as CUPTI MARKER records and the
+`nvtx` package's (registered strings in a domain) did not; ncu filtered on either.
+
+Names use the vocabulary below and never contain `@` or `/`, which ncu's `--nvtx-include` syntax
+reserves (`domain@range`, trailing `/` = push/pop range). ncu also reads `[` and `]` as stack
+anchors, so an include for a bracketed name is written as a regular expression: `ncu_include`
+(the plain "pkb:candidate_call[1]/" matched nothing on the H200; the regex form matched).
 
 Cheap when off: until `enable()` is called (or PKB_PROFILE_RANGES=1 is in the environment),
 `phase()` returns a shared no-op context manager, with no NVTX call and no record_function.
@@ -61,7 +67,15 @@ _NOOP = contextlib.nullcontext()
 
 
 def _resolve_nvtx() -> tuple[str, Callable[[str], Any], Callable[[], Any]] | None:
-    """(backend name, push, pop) or None."""
+    """(backend name, push, pop) or None. Pushes nothing: a probe range would land in traces."""
+    try:
+        import torch
+
+        if getattr(torch._C, "_nvtx", None) is not None:  # CUDA builds only
+            tn = torch.cuda.nvtx
+            return "torch.cuda.nvtx", tn.range_push, tn.range_pop
+    except Exception:
+        pass
     try:
         import nvtx  # type: ignore[import-not-found]
 
@@ -69,17 +83,12 @@ def _resolve_nvtx() -> tuple[str, Callable[[str], Any], Callable[[], Any]] | Non
         return "nvtx", (lambda name: push(message=name)), (lambda: pop())
     except Exception:
         pass
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            tn = torch.cuda.nvtx
-            tn.range_push("pkb:probe")  # raises on builds without NVTX
-            tn.range_pop()
-            return "torch.cuda.nvtx", tn.range_push, tn.range_pop
-    except Exception:
-        pass
     return None
+
+
+def ncu_include(name: str) -> str:
+    """The `ncu --nvtx-include` expression for the push/pop range `name` of the default domain."""
+    return "regex:" + re.escape(name) + "/"
 
 
 def nvtx_backend() -> str:

@@ -356,7 +356,10 @@ def load_cupti_jsonl(path: str | Path, *, rank: int | None = None) -> Trace:
     rows: list[dict[str, Any]] = []
     markers: dict[Any, dict[str, Any]] = {}
     header: dict[str, Any] = {}
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
+    raw = Path(path).read_bytes()
+    if raw[:2] == b"\x1f\x8b":  # gzip, as the committed fixtures are
+        raw = gzip.decompress(raw)
+    for line in raw.decode("utf-8", errors="replace").splitlines():
         if not line.strip():
             continue
         try:
@@ -375,14 +378,18 @@ def load_cupti_jsonl(path: str | Path, *, rank: int | None = None) -> Trace:
             name = r.get("name") or ""
             if name:
                 m["name"] = name
-            flags = int(r.get("flags") or 0)
             ts = _num(r.get("timestamp"))
-            # CUpti_ActivityFlag: MARKER_START = 1 << 1, MARKER_END = 1 << 2 (instantaneous = 1 << 0)
-            if flags & 2:
+            flags = r.get("flags")
+            # CUpti_ActivityFlag: MARKER_START = 1 << 1, MARKER_END = 1 << 2 (instantaneous = 1 << 0).
+            # Without flags, the pair's first record (the one with the name) is its start.
+            if isinstance(flags, int) and flags & 6:
+                m["start" if flags & 2 else "end"] = ts
+            elif np.isnan(m["start"]):
                 m["start"] = ts
-            elif flags & 4:
+            else:
                 m["end"] = ts
-            m["tid"] = (r.get("object_id") or {}).get("thread_id") if isinstance(r.get("object_id"), dict) else r.get("thread_id")
+            if r.get("thread_id") is not None:
+                m["tid"] = r.get("thread_id")
             continue
         cat = _CUPTI_CATS.get(kind)
         if cat is None:

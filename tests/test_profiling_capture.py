@@ -25,11 +25,14 @@ def test_phase_is_a_shared_noop_when_off(monkeypatch):
 
 
 def test_phase_pushes_nvtx_with_the_same_name(monkeypatch):
+    import torch
+
     calls = []
     fake = types.ModuleType("nvtx")
     fake.push_range = lambda message=None, **kw: calls.append(("push", message))
     fake.pop_range = lambda **kw: calls.append(("pop", None))
     monkeypatch.setitem(sys.modules, "nvtx", fake)
+    monkeypatch.delattr(torch._C, "_nvtx", raising=False)  # as on a CPU build of torch
     monkeypatch.setattr(ranges._state, "nvtx", False)  # re-resolve
     with ranges.enabled():
         assert ranges.nvtx_backend() == "nvtx"
@@ -38,6 +41,33 @@ def test_phase_pushes_nvtx_with_the_same_name(monkeypatch):
                 pass
     assert calls == [("push", "pkb:candidate_call[1]"), ("push", "pkb:trial[0]"), ("pop", None), ("pop", None)]
     monkeypatch.setattr(ranges._state, "nvtx", False)
+
+
+def test_torch_nvtx_is_preferred_where_torch_has_it(monkeypatch):
+    """CUPTI records torch.cuda.nvtx's ranges as MARKERs and not the nvtx package's (H200)."""
+    import torch
+    import torch.cuda.nvtx as tn
+
+    calls = []
+    fake = types.ModuleType("nvtx")
+    fake.push_range = lambda message=None, **kw: calls.append(("package push", message))
+    fake.pop_range = lambda **kw: calls.append(("package pop", None))
+    monkeypatch.setitem(sys.modules, "nvtx", fake)
+    monkeypatch.setattr(torch._C, "_nvtx", object(), raising=False)
+    monkeypatch.setattr(tn, "range_push", lambda msg: calls.append(("push", msg)))
+    monkeypatch.setattr(tn, "range_pop", lambda: calls.append(("pop", None)))
+    monkeypatch.setattr(ranges._state, "nvtx", False)
+    with ranges.enabled():
+        assert ranges.nvtx_backend() == "torch.cuda.nvtx"
+        with ranges.phase(ranges.candidate_call(0)):
+            pass
+    assert calls == [("push", "pkb:candidate_call[0]"), ("pop", None)]  # no probe range, no package call
+    monkeypatch.setattr(ranges._state, "nvtx", False)
+
+
+def test_ncu_include_escapes_the_stack_anchors():
+    assert ranges.ncu_include("pkb:candidate_call[12]") == r"regex:pkb:candidate_call\[12\]/"
+    assert ranges.ncu_include("pkb:setup") == "regex:pkb:setup/"
 
 
 def test_parse_name():
@@ -108,7 +138,8 @@ def test_ncu_command_single_rank():
     a = run.argv
     assert a[0] == "ncu" and a[-2:] == ["python", "cand.py"]
     assert a[a.index("--clock-control") + 1] == "none"
-    assert "--nvtx" in a and a[a.index("--nvtx-include") + 1] == "pkb:candidate_call[1]/"
+    # brackets are ncu's stack anchors: the include is a regex (the plain form matched nothing on the H200)
+    assert "--nvtx" in a and a[a.index("--nvtx-include") + 1] == r"regex:pkb:candidate_call\[1\]/"
     assert a[a.index("-k") + 1] == "regex:^(pkb_gather|pkb_push)$"
     metrics = a[a.index("--metrics") + 1].split(",")
     assert {"nvlrx__bytes.sum", "nvltx__bytes.sum", "lts__t_sectors_aperture_peer.sum", "lts__t_sectors_srcunit_tex_aperture_peer.sum"} <= set(metrics)
@@ -212,3 +243,37 @@ def test_plot_call_png(tmp_path):
     b.memcpy("DtoD", 3, 35, 5, 1024, stream=13)
     out = plot_call(trace_from_chrome(b.to_dict()), 0, tmp_path / "c.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 5000
+
+
+def test_unavailable_metrics_from_ncu_output():
+    out = ("==PROF== Connected to process 562 (/usr/bin/python3.12)\n"
+           "==ERROR== Unable to access the following 8 metrics: nvlrx__bytes.avg, nvlrx__bytes.max, nvlrx__bytes.min, "
+           "nvlrx__bytes.sum, nvltx__bytes.avg, nvltx__bytes.max, nvltx__bytes.min, nvltx__bytes.sum.\n\n"
+           "==ERROR== Failed to profile \"nvjet_sm90\" in process 562\n")
+    assert capture.unavailable_metrics(out) == ["nvlrx__bytes", "nvltx__bytes"]
+    assert capture.unavailable_metrics("==PROF== Report: x.ncu-rep\n") == []
+
+
+def test_ncu_runs_again_without_the_metrics_it_cannot_access(monkeypatch):
+    seen = []
+
+    def fake_run(argv, **kw):
+        metrics = argv[argv.index("--metrics") + 1]
+        seen.append(metrics)
+        if "nvltx__bytes" in metrics:
+            return types.SimpleNamespace(returncode=9, stdout="==ERROR== Unable to access the following 2 metrics: nvltx__bytes.sum, nvlrx__bytes.sum.\n", stderr="")
+        return types.SimpleNamespace(returncode=0, stdout="==PROF== Report: rep.ncu-rep\n", stderr="")
+
+    monkeypatch.setattr(capture.subprocess, "run", fake_run)
+    run = capture.run_ncu_command(["python", "x.py"], [], "rep", execute=True)
+    assert run.returncode == 0 and run.unavailable_metrics == ["nvlrx__bytes", "nvltx__bytes"]
+    assert len(seen) == 2 and "nvltx__bytes" not in seen[1] and "lts__t_sectors_aperture_peer.sum" in seen[1]
+
+
+def test_runtime_records_get_their_api_name_from_the_cbid():
+    from profiling.capture import _record_dict
+
+    rec = types.SimpleNamespace(kind=5, cbid=211, correlation_id=3, start=1, end=2)
+    d = _record_dict(rec, {5: "RUNTIME"}, {"RUNTIME": {211: "cudaLaunchKernel_v7000"}, "DRIVER": {}})
+    assert d["name"] == "cudaLaunchKernel_v7000"
+    assert "name" not in _record_dict(rec, {5: "RUNTIME"}, {"RUNTIME": {}, "DRIVER": {}})

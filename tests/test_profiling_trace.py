@@ -186,3 +186,30 @@ def test_cupti_jsonl(tmp_path):
     assert t.ranges["name"].tolist() == ["pkb:candidate_call[0]"] and t.ranges["dur"].iloc[0] == pytest.approx(90.0)
     c = analyze.per_call(t).iloc[0]
     assert c["launches"] == 1 and c["peer_copy_bytes"] == 1 << 20 and c["gpu_span_us"] == pytest.approx(30.0)
+
+
+def test_cupti_markers_without_flags_pair_in_arrival_order(tmp_path):
+    """A capture whose marker records lost their flags: the named record of a pair is its start."""
+    lines = [
+        {"kind": 12, "kind_name": "MARKER", "id": 1, "timestamp": 1_000, "name": "pkb:candidate_call[0]", "thread_id": 4},
+        {"kind": 12, "kind_name": "MARKER", "id": 1, "timestamp": 6_000, "name": ""},
+        {"kind": 12, "kind_name": "MARKER", "id": 2, "timestamp": 7_000, "name": "pkb:candidate_call[1]"},
+        {"kind": 12, "kind_name": "MARKER", "id": 2, "timestamp": 9_000, "name": ""},
+    ]
+    p = tmp_path / "rank0.cupti.jsonl"
+    p.write_text("\n".join(json.dumps(x) for x in lines))
+    r = load_cupti_jsonl(p).ranges
+    assert r["name"].tolist() == ["pkb:candidate_call[0]", "pkb:candidate_call[1]"]
+    assert r["dur"].tolist() == pytest.approx([5.0, 2.0])
+
+
+def test_cupti_record_fields_as_cupti_python_spells_them():
+    """cupti-python's records: `flags_` for flags, a marker's thread inside object_id.pt."""
+    from types import SimpleNamespace
+
+    from profiling.capture import _record_dict
+
+    rec = SimpleNamespace(kind=12, id=3, flags_=2, timestamp=5, name="pkb:trial[0]",
+                          object_id=SimpleNamespace(pt=SimpleNamespace(process_id=77, thread_id=9)))
+    d = _record_dict(rec, {12: "MARKER"})
+    assert d["flags"] == 2 and d["kind_name"] == "MARKER" and d["process_id"] == 77 and d["thread_id"] == 9
