@@ -7,7 +7,7 @@
 # Parts: hostile (the GPU-only hostile candidates, tests/test_hostile.py -k gpu), storeflags (the
 # sm_store_flags fixture program under compute-sanitizer), eval16 (the corpus's GEMM +
 # reduce-scatter candidate), overhead (bench/eval_overhead.py against PKB's run_local.py from
-# .pkb/), profile (bench/profile_overhead.py and profiling.gpu_check: CUPTI and ncu), fixtures
+# .pkb/; cold then warm build caches), profile (bench/profile_overhead.py and profiling.gpu_check: CUPTI and ncu), fixtures
 # (record the profiling fixtures), emulate (pkb.emulate.gpu_check).
 # PKB_EVAL_TREE: a folder whose pkb/ package shadows the working tree's.
 set -u
@@ -32,9 +32,10 @@ run_part() {
                   python3 -m profiling.record_fixtures "$W/fx_sanitized" ;;
     eval16) mkdir -p "$W/eval16" && cp corpus/solutions_cuda_bf16_h100_8_pkb_sample-b/16_gemm_reducescatter_cuda.py "$W/eval16/" &&
             timeout 240 python3 -c "$CLI" eval "$W/eval16" --out "$W/eval16_out" --world-size 1 --trials 2 --timeout 220 ;;
-    overhead) timeout 540 python3 bench/eval_overhead.py --pkb-root .pkb --world-size 1 --trials 5 --timeout 200 \
+    overhead) timeout 590 python3 bench/eval_overhead.py --pkb-root .pkb --world-size 1 --trials 5 --timeout 200 --warm \
                 --candidate corpus/solutions_cuda_bf16_h100_8_pkb_sample-a/1_allreduce_cuda.py ;;
-    profile) timeout 120 python3 bench/profile_overhead.py; timeout 200 python3 -m profiling.gpu_check "$W/gpu_check" ;;
+    profile) timeout 330 python3 bench/profile_overhead.py --world-size 1 --candidate corpus/solutions_cuda_bf16_h100_8_pkb_sample-a/1_allreduce_cuda.py
+             timeout 200 python3 -m profiling.gpu_check "$W/gpu_check" ;;
     fixtures) timeout 280 python3 -m profiling.record_fixtures "$W/traces" ;;
     emulate) timeout 280 python3 -m pkb.emulate.gpu_check --json "$W/emulate.json" --trials 2 ;;
     *) echo "unknown part $1"; return 2 ;;
