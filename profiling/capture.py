@@ -509,7 +509,7 @@ def run_ncu_command(
         run.returncode, run.stdout, run.stderr = p.returncode, p.stdout, p.stderr
         missing = unavailable_metrics(p.stdout + "\n" + p.stderr) if p.returncode != 0 else []
         kept = [m for m in metrics if m.split(".", 1)[0] not in missing]
-        if missing and kept:
+        if missing and kept and len(kept) < len(metrics):  # each retry drops at least one metric
             again = run_ncu_command(target, kernels, report, world_size=world_size, nvtx_include=nvtx_include, metrics=kept,
                                     launch_count=launch_count, ncu=ncu, extra=extra, execute=True, timeout_s=timeout_s)
             again.unavailable_metrics = sorted(set(missing) | set(again.unavailable_metrics))

@@ -277,3 +277,15 @@ def test_runtime_records_get_their_api_name_from_the_cbid():
     d = _record_dict(rec, {5: "RUNTIME"}, {"RUNTIME": {211: "cudaLaunchKernel_v7000"}, "DRIVER": {}})
     assert d["name"] == "cudaLaunchKernel_v7000"
     assert "name" not in _record_dict(rec, {5: "RUNTIME"}, {"RUNTIME": {}, "DRIVER": {}})
+
+
+def test_ncu_does_not_retry_when_the_missing_metrics_are_not_ones_it_asked_for(monkeypatch):
+    calls = []
+
+    def fake_run(argv, **kw):
+        calls.append(argv)
+        return types.SimpleNamespace(returncode=9, stdout="==ERROR== Unable to access the following 1 metrics: foo__bar.sum.\n", stderr="")
+
+    monkeypatch.setattr(capture.subprocess, "run", fake_run)
+    run = capture.run_ncu_command(["python", "x.py"], [], "rep", execute=True)
+    assert run.returncode == 9 and len(calls) == 1
