@@ -68,7 +68,7 @@ def run_ours(args: argparse.Namespace, candidate: Path, tmp: Path, tag: str = "c
         timeout_s=args.timeout,
         store_path=str(tmp / f"ours_{tag}.sqlite"),
         work_dir=str(work),
-        pkb_root=getattr(args, "pkb_root", None),
+        pkb_root=args.pkb_root,
         profile=profile,
     )
     rec = read_candidate(candidate)

@@ -432,6 +432,11 @@ class NcuRun:
 _UNAVAILABLE = re.compile(r"Unable to access the following \d+ metrics?: ([^\n]+?)\.?\s*$", re.MULTILINE)
 
 
+def metric_base(name: str) -> str:
+    """'nvltx__bytes' for 'nvltx__bytes.sum': the name ncu reports access problems and columns by."""
+    return name.split(".", 1)[0]
+
+
 def unavailable_metrics(output: str) -> list[str]:
     """Base names of the metrics ncu said it could not access ("nvltx__bytes" for nvltx__bytes.sum).
 
@@ -442,7 +447,7 @@ def unavailable_metrics(output: str) -> list[str]:
         for part in m.group(1).split(","):
             part = part.strip()
             if part:
-                names.add(part.split(".", 1)[0])
+                names.add(metric_base(part))
     return sorted(names)
 
 
@@ -508,7 +513,7 @@ def run_ncu_command(
         p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **env})
         run.returncode, run.stdout, run.stderr = p.returncode, p.stdout, p.stderr
         missing = unavailable_metrics(p.stdout + "\n" + p.stderr) if p.returncode != 0 else []
-        kept = [m for m in metrics if m.split(".", 1)[0] not in missing]
+        kept = [m for m in metrics if metric_base(m) not in missing]
         if missing and kept and len(kept) < len(metrics):  # each retry drops at least one metric
             again = run_ncu_command(target, kernels, report, world_size=world_size, nvtx_include=nvtx_include, metrics=kept,
                                     launch_count=launch_count, ncu=ncu, extra=extra, execute=True, timeout_s=timeout_s)

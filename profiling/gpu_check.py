@@ -69,7 +69,7 @@ def _ncu_child() -> int:
 
 def _check_cupti(out: Path, env: dict[str, str]) -> dict[str, Any]:
     from profiling.analyze import per_call
-    from profiling.trace import load_cupti_jsonl
+    from profiling.trace import load_cupti_jsonl, read_text
 
     p = subprocess.run([sys.executable, "-m", "profiling.gpu_check", str(out), "--cupti-child"], env={**os.environ, **env},
                        capture_output=True, text=True, timeout=240, cwd=REPO)
@@ -83,7 +83,7 @@ def _check_cupti(out: Path, env: dict[str, str]) -> dict[str, Any]:
     # ranges do not show, this says whether the markers were missing or misread.
     kinds: dict[str, int] = {}
     markers: list[dict[str, Any]] = []
-    for line in files[0].read_text(encoding="utf-8").splitlines():
+    for line in read_text(files[0]).splitlines():
         try:
             r = json.loads(line)
         except json.JSONDecodeError:
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for k, v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
         os.environ[k] = v
-    from profiling.capture import NCU_METRICS, cupti_environment
+    from profiling.capture import NCU_METRICS, cupti_environment, metric_base
 
     cupti = _check_cupti(out, cupti_environment())
     ncu = _check_ncu(out)
@@ -174,8 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     if "error" in cupti:
         print("  error:", cupti["error"][-600:])
     print(f"cupti record kinds: {cupti.get('record_kinds', {})}")
-    asked = {m.split(".", 1)[0] for m in NCU_METRICS}
-    got = sorted(c for c in ncu.get("columns", []) if c.split(".", 1)[0] in asked)
+    asked = {metric_base(m) for m in NCU_METRICS}
+    got = sorted(c for c in ncu.get("columns", []) if metric_base(c) in asked)
     print(f"ncu: rc {ncu['returncode']}, {ncu.get('kernels', 0)} kernels profiled, requested metric columns {got}"
           f"{'; the NVTX include matched nothing (profiled without it)' if ncu.get('nvtx_filter_matched') is False else ''}")
     if ncu.get("unavailable_metrics"):

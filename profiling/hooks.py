@@ -23,7 +23,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from pkb.eval.job import PROFILE_DIR  # noqa: E402 - one name for the harness and the capture
+from pkb.eval.job import PROFILE_DIR  # one name for the harness and the capture
 
 
 def profile_dir(job_dir: str | Path) -> Path:

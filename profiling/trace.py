@@ -141,12 +141,16 @@ def memcpy_kind(name: str) -> str:
 # ---- Kineto chrome trace --------------------------------------------------------------------------
 
 
-def read_json(path: str | Path) -> dict[str, Any]:
-    p = Path(path)
-    raw = p.read_bytes()
-    if raw[:2] == b"\x1f\x8b":  # gzip, whatever the suffix says
+def read_text(path: str | Path) -> str:
+    """A trace file's text, gunzipped when it is gzip, whatever the suffix says."""
+    raw = Path(path).read_bytes()
+    if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
-    data = json.loads(raw.decode("utf-8", errors="replace"))
+    return raw.decode("utf-8", errors="replace")
+
+
+def read_json(path: str | Path) -> dict[str, Any]:
+    data = json.loads(read_text(path))
     if isinstance(data, list):  # the bare-array form of the chrome trace format
         data = {"traceEvents": data}
     return data
@@ -356,10 +360,7 @@ def load_cupti_jsonl(path: str | Path, *, rank: int | None = None) -> Trace:
     rows: list[dict[str, Any]] = []
     markers: dict[Any, dict[str, Any]] = {}
     header: dict[str, Any] = {}
-    raw = Path(path).read_bytes()
-    if raw[:2] == b"\x1f\x8b":  # gzip, as the committed fixtures are
-        raw = gzip.decompress(raw)
-    for line in raw.decode("utf-8", errors="replace").splitlines():
+    for line in read_text(path).splitlines():
         if not line.strip():
             continue
         try:

@@ -24,14 +24,19 @@ def test_phase_is_a_shared_noop_when_off(monkeypatch):
     assert ranges.phase("pkb:setup") is ranges.phase("pkb:reference")
 
 
+def _fake_nvtx_package(monkeypatch, calls: list, tag: str = "") -> None:
+    """An `nvtx` module whose push/pop append (tag + "push"/"pop", name) to calls."""
+    fake = types.ModuleType("nvtx")
+    fake.push_range = lambda message=None, **kw: calls.append((tag + "push", message))
+    fake.pop_range = lambda **kw: calls.append((tag + "pop", None))
+    monkeypatch.setitem(sys.modules, "nvtx", fake)
+
+
 def test_phase_pushes_nvtx_with_the_same_name(monkeypatch):
     import torch
 
     calls = []
-    fake = types.ModuleType("nvtx")
-    fake.push_range = lambda message=None, **kw: calls.append(("push", message))
-    fake.pop_range = lambda **kw: calls.append(("pop", None))
-    monkeypatch.setitem(sys.modules, "nvtx", fake)
+    _fake_nvtx_package(monkeypatch, calls)
     monkeypatch.delattr(torch._C, "_nvtx", raising=False)  # as on a CPU build of torch
     monkeypatch.setattr(ranges._state, "nvtx", False)  # re-resolve
     with ranges.enabled():
@@ -49,10 +54,7 @@ def test_torch_nvtx_is_preferred_where_torch_has_it(monkeypatch):
     import torch.cuda.nvtx as tn
 
     calls = []
-    fake = types.ModuleType("nvtx")
-    fake.push_range = lambda message=None, **kw: calls.append(("package push", message))
-    fake.pop_range = lambda **kw: calls.append(("package pop", None))
-    monkeypatch.setitem(sys.modules, "nvtx", fake)
+    _fake_nvtx_package(monkeypatch, calls, tag="package ")
     monkeypatch.setattr(torch._C, "_nvtx", object(), raising=False)
     monkeypatch.setattr(tn, "range_push", lambda msg: calls.append(("push", msg)))
     monkeypatch.setattr(tn, "range_pop", lambda: calls.append(("pop", None)))
