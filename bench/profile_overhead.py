@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=600.0)
     args = ap.parse_args(argv)
     args.pkb_root = None
+    args.shape = (1024, 1024)  # PKB_SHAPE; unused without a PKB checkout
 
     from pkb.eval import EvalOptions, environment
 

@@ -92,6 +92,20 @@ def test_slower_explanation_names_the_costliest_cause():
     assert check_citations(rec) == []
 
 
+def test_a_profile_that_disagrees_with_the_timing_is_cited():
+    rec = _record()
+    check = {"agrees": False, "ranks": [{"rank": 0, "charged_ms": 0.05, "profiled_gpu_span_ms": 0.04, "agrees": True},
+                                        {"rank": 1, "charged_ms": 0.05, "profiled_gpu_span_ms": 0.4, "agrees": False}]}
+    rec.evaluation = {"status": "ran", "outcome": "faster", "subtype": "", "speedup": 2.0, "correct": True,
+                      "details": {"reference_ms": 0.1, "candidate_ms": 0.05, "profile_check": check}, "trials": [], "ranks": []}
+    expl = diagnose(rec)["explanation"]
+    said = [e["text"] for e in expl["evidence"] if e.get("path") == ["details", "profile_check", "agrees"]]
+    assert len(said) == 1 and "rank 1" in said[0] and "0.4 ms" in said[0]
+    assert check_citations(rec) == []
+    check.update(agrees=True)
+    assert not [e for e in diagnose(rec)["explanation"]["evidence"] if e.get("path") == ["details", "profile_check", "agrees"]]
+
+
 def test_failure_explanations_quote_the_evaluation():
     rec = _record()
     rec.evaluation = {"status": "ran", "outcome": "hang", "subtype": "timeout", "speedup": None, "correct": False,

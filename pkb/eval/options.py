@@ -9,7 +9,7 @@ from pathlib import Path
 
 # Bump when the measurement itself changes (comparison rules, timing protocol), so cached
 # outcomes from an older protocol are not taken for current ones.
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3  # 3: back-to-back pass, charged like PKB's loop
 
 # PKB's run_local.py defaults (--atol/--rtol 1e-2, --m/--n 1024).
 PKB_TOLERANCE = (1e-2, 1e-2)

@@ -34,7 +34,7 @@ from typing import Any
 from pkb.eval.classify import RUNTIME_PRIORITY, runtime_subtype
 from pkb.eval.compare import TOLERANCE_FACTOR
 from pkb.eval.launcher import LaunchResult
-from pkb.eval.timing import rank_time_ms
+from pkb.eval.timing import event_time_ms, rank_time_ms
 
 _ERROR_PRIORITY = ("compile_error", "load_error", "runtime_error")
 
@@ -188,8 +188,8 @@ def wrong_result_subtype(trials: dict[int, list[dict[str, Any]]]) -> str:
 
 
 def speedups(timings: dict[int, dict[str, Any] | None]) -> tuple[float | None, dict[str, Any]]:
-    """Reference slowest-rank median / candidate slowest-rank median (each rank charged the larger
-    of its two clocks); the event-only figure (PKB's clock) is kept beside it."""
+    """Reference slowest-rank median / candidate slowest-rank median (each rank charged as
+    timing.rank_time_ms says); the events-only figure (PKB's clock) is kept beside it."""
     out: dict[str, Any] = {"rank_times_ms": {}}
     side_time: dict[str, float | None] = {}
     side_event: dict[str, float | None] = {}
@@ -198,7 +198,7 @@ def speedups(timings: dict[int, dict[str, Any] | None]) -> tuple[float | None, d
         out["rank_times_ms"][side] = per_rank
         vals = [v for v in per_rank.values() if v is not None]
         side_time[side] = max(vals) if vals else None
-        ev = [t[side]["event"]["median_ms"] for t in timings.values() if t and t[side].get("event")]
+        ev = [v for v in (event_time_ms(t[side]) for t in timings.values() if t) if v is not None]
         side_event[side] = max(ev) if ev else None
     out["reference_ms"], out["candidate_ms"] = side_time["reference"], side_time["candidate"]
     speedup = _ratio(side_time["reference"], side_time["candidate"])
@@ -365,3 +365,28 @@ def _mismatch_sentence(first: dict[str, Any], wrong: dict[int, list[dict[str, An
             f"max abs error {first.get('max_abs_err'):.3g}"
         )
     return f"trial {first.get('trial')}: {what} (ranks {ranks})"
+
+
+# The profiler's GPU span of one call may exceed the charged time by this much before the
+# timing is said to have missed work (clock granularity, a profiled call's own overheads).
+PROFILE_SPAN_TOLERANCE = 1.25
+PROFILE_SPAN_SLACK_MS = 0.02
+
+
+def profile_agreement(details: dict[str, Any], profile: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Per rank: the candidate's charged time against the profiler's median GPU span per call.
+    A span well above the charged time means GPU work the timing clocks did not see."""
+    charged = (details.get("rank_times_ms") or {}).get("candidate") or {}
+    rows = []
+    for summary in (profile or {}).get("ranks") or []:
+        rank = summary.get("rank")
+        span_us = (summary.get("median") or {}).get("gpu_span_us")
+        timed = charged.get(rank, charged.get(str(rank)))
+        if span_us is None or timed is None:
+            continue
+        span_ms = span_us / 1e3
+        rows.append({"rank": rank, "charged_ms": timed, "profiled_gpu_span_ms": span_ms,
+                     "agrees": span_ms <= timed * PROFILE_SPAN_TOLERANCE + PROFILE_SPAN_SLACK_MS})
+    if not rows:
+        return None
+    return {"ranks": rows, "agrees": all(r["agrees"] for r in rows)}

@@ -137,10 +137,9 @@ class Store:
                 timing = res.get("timing") or {}
                 for side in ("reference", "candidate"):
                     stats = timing.get(side) or {}
-                    for clock in ("event", "wall"):
-                        s = stats.get(clock)
-                        if not s:
-                            continue
+                    for clock, s in stats.items():
+                        if not isinstance(s, dict) or "median_ms" not in s:
+                            continue  # iters, groups, ...; a clock the device had not
                         self.conn.execute(
                             "INSERT OR REPLACE INTO timings VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                             (sha256, config_key, rank, side, clock, s["median_ms"], s["p10_ms"], s["p90_ms"], s["mean_ms"], s["n"], stats.get("groups")),

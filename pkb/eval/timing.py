@@ -1,9 +1,18 @@
-"""Timing a callable over input groups, per iteration, with two clocks.
+"""Timing a callable over input groups, per iteration, with four clocks.
 
-CUDA events on the current stream give the GPU time of work on that stream; a device-wide
-`torch.cuda.synchronize()` after each call plus a host clock catches work a candidate puts on
-side streams (which the events alone would miss). Both are kept; the speedup uses the larger.
-On CPU only the host clock exists.
+Two passes over the same groups on CUDA:
+- isolated: CUDA events around each call, then a device-wide `torch.cuda.synchronize()` and a
+  host clock. The events time the current stream's work of one call; the host clock catches work
+  a candidate puts on side streams (which the events alone would miss). Both clocks start on an
+  idle GPU, so they include the host's launch latency of the call.
+- back to back (PKB's utils/performance.py): one event before the first call and one after each,
+  no host sync inside the loop, so the host enqueues call i+1 while the GPU runs call i; one
+  device-wide sync at the end. The intervals are PKB's per-iteration samples; the host clock over
+  the whole loop, sync included, divided by the calls is the throughput with side streams counted.
+
+A rank is charged the back-to-back figures (the larger of the interval median and the loop's
+per-call host time), so kernel times compare one to one with PKB's; the isolated pass stays for
+the side-stream evidence and per-call spread. On CPU only the isolated host clock exists.
 """
 
 from __future__ import annotations
@@ -17,6 +26,8 @@ import torch
 _L2_FALLBACK_BYTES = 60 * 1024 * 1024  # an H200's L2
 _MAX_GROUPS = 128
 _GROUP_MEMORY_SHARE = 0.25  # of free device memory, for all groups together
+# isolated events, isolated host clock, back-to-back events, back-to-back host clock per call
+CLOCKS = ("event", "wall", "pipelined", "pipelined_wall")
 
 
 def input_bytes(inputs: Any) -> int:
@@ -95,7 +106,8 @@ def time_calls(
     keep_last: bool = True,
 ) -> tuple[dict[str, Any], dict[int, Any]]:
     """(stats, last output of each group). Calls fn(*groups[i % G]); raw=True gives the samples.
-    keep_last=False keeps no output (the reference's answers must not outlive its own calls)."""
+    keep_last=False keeps no output (the reference's answers must not outlive its own calls).
+    On CUDA fn is called 2 * iters times: the back-to-back pass, then the isolated one."""
     cuda = device.type == "cuda"
 
     def sync() -> None:
@@ -106,40 +118,51 @@ def time_calls(
     for i in range(warmup):
         fn(*groups[i % len(groups)])
     sync()
+    samples: dict[str, list[float]] = {"event": [], "wall": [], "pipelined": [], "pipelined_wall": []}
+    last: dict[int, Any] = {}
+    if cuda and iters:
+        if barrier is not None:
+            barrier()
+        samples["pipelined"], loop_ms = _back_to_back(fn, groups, start, iters, device)
+        samples["pipelined_wall"] = [loop_ms / iters]
     if barrier is not None:
         barrier()  # ranks start the timed loop together
-    event_ms: list[float] = []
-    wall_ms: list[float] = []
-    last: dict[int, Any] = {}
-    first = start
     for i in range(iters):
-        g = (first + i) % len(groups)
+        g = (start + i) % len(groups)
         if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             t0 = time.perf_counter()
-            start.record()
+            begin.record()
             out = fn(*groups[g])
             end.record()
             torch.cuda.synchronize(device)  # device-wide: side streams included
-            wall_ms.append((time.perf_counter() - t0) * 1e3)
-            event_ms.append(start.elapsed_time(end))
+            samples["wall"].append((time.perf_counter() - t0) * 1e3)
+            samples["event"].append(begin.elapsed_time(end))
         else:
             t0 = time.perf_counter()
             out = fn(*groups[g])
-            wall_ms.append((time.perf_counter() - t0) * 1e3)
+            samples["wall"].append((time.perf_counter() - t0) * 1e3)
         if keep_last:
             last[g] = out
         del out
     if raw:
-        return {"event": event_ms, "wall": wall_ms}, last
-    stats = {
-        "event": summarize(event_ms),
-        "wall": summarize(wall_ms),
-        "iters": iters,
-        "warmup": warmup,
-        "groups": len(groups),
-    }
+        return samples, last
+    stats = {clock: summarize(values) for clock, values in samples.items()}
+    stats.update(iters=iters, warmup=warmup, groups=len(groups))
     return stats, last
+
+
+def _back_to_back(fn: Callable[..., Any], groups: list[tuple], start: int, iters: int, device: torch.device) -> tuple[list[float], float]:
+    """PKB's loop: (per-call event intervals in ms, host ms of the whole loop and its device sync)."""
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]  # made before the clock starts
+    t0 = time.perf_counter()
+    events[0].record()
+    for i in range(iters):
+        fn(*groups[(start + i) % len(groups)])
+        events[i + 1].record()
+    torch.cuda.synchronize(device)
+    loop_ms = (time.perf_counter() - t0) * 1e3
+    return [events[i].elapsed_time(events[i + 1]) for i in range(iters)], loop_ms
 
 
 def time_interleaved(
@@ -163,7 +186,7 @@ def time_interleaved(
     """
     keep = set(fns) if keep is None else keep
     rounds = max(1, min(rounds, iters)) if iters else 1
-    samples: dict[str, dict[str, list[float]]] = {n: {"event": [], "wall": []} for n in fns}
+    samples: dict[str, dict[str, list[float]]] = {n: {c: [] for c in CLOCKS} for n in fns}
     last: dict[str, dict[int, Any]] = {n: {} for n in fns}
     for name, fn in fns.items():
         if before is not None:
@@ -179,15 +202,14 @@ def time_interleaved(
             if before is not None:
                 before(name)
             stats, out = time_calls(fn, groups, warmup=0, iters=chunk, device=device, barrier=barrier, raw=True, start=done, keep_last=name in keep)
-            samples[name]["event"].extend(stats["event"])
-            samples[name]["wall"].extend(stats["wall"])
+            for clock in CLOCKS:
+                samples[name][clock].extend(stats[clock])
             last[name].update(out)
         done += chunk
     return {
         name: (
             {
-                "event": summarize(samples[name]["event"]),
-                "wall": summarize(samples[name]["wall"]),
+                **{clock: summarize(samples[name][clock]) for clock in CLOCKS},
                 "iters": iters,
                 "warmup": warmup,
                 "rounds": rounds,
@@ -200,8 +222,20 @@ def time_interleaved(
 
 
 def rank_time_ms(stats: dict[str, Any] | None) -> float | None:
-    """The time one rank is charged: the larger of the two clocks' medians."""
+    """The time one rank is charged. Back-to-back pass (CUDA): the larger of the event intervals'
+    median and the loop's host time per call (side streams included). Otherwise (CPU, or stats
+    of an older protocol): the larger of the isolated clocks' medians."""
     if not stats:
         return None
-    values = [stats[c]["median_ms"] for c in ("event", "wall") if stats.get(c)]
+    pair = ("pipelined", "pipelined_wall") if stats.get("pipelined") else ("event", "wall")
+    values = [stats[c]["median_ms"] for c in pair if stats.get(c)]
     return max(values) if values else None
+
+
+def event_time_ms(stats: dict[str, Any] | None) -> float | None:
+    """CUDA events only, PKB's clock: the back-to-back intervals' median (isolated events on
+    stats of an older protocol)."""
+    for clock in ("pipelined", "event"):
+        if stats and stats.get(clock):
+            return stats[clock]["median_ms"]
+    return None
