@@ -7,8 +7,9 @@
 # Parts: hostile (the GPU-only hostile candidates, tests/test_hostile.py -k gpu), storeflags (the
 # sm_store_flags fixture program under compute-sanitizer), eval16 (the corpus's GEMM +
 # reduce-scatter candidate), overhead (bench/eval_overhead.py against PKB's run_local.py from
-# .pkb/; cold then warm build caches), profile (bench/profile_overhead.py and profiling.gpu_check: CUPTI and ncu), fixtures
-# (record the profiling fixtures), emulate (pkb.emulate.gpu_check).
+# .pkb/; cold then warm build caches), overheadbig (the same, cold only, at PKB's --m/--n 16384: GPU-bound calls), profile (bench/profile_overhead.py and profiling.gpu_check: CUPTI and ncu), fixtures
+# (record the profiling fixtures), tma (profiling.tma_check: which ncu counters see the TMA unit),
+# ncueval (pkb-analyze eval --ncu on the sample-a all-reduce, with the counters tma found), emulate (pkb.emulate.gpu_check).
 # PKB_EVAL_TREE: a folder whose pkb/ package shadows the working tree's.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -34,9 +35,21 @@ run_part() {
             timeout 240 python3 -c "$CLI" eval "$W/eval16" --out "$W/eval16_out" --world-size 1 --trials 2 --timeout 220 ;;
     overhead) timeout 590 python3 bench/eval_overhead.py --pkb-root .pkb --world-size 1 --trials 5 --timeout 200 --warm \
                 --candidate corpus/solutions_cuda_bf16_h100_8_pkb_sample-a/1_allreduce_cuda.py ;;
+    overheadbig) timeout 500 python3 bench/eval_overhead.py --pkb-root .pkb --world-size 1 --trials 5 --timeout 240 --shape 16384 16384 \
+                --candidate corpus/solutions_cuda_bf16_h100_8_pkb_sample-a/1_allreduce_cuda.py ;;
     profile) timeout 330 python3 bench/profile_overhead.py --world-size 1 --candidate corpus/solutions_cuda_bf16_h100_8_pkb_sample-a/1_allreduce_cuda.py
              timeout 200 python3 -m profiling.gpu_check "$W/gpu_check" ;;
     fixtures) timeout 280 python3 -m profiling.record_fixtures "$W/traces" ;;
+    tma) ncu --version; timeout 400 python3 -m profiling.tma_check "$W/tma" ;;
+    ncueval) mkdir -p "$W/ncueval" && cp corpus/solutions_cuda_bf16_h100_8_pkb_sample-a/1_allreduce_cuda.py "$W/ncueval/" &&
+             M=$(python3 -c "import json,sys; print(' '.join('--ncu-metric ' + m for m in json.load(open(sys.argv[1])).get('telling_apart', [])))" "$W/tma/tma_check.json" 2>/dev/null)
+             echo "extra metrics: $M"
+             timeout 400 python3 -c "$CLI" eval "$W/ncueval" --out "$W/ncueval_out" --world-size 1 --trials 2 --warmup 50 --iters 50 --timeout 380 --ncu $M
+             python3 -c "import json,sys
+for line in open(sys.argv[1]):
+    r = json.loads(line); ev = r['evaluation']; n = (r.get('profile') or {}).get('ncu') or {}
+    print(r['path'].split('/')[-1], ev['outcome'], 'ncu', n.get('status'), 'dropped', n.get('unavailable_metrics'), n.get('error'))
+    for k in n.get('kernels', []): print('  ', k['rank'], k['kernel'][:50], {m: v for m, v in k.items() if m not in ('metrics', 'rank', 'kernel')})" "$W/ncueval_out/eval.jsonl" ;;
     emulate) timeout 280 python3 -m pkb.emulate.gpu_check --json "$W/emulate.json" --trials 2 ;;
     *) echo "unknown part $1"; return 2 ;;
   esac

@@ -204,6 +204,9 @@ def eval_command(
     ptx: bool = typer.Option(False, "--ptx/--no-ptx", help="run the PTX pass in the static stage"),
     emulate: Optional[int] = typer.Option(None, "--emulate", help="N virtual ranks in one process on one GPU (or CPU): correctness only, never timed"),
     profile: bool = typer.Option(False, "--profile", help="after timing, record a torch.profiler trace of a few candidate calls per rank (NVTX ranges too)"),
+    ncu: bool = typer.Option(False, "--ncu", help="after a correct evaluation, one more launch with each rank under Nsight Compute (NVLink, peer-L2, TMA counters)"),
+    ncu_kernel: Optional[list[str]] = typer.Option(None, "--ncu-kernel", help="kernel names for --ncu (default: the static pass's peer-moving kernels, else every kernel of one call)"),
+    ncu_metric: Optional[list[str]] = typer.Option(None, "--ncu-metric", help="an ncu metric to read beside the defaults (repeatable)"),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Evaluate candidates against their references on every rank: one outcome each, stored, resumable."""
@@ -218,6 +221,7 @@ def eval_command(
         world_size=world_size, trials=trials, backend=backend, dtype=dtype, timeout_s=timeout, warmup=warmup,
         iters=iters, scale=scale, store_path=str(store or out / "pkb_eval.sqlite"), work_dir=str(out / "eval_work"),
         pkb_root=str(pkb_root) if pkb_root else None, profile=profile,
+        ncu_kernels=list(ncu_kernel or []) if (ncu or ncu_kernel or ncu_metric) else None, ncu_metrics=list(ncu_metric or []),
     )
     run_eval(records, out, options, quiet)
     write_tables(records, out)

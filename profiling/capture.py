@@ -415,6 +415,12 @@ NCU_METRICS = (
     "lts__t_sectors_srcunit_tex_aperture_peer_op_write.sum",
     "dram__bytes.sum",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    # TMA (cp.async.bulk, cp.async.bulk.tensor): bytes the unit read from / wrote to global memory
+    # and its instructions. profiling.tma_check on the H200: exactly the 16 MiB a bulk-copy kernel
+    # moved each way, 0 on a plain SM copy of the same bytes.
+    "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum",
+    "l1tex__m_l1tex2xbar_write_bytes_mem_global_op_tma_st.sum",
+    "sm__sass_inst_executed_op_tma.sum",
 )
 
 
@@ -437,17 +443,24 @@ def metric_base(name: str) -> str:
     return name.split(".", 1)[0]
 
 
-def unavailable_metrics(output: str) -> list[str]:
-    """Base names of the metrics ncu said it could not access ("nvltx__bytes" for nvltx__bytes.sum).
+def unavailable_metrics(output: str, asked: Iterable[str] = ()) -> list[str]:
+    """Base names of the metrics ncu refused ("nvltx__bytes" for nvltx__bytes.sum): the ones it
+    said it could not access, and any of `asked` that an ==ERROR== line names (an unknown name).
 
-    The lent one-GPU H200 answers so for nvlrx__bytes and nvltx__bytes and then profiles nothing.
+    The lent one-GPU H200 answers "Unable to access" for nvlrx__bytes and nvltx__bytes and then
+    profiles nothing.
     """
     names: set[str] = set()
-    for m in _UNAVAILABLE.finditer(output or ""):
+    text = output or ""
+    for m in _UNAVAILABLE.finditer(text):
         for part in m.group(1).split(","):
             part = part.strip()
             if part:
                 names.add(metric_base(part))
+    errors = [ln for ln in text.splitlines() if "==ERROR==" in ln]
+    for base in {metric_base(a) for a in asked}:
+        if any(re.search(rf"(?<![A-Za-z0-9_]){re.escape(base)}(?![A-Za-z0-9_])", ln) for ln in errors):
+            names.add(base)
     return sorted(names)
 
 
@@ -512,7 +525,7 @@ def run_ncu_command(
     if execute:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **env})
         run.returncode, run.stdout, run.stderr = p.returncode, p.stdout, p.stderr
-        missing = unavailable_metrics(p.stdout + "\n" + p.stderr) if p.returncode != 0 else []
+        missing = unavailable_metrics(p.stdout + "\n" + p.stderr, metrics) if p.returncode != 0 else []
         kept = [m for m in metrics if metric_base(m) not in missing]
         if missing and kept and len(kept) < len(metrics):  # each retry drops at least one metric
             again = run_ncu_command(target, kernels, report, world_size=world_size, nvtx_include=nvtx_include, metrics=kept,
@@ -560,7 +573,8 @@ def read_ncu_csv(source: str | Path) -> "Any":
 
 def load_ncu_report(report: str | Path, *, ncu: str = "ncu") -> "Any":
     """DataFrame of an .ncu-rep: through ncu's python `ncu_report` module when importable, else
-    through `ncu --import <rep> --csv --page raw`. Columns: 'Kernel Name', 'ID', metrics."""
+    through `ncu --import <rep> --csv --page raw --print-units base`. Columns: 'Kernel Name', 'ID',
+    metrics, in base units (bytes, nanoseconds)."""
     import pandas as pd
 
     try:
@@ -586,7 +600,8 @@ def load_ncu_report(report: str | Path, *, ncu: str = "ncu") -> "Any":
         except Exception as exc:
             warnings.warn(f"ncu_report could not read {report} ({exc}); falling back to ncu --csv")
     exe = shutil.which(ncu) or ncu
-    p = subprocess.run([exe, "--import", str(report), "--csv", "--page", "raw"], capture_output=True, text=True)
+    # base units (byte, nsecond): the default scales each column to its own (Mbyte, usecond)
+    p = subprocess.run([exe, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base"], capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"ncu --import failed ({p.returncode}): {p.stderr[-2000:]}")
     return read_ncu_csv(p.stdout if "\n" in p.stdout else p.stdout + "\n")

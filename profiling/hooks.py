@@ -7,8 +7,9 @@ Inside a rank (pkb.eval.worker, after timing, on matched candidates):
     rep.result["profile"] = info        # plain JSON: status, backend, path, wall_s, error
 
 It never raises: a profiling failure is reported in `info`, never blamed on the candidate. The
-backend is `kineto` unless PKB_PROFILE_BACKEND=cupti is set for the rank (CUPTI capture is a
-separate launch: one CUPTI subscriber per process, see profiling.capture).
+backend is the job's profile_backend, else PKB_PROFILE_BACKEND, else `kineto`: `cupti` (a separate
+launch: one CUPTI subscriber per process, see profiling.capture) or `nvtx` (the calls inside their
+NVTX ranges and nothing recorded: for ncu or nsys around the rank, see pkb.eval.ncu).
 
 In the parent, once the ranks are done:
 
@@ -45,10 +46,16 @@ def profile_candidate(
     info: dict[str, Any] = {"status": "failed", "backend": backend, "path": None, "calls": calls, "warmup": warmup, "wall_s": 0.0, "error": None}
     t0 = time.perf_counter()
     try:
-        from profiling import capture
+        from profiling import capture, ranges
 
         out = profile_dir(job_dir)
-        if backend == "cupti":
+        if backend == "nvtx":
+            # Ranges only, for a profiler outside the process (ncu's --nvtx-include, nsys).
+            capture.warm_up(fn, warmup)
+            with ranges.enabled(record_function=False):
+                capture.ranged_calls(fn, calls)
+            info.update(status="ok")
+        elif backend == "cupti":
             path = capture.capture_cupti(fn, calls=calls, warmup=warmup, out_path=out, rank=rank)
             if path is None:
                 info.update(status="skipped", error="cupti-python not importable")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -291,3 +292,34 @@ def test_ncu_does_not_retry_when_the_missing_metrics_are_not_ones_it_asked_for(m
     monkeypatch.setattr(capture.subprocess, "run", fake_run)
     run = capture.run_ncu_command(["python", "x.py"], [], "rep", execute=True)
     assert run.returncode == 9 and len(calls) == 1
+
+
+def test_the_tma_counters_asked_for_told_a_bulk_copy_from_an_sm_copy_on_the_h200():
+    """tests/fixtures/ncu/tma_check.json: profiling.tma_check's reading of two 16 MiB copies."""
+    import json
+
+    import pandas as pd
+
+    from pkb.eval.ncu import kernel_rows
+
+    fx = json.loads((Path(__file__).parent / "fixtures" / "ncu" / "tma_check.json").read_text())
+    tma = [m for m in capture.NCU_METRICS if "tma" in m]
+    assert len(tma) == 3 and set(tma) <= set(fx["telling_apart"])
+    df = pd.DataFrame([{"Kernel Name": k, **v} for k, v in fx["kernels"].items()])
+    rows = {r["kernel"]: r for r in kernel_rows(df)}
+    bulk, sm = rows["tma_bulk_copy"], rows["sm_copy"]
+    assert bulk["tma_load_bytes"] == bulk["tma_store_bytes"] == fx["copy_bytes"]
+    assert bulk["tma_instructions"] == 2 * fx["copy_bytes"] // (16 << 10)  # one bulk load and one bulk store per block
+    assert sm["tma_load_bytes"] == sm["tma_store_bytes"] == sm["tma_instructions"] == 0
+    assert fx["unknown_metric_returncode"] == 0  # ncu skips a name it does not know; the column is just absent
+
+
+def test_tma_metric_names_reads_ncu_query_metrics_lines():
+    from profiling.tma_check import tma_metric_names
+
+    text = ("Chip gh100\n---- ----\nMetric Name     Metric Type     Metric Unit     Metric Description\n"
+            "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld       Counter         byte            # of bytes read\n"
+            "                                                                                      UBLKCP.G.S, UTMAREDG\n"
+            "dram__bytes                                              Counter         byte            # of bytes\n"
+            "sm__pipe_tma_cycles_active                               Counter         cycle           # of cycles\n")
+    assert tma_metric_names(text) == ["l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum", "sm__pipe_tma_cycles_active.sum"]

@@ -117,6 +117,8 @@ class Pending:
     config_key: str
     problem_id: int
     started: float
+    ncu_kernels: list[str] | None = None  # EvalOptions.ncu_kernels
+    ncu_metrics: tuple[str, ...] = ()  # EvalOptions.ncu_metrics
 
 
 def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pending | dict[str, Any]:
@@ -229,17 +231,23 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
         claims_custom_kernels=bool(cuda_uses(source)),
         static_flags=static_flags(source) + _finding_hints(rec),
     )
-    return Pending(job, evaluation, sha, key, ref.id, t0)
+    return Pending(job, evaluation, sha, key, ref.id, t0, options.ncu_kernels, tuple(options.ncu_metrics))
 
 
 def finish(pending: Pending, result: Any, store: Any, rec: Any = None) -> dict[str, Any]:
     """Decide the outcome of a finished launch and commit all its rows at once."""
     if rec is not None and pending.job.profile:
         rec.profile = _profile_summary(rec, pending, result)
-    from pkb.eval.outcome import decide
+    from pkb.eval.outcome import decide, profile_agreement
 
     evaluation = pending.evaluation
     evaluation.update(decide(result, pending.job))
+    if rec is not None and pending.job.profile:
+        check = profile_agreement(evaluation.get("details") or {}, rec.profile)
+        if check is not None:
+            evaluation.setdefault("details", {})["profile_check"] = check
+    if rec is not None and pending.ncu_kernels is not None:
+        rec.profile = {**(rec.profile or {}), "ncu": _ncu_summary(rec, pending, evaluation)}
     evaluation.update(
         trials=_trial_summary(result),
         ranks=_rank_summary(result),
@@ -263,6 +271,25 @@ def _profile_summary(rec: Any, pending: Pending, result: Any) -> dict[str, Any]:
         return summarize_job(pending.job.job_dir, comm_kernel_names(rec), sol, timeline_png=True)
     except Exception as exc:  # noqa: BLE001 - a profile problem never changes the evaluation
         return {"errors": [f"profile summary failed: {type(exc).__name__}: {exc}"]}
+
+
+def _ncu_summary(rec: Any, pending: Pending, evaluation: dict[str, Any]) -> dict[str, Any]:
+    """Nsight Compute over the candidate's kernels, on correct CUDA candidates only."""
+    if pending.job.device != "cuda":
+        return {"status": "skipped", "error": "no GPU: ncu profiles CUDA kernels"}
+    if not evaluation.get("correct"):
+        return {"status": "skipped", "error": f"the candidate is not correct ({evaluation.get('outcome') or evaluation.get('status')})"}
+    try:
+        from pkb.eval.ncu import ncu_pass
+        from profiling.analyze import comm_kernel_names
+
+        from profiling.capture import NCU_METRICS
+
+        kernels = pending.ncu_kernels or comm_kernel_names(rec)
+        metrics = list(dict.fromkeys([*NCU_METRICS, *pending.ncu_metrics]))
+        return ncu_pass(pending.job, kernels, metrics=metrics)
+    except Exception as exc:  # noqa: BLE001 - an ncu problem never changes the evaluation
+        return {"status": "failed", "error": f"ncu pass failed: {type(exc).__name__}: {exc}"[:2000]}
 
 
 def _launch(pending: Pending, options: EvalOptions) -> Any:

@@ -49,6 +49,9 @@ class JobSpec:
     # From the evaluating process: does the source build or use CUDA code (claims custom
     # kernels), and the static exploit flags of pkb.eval.static_checks.
     profile: bool = False  # a few candidate calls under torch.profiler after timing
+    profile_backend: str = ""  # kineto | cupti | nvtx (ranges only); '' : $PKB_PROFILE_BACKEND or kineto
+    # argv every rank's python runs under (an ncu command line: torchrun --no-python ncu ... python)
+    rank_wrapper: list[str] = field(default_factory=list)
     claims_custom_kernels: bool = False
     static_flags: list[dict[str, Any]] = field(default_factory=list)
 

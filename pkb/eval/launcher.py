@@ -98,21 +98,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun_command(job_file: Path, world_size: int, port: int, python: str | None = None) -> list[str]:
-    return [
-        python or sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc-per-node",
-        str(world_size),
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(port),
-        "-m",
-        "pkb.eval.worker",
-        str(job_file),
-    ]
+def torchrun_command(job_file: Path, world_size: int, port: int, python: str | None = None, wrapper: list[str] | None = None) -> list[str]:
+    """torchrun for the job; with a wrapper (ncu ...) each rank runs `wrapper python -m worker`."""
+    py = python or sys.executable
+    head = [py, "-m", "torch.distributed.run", "--nproc-per-node", str(world_size), "--master-addr", "127.0.0.1", "--master-port", str(port)]
+    if wrapper:
+        return [*head, "--no-python", *wrapper, py, "-m", "pkb.eval.worker", str(job_file)]
+    return [*head, "-m", "pkb.eval.worker", str(job_file)]
 
 
 def prepare_job_dir(job_dir: Path) -> None:
@@ -152,8 +144,10 @@ def launch(job: JobSpec, python: str | None = None, retries_on_port_clash: int =
 
 def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResult:
     prepare_job_dir(job_dir)
+    if job.profile:
+        (job_dir / PROFILE_DIR).mkdir()  # ncu around a rank checks at start that its report can be written there
     job_file = job.write()
-    cmd = torchrun_command(job_file, job.world_size, free_port(), python)
+    cmd = torchrun_command(job_file, job.world_size, free_port(), python, job.rank_wrapper)
     env = dict(os.environ)
     repo = job.repo_root or str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)

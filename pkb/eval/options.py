@@ -44,6 +44,10 @@ class EvalOptions:
     # Profile a few candidate calls per rank after timing (Kineto traces under the job dir,
     # summarized into record.profile).
     profile: bool = False
+    # Nsight Compute after a correct evaluation (a second launch, pkb.eval.ncu): None off; a list
+    # of kernel names, or [] for the static pass's peer-moving kernels (every kernel if none).
+    ncu_kernels: list[str] | None = None
+    ncu_metrics: list[str] = field(default_factory=list)  # asked for beside profiling.capture.NCU_METRICS
 
     def resolved_work_dir(self) -> Path:
         return Path(self.work_dir).resolve()

@@ -718,6 +718,7 @@ class Rank:
         solution = self.solution
         self.reporter.result["profile"] = profile_candidate(
             lambda: solution(*inputs), job_dir=self.job.job_dir, rank=self.rank,  # type: ignore[misc]
+            backend=self.job.profile_backend or None,
             meta={"candidate": self.job.candidate_sha256, "problem": self.job.problem.get("id")},
         )
 
