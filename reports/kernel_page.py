@@ -140,6 +140,25 @@ def _diagnosis_html(record: Any) -> str:
     return out or '<p class="muted">nothing to diagnose</p>'
 
 
+_NCU_COLUMNS = (("duration_ns", "ns"), ("nvlink_tx_bytes", "NVLink tx B"), ("nvlink_rx_bytes", "NVLink rx B"),
+                ("peer_l2_bytes", "peer L2 B"), ("tma_load_bytes", "TMA load B"), ("tma_store_bytes", "TMA store B"),
+                ("dram_bytes", "DRAM B"), ("sm_throughput_pct", "SM %"))
+
+
+def ncu_html(record: Any) -> str:
+    """The Nsight Compute rows of `eval --ncu`, one per profiled kernel and rank, or why none."""
+    ncu = (record.profile or {}).get("ncu")
+    if not ncu:
+        return '<p class="muted">no Nsight Compute pass (pkb-analyze eval --ncu)</p>'
+    out = ""
+    if ncu.get("unavailable_metrics"):
+        out += f'<p class="muted">not available on the machine: {esc(", ".join(ncu["unavailable_metrics"]))}</p>'
+    if ncu.get("status") != "ok":
+        return out + f'<p class="notice">ncu {esc(ncu.get("status"))}: {esc(ncu.get("error") or "")}</p>'
+    rows = [[k.get("rank"), k.get("kernel", "")[:90]] + [fmt(k.get(c)) for c, _ in _NCU_COLUMNS] for k in ncu.get("kernels", [])]
+    return out + table(["rank", "kernel"] + [h for _, h in _NCU_COLUMNS], rows, num=set(range(2, 2 + len(_NCU_COLUMNS))))
+
+
 def explanation_html(expl: dict[str, Any]) -> str:
     if not expl:
         return ""
@@ -163,7 +182,7 @@ def render(record: Any, back: str = "../index.html") -> tuple[str, int]:
                                   f"model {record.model}" if record.model else "", record.run_tree) if x)
     parts = [
         f'<nav class="toc"><a href="{esc(back)}">&larr; corpus report</a> <a href="#labels">labels</a> <a href="#kernels">kernels</a> '
-        '<a href="#findings">findings</a> <a href="#evaluation">evaluation</a> <a href="#diagnosis">diagnosis</a> <a href="#timeline">timeline</a></nav>',
+        '<a href="#findings">findings</a> <a href="#evaluation">evaluation</a> <a href="#ncu">ncu</a> <a href="#diagnosis">diagnosis</a> <a href="#timeline">timeline</a></nav>',
         f"<h1>{esc(record.path)}</h1>",
         f'<p class="sub">{esc(where)} &middot; {badge(ev.get("outcome", ""))}'
         + (f" <code>{esc(ev.get('subtype') or (record.diagnosis or {}).get('subtype'))}</code>" if (ev.get("subtype") or (record.diagnosis or {}).get("subtype")) else "")
@@ -184,6 +203,7 @@ def render(record: Any, back: str = "../index.html") -> tuple[str, int]:
         parts.append(f'<p class="muted">passes: {esc(passes)}</p>')
     parts += ['<h2 id="findings">Findings</h2>', _findings_html(record)]
     parts += ['<h2 id="evaluation">Evaluation</h2>', _evaluation_html(record)]
+    parts += ['<h2 id="ncu">Nsight Compute counters (second call)</h2>', ncu_html(record)]
     parts += ['<h2 id="diagnosis">Diagnosis</h2>', _diagnosis_html(record)]
     img, n = timeline_img(record)
     parts += ['<h2 id="timeline">Timeline of one call</h2>', img]

@@ -218,3 +218,18 @@ def test_report_and_explain_commands(tmp_path, capsys):
     assert (exc.value.code or 0) == 0
     text = capsys.readouterr().out
     assert "PKB012" in text and "Labels of the candidate" in text and "not evaluated" in text
+
+
+def test_kernel_page_shows_the_ncu_counters_and_what_was_unavailable():
+    from pkb.record import CandidateRecord
+    from reports.kernel_page import ncu_html
+
+    rec = CandidateRecord(path="3_broadcast_cuda.py", problem_id=3, problem_name="broadcast")
+    assert "eval --ncu" in ncu_html(rec)
+    rec.profile = {"ncu": {"status": "ok", "unavailable_metrics": ["nvlrx__bytes", "nvltx__bytes"], "kernels": [
+        {"rank": 1, "kernel": "tma_pull_kernel", "duration_ns": 9504.0, "tma_load_bytes": 16777216.0, "tma_store_bytes": 16777216.0}]}}
+    html_text = ncu_html(rec)
+    assert "tma_pull_kernel" in html_text and "nvlrx__bytes, nvltx__bytes" in html_text and "TMA load B" in html_text
+    assert "1.68e+07" in html_text
+    rec.profile["ncu"] = {"status": "failed", "error": "ncu wrote no report", "kernels": []}
+    assert "ncu wrote no report" in ncu_html(rec)
