@@ -282,7 +282,6 @@ def _ncu_summary(rec: Any, pending: Pending, evaluation: dict[str, Any]) -> dict
     try:
         from pkb.eval.ncu import ncu_pass
         from profiling.analyze import comm_kernel_names
-
         from profiling.capture import NCU_METRICS
 
         kernels = pending.ncu_kernels or comm_kernel_names(rec)

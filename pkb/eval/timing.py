@@ -118,7 +118,7 @@ def time_calls(
     for i in range(warmup):
         fn(*groups[i % len(groups)])
     sync()
-    samples: dict[str, list[float]] = {"event": [], "wall": [], "pipelined": [], "pipelined_wall": []}
+    samples: dict[str, list[float]] = {c: [] for c in CLOCKS}
     last: dict[int, Any] = {}
     if cuda and iters:
         if barrier is not None:
