@@ -9,7 +9,7 @@
 # reduce-scatter candidate), overhead (bench/eval_overhead.py against PKB's run_local.py from
 # .pkb/; cold then warm build caches), overheadbig (the same, cold only, at PKB's --m/--n 16384: GPU-bound calls), profile (bench/profile_overhead.py and profiling.gpu_check: CUPTI and ncu), fixtures
 # (record the profiling fixtures), tma (profiling.tma_check: which ncu counters see the TMA unit),
-# ncueval (pkb-analyze eval --ncu on the sample-a all-reduce, with the counters tma found), emulate (pkb.emulate.gpu_check).
+# kineto (eval --profile: the GPU Kineto capture and its check against the timing), ncueval (pkb-analyze eval --ncu on the sample-a all-reduce, with the counters tma found), emulate (pkb.emulate.gpu_check).
 # PKB_EVAL_TREE: a folder whose pkb/ package shadows the working tree's.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -50,6 +50,13 @@ for line in open(sys.argv[1]):
     r = json.loads(line); ev = r['evaluation']; n = (r.get('profile') or {}).get('ncu') or {}
     print(r['path'].split('/')[-1], ev['outcome'], 'ncu', n.get('status'), 'dropped', n.get('unavailable_metrics'), n.get('error'))
     for k in n.get('kernels', []): print('  ', k['rank'], k['kernel'][:50], {m: v for m, v in k.items() if m not in ('metrics', 'rank', 'kernel')})" "$W/ncueval_out/eval.jsonl" ;;
+    kineto) mkdir -p "$W/kineto" && cp corpus/solutions_cuda_bf16_h100_8_pkb_sample-a/1_allreduce_cuda.py "$W/kineto/" &&
+            timeout 200 python3 -c "$CLI" eval "$W/kineto" --out "$W/kineto_out" --world-size 1 --trials 2 --warmup 50 --iters 50 --timeout 190 --profile
+            python3 -c "import json,sys
+for line in open(sys.argv[1]):
+    r = json.loads(line); ev = r['evaluation']; p = r.get('profile') or {}
+    print(r['path'].split('/')[-1], ev['outcome'], 'profile_check', (ev.get('details') or {}).get('profile_check'), 'errors', p.get('errors'))
+    for k in p.get('ranks', []): print('  rank', k.get('rank'), k.get('source'), 'calls', k.get('n_calls'), {m: k['median'].get(m) for m in ('gpu_span_us', 'launches', 'comm_us', 'compute_us', 'host_syncs')}, 'kernels', [x.get('name', '')[:40] for x in k.get('kernels', [])][:4], k.get('notes'))" "$W/kineto_out/eval.jsonl" ;;
     emulate) timeout 280 python3 -m pkb.emulate.gpu_check --json "$W/emulate.json" --trials 2 ;;
     *) echo "unknown part $1"; return 2 ;;
   esac

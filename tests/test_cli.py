@@ -171,3 +171,5 @@ def test_eval_profile_records_a_trace_summary_on_cpu(tmp_path, capsys):
     prof = rec["profile"]
     assert len(prof["ranks"]) == 2, prof
     assert all(r and r.get("calls") for r in prof["ranks"]), prof
+    check = rec["evaluation"]["details"]["profile_check"]  # no GPU work on CPU: nothing the timing missed
+    assert check["agrees"] is True and sorted(r["rank"] for r in check["ranks"]) == [0, 1], check

@@ -94,8 +94,8 @@ def test_slower_explanation_names_the_costliest_cause():
 
 def test_a_profile_that_disagrees_with_the_timing_is_cited():
     rec = _record()
-    check = {"agrees": False, "ranks": [{"rank": 0, "charged_ms": 0.05, "profiled_gpu_span_ms": 0.04, "agrees": True},
-                                        {"rank": 1, "charged_ms": 0.05, "profiled_gpu_span_ms": 0.4, "agrees": False}]}
+    check = {"agrees": False, "ranks": [{"rank": 0, "charged_ms": 0.05, "profiled_gpu_busy_ms": 0.04, "agrees": True},
+                                        {"rank": 1, "charged_ms": 0.05, "profiled_gpu_busy_ms": 0.4, "agrees": False}]}
     rec.evaluation = {"status": "ran", "outcome": "faster", "subtype": "", "speedup": 2.0, "correct": True,
                       "details": {"reference_ms": 0.1, "candidate_ms": 0.05, "profile_check": check}, "trials": [], "ranks": []}
     expl = diagnose(rec)["explanation"]

@@ -299,7 +299,8 @@ def test_profile_check_flags_gpu_work_the_timing_did_not_charge():
     from pkb.eval.outcome import profile_agreement
 
     details = {"rank_times_ms": {"candidate": {0: 0.05, 1: 0.05}}}
-    profile = {"ranks": [{"rank": 0, "median": {"gpu_span_us": 45.0}}, {"rank": 1, "median": {"gpu_span_us": 400.0}}]}
+    # rank 0: a long span (host gaps between launches) but little busy time agrees
+    profile = {"ranks": [{"rank": 0, "median": {"gpu_busy_us": 45.0, "gpu_span_us": 400.0}}, {"rank": 1, "median": {"gpu_busy_us": 400.0}}]}
     check = profile_agreement(details, profile)
     assert [r["agrees"] for r in check["ranks"]] == [True, False] and check["agrees"] is False
     assert profile_agreement(details, {"ranks": [{"rank": 0, "median": {}}]}) is None

@@ -185,10 +185,10 @@ def explain(record: Any) -> dict[str, Any]:
             lines.append(_cite_data("evaluation", ["speedup"], speed, f"speedup {speed:.3g}x (reference {_ms(details.get('reference_ms'))} / candidate {_ms(details.get('candidate_ms'))}, slowest rank)"))
         check = details.get("profile_check") or {}
         if check.get("agrees") is False:
-            worst = max(check["ranks"], key=lambda r: r["profiled_gpu_span_ms"] / max(r["charged_ms"], 1e-9))
+            worst = max(check["ranks"], key=lambda r: r["profiled_gpu_busy_ms"] / max(r["charged_ms"], 1e-9))
             lines.append(_cite_data("evaluation", ["details", "profile_check", "agrees"], check["agrees"],
                                     f"the profiler saw more GPU work per call than the timing charged: rank {worst['rank']} "
-                                    f"{_ms(worst['profiled_gpu_span_ms'])} of GPU span vs {_ms(worst['charged_ms'])} charged"))
+                                    f"{_ms(worst['profiled_gpu_busy_ms'])} of GPU busy time vs {_ms(worst['charged_ms'])} charged"))
         rule_ids = []
     # Slowness causes, for slow outcomes in full, otherwise the static ones as hints.
     slow = diag.get("slow") or []
