@@ -84,13 +84,13 @@ def run_ours(args: argparse.Namespace, candidate: Path, tmp: Path, tag: str = "c
             "profile": rec.profile}
 
 
-def _slowest_event(ev: dict, side: str, stat: str = "median_ms") -> float | None:
-    """The slowest rank's events-only figure: the back-to-back intervals (PKB's loop), else the
-    isolated events, else (CPU) the host clock."""
+def _slowest_event(ev: dict, side: str, stat: str = "median_ms", clocks: tuple[str, ...] = ("pipelined", "event", "wall")) -> float | None:
+    """The slowest rank's figure of the first of `clocks` each rank has: by default the events-only
+    one, the back-to-back intervals (PKB's loop), else the isolated events, else (CPU) the host clock."""
     vals = []
     for r in ev.get("ranks", []):
         stats = (r.get("timing") or {}).get(side) or {}
-        clock = stats.get("pipelined") or stats.get("event") or stats.get("wall")
+        clock = next((stats[c] for c in clocks if stats.get(c)), None)
         if clock:
             vals.append(clock[stat])
     return max(vals) if vals else None
@@ -155,14 +155,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def one_pass(args: argparse.Namespace, candidate: Path, tmp: Path, tag: str) -> tuple[str, dict, dict | None]:
+    from pkb.eval.timing import CLOCKS
+
     ours = run_ours(args, candidate, tmp, tag)
     ev = ours["evaluation"]
     print(f"ours: {ours['wall_s']:.1f} s wall ({ours['compile_s']:.1f} s in the JIT build), {ev['status']} {ev['outcome']} {ev.get('subtype') or ''}"
           f" speedup {_fmt(ev.get('speedup'))} (event clock {_fmt(ev.get('details', {}).get('speedup_event'))})")
     for side in ("reference", "candidate"):
-        clocks = {c: [((r.get("timing") or {}).get(side) or {}).get(c) for r in ev.get("ranks", [])] for c in ("event", "wall", "pipelined", "pipelined_wall")}
-        medians = {c: max((s["median_ms"] for s in v if s), default=None) for c, v in clocks.items()}
-        print(f"  {side} clocks (slowest rank, median ms): " + ", ".join(f"{c} {_fmt(m, 4)}" for c, m in medians.items()))
+        print(f"  {side} clocks (slowest rank, median ms): " + ", ".join(f"{c} {_fmt(_slowest_event(ev, side, clocks=(c,)), 4)}" for c in CLOCKS))
     if ev["status"] != "ran" or ev["outcome"] not in ("faster", "slower"):
         print(f"  reason: {ev.get('reason')}")
     if not args.pkb_root:

@@ -445,7 +445,8 @@ def metric_base(name: str) -> str:
 
 def unavailable_metrics(output: str, asked: Iterable[str] = ()) -> list[str]:
     """Base names of the metrics ncu refused ("nvltx__bytes" for nvltx__bytes.sum): the ones it
-    said it could not access, and any of `asked` that an ==ERROR== line names (an unknown name).
+    said it could not access, and any of `asked` that an ==ERROR== line names otherwise. (A name
+    ncu does not know is no refusal: ncu 2025.3 skips it, exits 0 and leaves its column out.)
 
     The lent one-GPU H200 answers "Unable to access" for nvlrx__bytes and nvltx__bytes and then
     profiles nothing.
@@ -462,6 +463,16 @@ def unavailable_metrics(output: str, asked: Iterable[str] = ()) -> list[str]:
         if any(re.search(rf"(?<![A-Za-z0-9_]){re.escape(base)}(?![A-Za-z0-9_])", ln) for ln in errors):
             names.add(base)
     return sorted(names)
+
+
+def refused_metrics(output: str, returncode: int | None, metrics: Sequence[str]) -> list[str]:
+    """The metrics of `metrics` to drop for a rerun: those a failed ncu run refused, when that
+    leaves at least one (so each rerun drops at least one metric and keeps one); else []."""
+    if returncode == 0:
+        return []
+    missing = set(unavailable_metrics(output, metrics))
+    refused = [m for m in metrics if metric_base(m) in missing]
+    return refused if len(refused) < len(metrics) else []
 
 
 def kernel_base_name(name: str) -> str:
@@ -525,12 +536,12 @@ def run_ncu_command(
     if execute:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env={**os.environ, **env})
         run.returncode, run.stdout, run.stderr = p.returncode, p.stdout, p.stderr
-        missing = unavailable_metrics(p.stdout + "\n" + p.stderr, metrics) if p.returncode != 0 else []
-        kept = [m for m in metrics if metric_base(m) not in missing]
-        if missing and kept and len(kept) < len(metrics):  # each retry drops at least one metric
+        refused = refused_metrics(p.stdout + "\n" + p.stderr, p.returncode, metrics)
+        if refused:
+            kept = [m for m in metrics if m not in refused]
             again = run_ncu_command(target, kernels, report, world_size=world_size, nvtx_include=nvtx_include, metrics=kept,
                                     launch_count=launch_count, ncu=ncu, extra=extra, execute=True, timeout_s=timeout_s)
-            again.unavailable_metrics = sorted(set(missing) | set(again.unavailable_metrics))
+            again.unavailable_metrics = sorted({metric_base(m) for m in refused} | set(again.unavailable_metrics))
             return again
     return run
 

@@ -236,13 +236,12 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
 
 def finish(pending: Pending, result: Any, store: Any, rec: Any = None) -> dict[str, Any]:
     """Decide the outcome of a finished launch and commit all its rows at once."""
-    if rec is not None and pending.job.profile:
-        rec.profile = _profile_summary(rec, pending, result)
     from pkb.eval.outcome import decide, profile_agreement
 
     evaluation = pending.evaluation
     evaluation.update(decide(result, pending.job))
     if rec is not None and pending.job.profile:
+        rec.profile = _profile_summary(rec, pending, result)
         check = profile_agreement(evaluation.get("details") or {}, rec.profile)
         if check is not None:
             evaluation.setdefault("details", {})["profile_check"] = check

@@ -18,9 +18,9 @@ import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
-from pkb.eval.job import PROFILE_DIR, JobSpec
+from pkb.eval.job import PROFILE_DIR, JobSpec, launcher_log_path
 
 # What a reader of the summary wants per kernel, from the counters NCU_METRICS asks for.
 _FIGURES = {
@@ -40,14 +40,13 @@ NCU_JOB_SUFFIX = "_ncu"
 REPORT_STEM = "ncu"
 
 
-def ncu_job(job: JobSpec, kernels: Iterable[str] = (), metrics: Iterable[str] | None = None, ncu: str = "ncu") -> JobSpec:
+def ncu_job(job: JobSpec, kernels: Iterable[str], metrics: Sequence[str], ncu: str = "ncu") -> JobSpec:
     """The job to launch under ncu: same candidate and problem, its own directory."""
     from profiling import capture
 
     job_dir = Path(job.job_dir + NCU_JOB_SUFFIX).resolve()
     report = job_dir / PROFILE_DIR / REPORT_STEM
-    wanted = list(capture.NCU_METRICS if metrics is None else metrics)
-    run = capture.run_ncu_command([], kernels, report, world_size=job.world_size, metrics=wanted, ncu=ncu)
+    run = capture.run_ncu_command([], kernels, report, world_size=job.world_size, metrics=metrics, ncu=ncu)
     return replace(
         job, job_dir=str(job_dir), trials=1, iters=0, profile=True, profile_backend="nvtx", rank_wrapper=run.argv,
         # every kernel runs intercepted and the chosen ones replayed: give the calls room
@@ -68,16 +67,15 @@ def ncu_pass(job: JobSpec, kernels: Iterable[str] = (), *, metrics: Iterable[str
         return out
     wanted = list(capture.NCU_METRICS if metrics is None else metrics)
     dropped: list[str] = []
-    for _ in range(len(wanted) + 1):  # each rerun drops at least one refused metric
+    while True:  # ends: each rerun drops at least one metric
         spec = ncu_job(job, names, wanted, exe)
         result = launch(spec, python)
-        text = result.launcher_tail + "\n" + _rank_logs(spec)
-        refused = [m for m in wanted if capture.metric_base(m) in set(capture.unavailable_metrics(text, wanted))]
-        if result.returncode != 0 and refused and len(refused) < len(wanted):
-            dropped += [capture.metric_base(m) for m in refused]
-            wanted = [m for m in wanted if m not in refused]
-            continue
-        break
+        text = _launch_log(spec)
+        refused = capture.refused_metrics(text, result.returncode, wanted)
+        if not refused:
+            break
+        dropped += [capture.metric_base(m) for m in refused]
+        wanted = [m for m in wanted if m not in refused]
     out["unavailable_metrics"] = sorted(set(dropped))
     out["metrics"] = wanted
     out["job_dir"] = spec.job_dir
@@ -121,15 +119,13 @@ def _report_rank(path: Path) -> int | None:
     return int(m.group(1)) if m else 0
 
 
-def _rank_logs(job: JobSpec) -> str:
-    """torchrun's own log is in launcher_tail; the ranks' ncu lines can also land in their logs."""
-    texts = []
-    for p in sorted(Path(job.job_dir).glob("**/*.log"))[:16]:
-        try:
-            texts.append(p.read_text(encoding="utf-8", errors="replace")[-20000:])
-        except OSError:
-            pass
-    return "\n".join(texts)
+def _launch_log(job: JobSpec) -> str:
+    """torchrun's whole log, where the ranks' ncu lines land (the launch result keeps only its
+    tail, and ncu names refused metrics at the start)."""
+    try:
+        return launcher_log_path(job.job_dir).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def _last_errors(text: str) -> str:
