@@ -100,6 +100,23 @@ def like(expected: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     return values.to(device=expected.device, dtype=expected.dtype)
 
 
+def circulant_splits(gen: torch.Generator, world_size: int, per_peer: int) -> list[list[int]]:
+    """An uneven split matrix S[s][d] (rows rank s sends to rank d) whose rows and columns all sum
+    to world * per_peer: S[s][d] = per_peer + shift[(d - s) % world] with shifts that sum to 0 and
+    keep every block >= 0. Draw `gen` from rank 0's seed so every rank builds the same matrix."""
+    if world_size == 1:
+        return [[per_peer]]
+    shift = torch.randint(-per_peer, per_peer + 1, (world_size - 1,), generator=gen).tolist()
+    shift.append(-sum(shift))
+    while abs(shift[-1]) > per_peer:  # move the excess of the last shift onto the others
+        step = 1 if shift[-1] > 0 else -1
+        for i in range(world_size - 1):
+            if shift[-1] != 0 and abs(shift[i] + step) <= per_peer:
+                shift[i] += step
+                shift[-1] -= step
+    return [[per_peer + shift[(d - s) % world_size] for d in range(world_size)] for s in range(world_size)]
+
+
 def moe_capacity(tokens: int, topk: int, num_experts: int, factor: float = 1.25) -> int:
     """Slots per (source rank, expert) bucket: the mean load times a capacity factor (GShard)."""
     return max(1, math.ceil(tokens * topk / num_experts * factor))
