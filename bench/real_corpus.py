@@ -205,8 +205,10 @@ def main(argv: list[str] | None = None) -> int:
 
     records, static = run_static(root, out / "static", args.ptx)
     summary["static"] = static
-    print(f"static: {static['files']} files in {len(static['by_tree'])} trees, {static['files_read']} read, "
-          f"harness failures {len(static['harness_failures'])}, wall {static['wall_s']} s (ptx {'on' if args.ptx else 'off'})")
+    not_read = ", ".join(f"{k} {v}" for k, v in sorted(static["not_read"].items()))
+    print(f"static: {static['files']} files read in {len(static['by_tree'])} trees, one record each; "
+          f"{static['files_read']} parsed" + (f" (the others: {not_read}, the files' own defects)" if not_read else "")
+          + f"; harness failures {len(static['harness_failures'])}; wall {static['wall_s']} s (ptx {'on' if args.ptx else 'off'})")
     for tree, n in sorted(static["by_tree"].items()):
         print(f"  {tree}: {n}")
     for line in static["harness_failures"][:20]:

@@ -78,7 +78,8 @@ def test_static_run_over_a_tree_of_our_own(tmp_path, capsys, monkeypatch):
     code = real_corpus.main(["--pkb-root", str(tmp_path / "pkb"), "--out", str(tmp_path / "out")])
     printed = capsys.readouterr().out
     assert code == 0
-    assert "static: 2 files in 1 trees, 1 read, harness failures 0" in printed
+    assert "static: 2 files read in 1 trees, one record each; 1 parsed (the others: not_utf8 1" in printed
+    assert "harness failures 0" in printed
     assert "no CUDA device" in printed and "| gpt-5.5 | cuda | ours | 2 |" in printed and "paper (GPT-5.5)" in printed
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["static"]["files"] == 2 and summary["static"]["not_read"] == {"not_utf8": 1}
