@@ -98,7 +98,8 @@ def _num_experts(world_size: int) -> int:
 
 def make_inputs(rank, world_size, trial, device, dtype, scale: str = "small") -> tuple:
     size = check_scale(scale, SIZES)
-    tokens, top_k, hidden = size["tokens"], size["top_k"], size["hidden"]
+    top_k, hidden = size["top_k"], size["hidden"]
+    tokens = -(-size["tokens"] // world_size) * world_size  # routed rows split evenly on average
     num_experts = _num_experts(world_size)
     local_experts = num_experts // world_size
     routed = tokens * top_k
