@@ -113,25 +113,24 @@ def run_eval(records, out: Path, options, quiet: bool) -> None:
     typer.echo(f"wrote {path} and the store {options.store_path}")
 
 
-def run_emulated(records, out: Path, world_size: int, *, trials: int, dtype, scale: str, quiet: bool) -> None:
-    """Emulated ranks: protocol bugs on one device. Results are labeled emulated and not stored
-    beside real evaluations (they carry no timing and say nothing about NVLink)."""
-    from pkb.emulate import evaluate_record
+def run_emulated(records, out: Path, world_size: int, options, quiet: bool) -> None:
+    """Emulated ranks: protocol bugs on one device, each candidate in a process of its own.
+    Results are marked emulated (no timing, nothing about NVLink) and stored under keys of their
+    own, beside real evaluations, never over them."""
+    from pkb.emulate.records import emulate_records
     from reports import console
 
     path = out / "eval_emulated.jsonl"
     with path.open("w", encoding="utf-8") as jsonl, _progress(len(records), quiet) as (progress, task):
-        for rec in records:
-            if rec.parse_status == "ok":
-                rec.evaluation = evaluate_record(rec, world_size, trials=trials, dtype=dtype, scale=scale)
-            else:
-                rec.evaluation = {"emulated": True, "status": "not_run", "reason": f"file not read: {rec.parse_status}"}
+        def done(rec) -> None:
             jsonl.write(json.dumps(rec.to_json_line(), default=str) + "\n")
             jsonl.flush()
             progress.advance(task)
+
+        emulate_records(records, world_size, options, on_result=done)
     typer.echo(console.eval_table(records))
     typer.echo(console.eval_totals(records) + f" (EMULATED: {world_size} virtual ranks, correctness only, no timing)")
-    typer.echo(f"wrote {path}")
+    typer.echo(f"wrote {path} and the store {options.store_path}")
 
 
 def _static_options(ptx, cache, cache_dir, select, ignore):
@@ -213,16 +212,17 @@ def eval_command(
     from pkb.eval import EvalOptions
 
     records = run_static(path, out, _static_options(ptx, True, None, None, None), quiet=True)
-    if emulate:
-        run_emulated(records, out, emulate, trials=min(trials, 3), dtype=dtype, scale=scale, quiet=quiet)
-        write_tables(records, out)
-        return
     options = EvalOptions(
         world_size=world_size, trials=trials, backend=backend, dtype=dtype, timeout_s=timeout, warmup=warmup,
         iters=iters, scale=scale, store_path=str(store or out / "pkb_eval.sqlite"), work_dir=str(out / "eval_work"),
         pkb_root=str(pkb_root) if pkb_root else None, profile=profile,
         ncu_kernels=list(ncu_kernel or []) if (ncu or ncu_kernel or ncu_metric) else None, ncu_metrics=list(ncu_metric or []),
     )
+    if emulate:
+        options.trials = min(trials, 3)
+        run_emulated(records, out, emulate, options, quiet)
+        write_tables(records, out)
+        return
     run_eval(records, out, options, quiet)
     write_tables(records, out)
 

@@ -97,6 +97,7 @@ def emulated_evaluate(
     tolerance: tuple[float, float] | None = None,
     call_timeout_s: float | None = None,
     load_timeout_s: float = 900.0,
+    build_timeout_s: float = 900.0,
     per_thread_default_stream: bool = True,
     repeat_check: bool = True,
     diagnose: bool = True,
@@ -165,6 +166,7 @@ def emulated_evaluate(
     run = _Run(path, sha, src, spec, dtype_name, int(world_size), int(trials), dev, timeout, load_timeout_s,
                per_thread_default_stream, repeat_check, diagnose)
     run.progress_path = progress_path
+    run.build_timeout_s = build_timeout_s
     # PKB's worker calls reference and candidate without torch.no_grad (references that take
     # gradients need it); our own problems keep the evaluation core's no_grad.
     run.no_grad = not (isinstance(problem, dict) and problem.get("kind") == "pkb")
@@ -213,6 +215,7 @@ class _Run:
         if self.dev.type == "cpu":
             torch.set_num_threads(1)
         world = World(self.ws, self.dev, name=f"emu{self.ws}")
+        world.build_limit_s = self.build_timeout_s
         world.start()
         probe = coresidency.Probe(world.device) if world.device.type == "cuda" else None
         try:
@@ -226,14 +229,18 @@ class _Run:
                 sys.modules.pop(name, None)
 
     progress_path: str | None = None
+    build_timeout_s = 900.0
     no_grad = True
     multicast_reads = 0
 
     def _step(self, world: World, fn: Any, args: list[tuple] | None, phase: str, timeout: float | None = None) -> StepOutcome:
         self.phases = [phase] * self.ws
         if self.progress_path:
+            import json
+
+            threads = {hex(t.ident): r for r, t in enumerate(world._threads) if t.ident is not None}
             try:
-                Path(self.progress_path).write_text(phase, encoding="utf-8")
+                Path(self.progress_path).write_text(json.dumps({"phase": phase, "rank_threads": threads}), encoding="utf-8")
             except OSError:
                 pass
         return world.step(fn, args, phase=phase, timeout_s=timeout or self.timeout)
