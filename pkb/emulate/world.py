@@ -16,6 +16,7 @@ stopped: the world reports it and the process is marked tainted for further CUDA
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import queue
 import sys
@@ -426,15 +427,24 @@ class World:
 
 
 _HARNESS_DIR = os.path.dirname(os.path.abspath(__file__))
+# the standard library and the installed packages (torch's folder's parent): not the candidate's code
+_LIBRARY_DIRS = tuple(sorted({os.path.dirname(os.__file__),
+                              os.path.dirname(os.path.dirname(importlib.util.find_spec("torch").origin or "/nonexistent/x"))}))
 
 
 def where_in(frames: list[dict[str, Any]]) -> str:
-    """'file:line in function' of the innermost frame that is not the emulation's own code (a
-    fake primitive's caller), with the innermost frame itself when that differs."""
+    """'file:line in function' of the innermost frame of the candidate's code (not the
+    emulation's, not the standard library's or an installed package's: the fake primitive's or
+    library call's caller), with the innermost frame itself when that differs."""
     if not frames:
         return "unknown (no Python frame: blocked in native code before any Python ran)"
     inner = frames[-1]
-    outside = next((f for f in reversed(frames) if not f["file"].startswith(_HARNESS_DIR)), inner)
+
+    def own(f: dict[str, Any]) -> bool:
+        return not f["file"].startswith(_HARNESS_DIR) and not f["file"].startswith(_LIBRARY_DIRS) and not f["file"].startswith("<frozen")
+
+    outside = next((f for f in reversed(frames) if own(f)),
+                   next((f for f in reversed(frames) if not f["file"].startswith(_HARNESS_DIR)), inner))
     text = f"{outside['file']}:{outside['line']} in {outside['function']}"
     if outside is not inner:
         text += f" (waiting in {os.path.basename(inner['file'])}:{inner['line']} {inner['function']})"
