@@ -42,9 +42,10 @@ def multicast_need(source: str, record: Any = None) -> dict[str, Any]:
             seen.add(i)
             evidence.append({"line": i, "snippet": text.strip()[:200], "pass": "python"})
     evidence.sort(key=lambda e: e["line"])
+    in_strings = _string_lines(source)
     guards = python_guards(source) + [
-        {"line": i, "snippet": text.strip()[:200], "where": "cuda"}
-        for i, text in enumerate(lines, 1) if _CUDA_GUARD.search(text) and not _RAISES_ONLY.search(text)
+        {"line": i, "snippet": lines[i - 1].strip()[:200], "where": "cuda"}
+        for i in sorted(in_strings) if i <= len(lines) and _CUDA_GUARD.search(lines[i - 1]) and not _RAISES_ONLY.search(lines[i - 1])
     ]
     uniq = {g["line"]: g for g in guards}
     return {
@@ -52,6 +53,20 @@ def multicast_need(source: str, record: Any = None) -> dict[str, Any]:
         "fallback_guards": [uniq[k] for k in sorted(uniq)],
         "reads_multicast_ptr": "multicast_ptr" in source,
     }
+
+
+def _string_lines(source: str) -> set[int]:
+    """Lines inside the module's string literals (where CUDA sources live); every line when the
+    file does not parse."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set(range(1, source.count("\n") + 2))
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.end_lineno:
+            out.update(range(node.lineno, node.end_lineno + 1))
+    return out
 
 
 def _record_nvls_evidence(record: Any) -> list[dict[str, Any]]:
