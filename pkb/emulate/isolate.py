@@ -66,10 +66,10 @@ def run_child(job: dict[str, Any], job_dir: Path, *, wall_limit_s: float | None 
     _kill_session(proc)  # anything the candidate left behind in its session (an nvcc, a fork)
     wall = time.monotonic() - t0
     result = Path(paths["result_path"])
-    if result.is_file() and not killed:
+    if result.is_file():  # written last: a child killed after it (stuck in its exit) still answered
         try:
             record = json.loads(result.read_text(encoding="utf-8"))
-            record.setdefault("details", {})["process"] = {"returncode": rc, "wall_s": round(wall, 3)}
+            record.setdefault("details", {})["process"] = {"returncode": rc, "wall_s": round(wall, 3), "killed_at_limit": killed}
             return record
         except (OSError, json.JSONDecodeError):
             pass
