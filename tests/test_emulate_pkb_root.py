@@ -248,3 +248,33 @@ def test_real_pkb_files_reach_the_candidate_call_on_cpu():
         assert errors and all(e["phase"] == "trial 0 candidate" for e in errors), (f, rec["reason"])
         text = " ".join(f"{e['type']} {e['message']}" for e in errors)
         assert any(w in text for w in ("CUDA", "cuda", ".so", "CUDA_HOME", "AssertionError")), (f, text)
+
+
+def test_a_build_router_installed_before_the_run_stays_in_the_chain(monkeypatch):
+    """route_builds patches load_inline before the candidate is imported; the emulation's own
+    build wrapper goes on top of it, never around it to torch's original."""
+    import functools
+
+    from torch.utils import cpp_extension
+
+    from pkb.emulate import patch
+    from pkb.emulate.world import World
+
+    routed_calls = []
+    original = cpp_extension.load_inline
+
+    @functools.wraps(original)  # sets __wrapped__, as a router built with functools would
+    def routed(*args, **kwargs):
+        routed_calls.append(kwargs.get("name"))
+        return "built"
+
+    monkeypatch.setattr(cpp_extension, "load_inline", routed)
+    world = World(2, "cpu").start()
+    try:
+        with patch.installed(world):
+            out = world.step(lambda ctx: cpp_extension.load_inline(name=f"ext{ctx.rank}", cpp_sources=""), phase="build")
+    finally:
+        world.close()
+    assert [r.value for r in out.results] == ["built", "built"]
+    assert sorted(routed_calls) == ["ext0", "ext1"]
+    assert cpp_extension.load_inline is routed

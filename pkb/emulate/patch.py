@@ -119,8 +119,9 @@ def _patch_builds(p: Patcher, per_thread: bool, build_log: list[dict[str, Any]] 
         fn = getattr(cpp_extension, name, None)
         if fn is None:
             continue
-        if getattr(fn, "_pkb_wrapped", False) or getattr(fn, "_pkb_emulated", False):
-            fn = fn.__wrapped__  # the eval worker's tracker or a stale emulation wrapper: wrap what they wrap
+        tracker = getattr(fn, "__qualname__", "").startswith("BuildTracker.")  # the eval worker's phase tracker
+        if getattr(fn, "_pkb_emulated", False) or tracker:
+            fn = fn.__wrapped__  # wrap what they wrap
         # (any other wrapper, e.g. the build router of pkb.eval.build, stays in the chain)
         p.set(cpp_extension, name, _wrap_build(fn, name, per_thread, build_log))
 

@@ -292,6 +292,7 @@ class World:
             try:
                 value = fn(ctx, *args)
                 if ctx.stream is not None:
+                    ctx.blocked_in = "the rank's stream (its kernels, after the call returned)"
                     ctx.stream.synchronize()
                 res = StepResult(rank, True, value, seconds=time.perf_counter() - t0)
             except BaseException as exc:  # noqa: BLE001 - everything a candidate raises is data
@@ -419,8 +420,9 @@ class World:
                 continue
             entries = [{"file": fs.filename, "line": fs.lineno, "function": fs.name, "code": (fs.line or "").strip()}
                        for fs in traceback.extract_stack(frame)]
-            # drop the thread's own machinery (threading, the rank loop) above the step function
-            while entries and (entries[0]["file"].endswith(("threading.py",)) or entries[0]["function"] == "_rank_main"):
+            # drop threading's bootstrap above the rank loop (the loop stays: a rank stuck in
+            # its stream's synchronize after the call returned waits there)
+            while entries and entries[0]["file"].endswith("threading.py"):
                 entries.pop(0)
             out[r] = entries[-40:]
         return out
