@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -150,10 +151,14 @@ def run_emulated(records, out: Path, world_size: int, *, trials: int, dtype, sca
     typer.echo(f"wrote {path}")
 
 
-def _static_options(ptx, cache, cache_dir, select, ignore):
+def _static_options(ptx, cache, cache_dir, select, ignore, processes: int = 0):
     from analyzer.pipeline import StaticOptions
 
-    return StaticOptions(ptx=ptx, use_cache=cache, cache_dir=cache_dir, select=_split(select), ignore=_split(ignore))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    n = processes or cores
+    # --jobs N means N things at once: N pass processes, and N nvcc at a time where one process runs them
+    return StaticOptions(ptx=ptx, use_cache=cache, cache_dir=cache_dir, select=_split(select), ignore=_split(ignore),
+                         processes=n, jobs=n)
 
 
 @app.command()
@@ -168,6 +173,7 @@ def analyze(
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="where cached facts live (default $PKB_CACHE_DIR or ~/.cache/pkb-analyze)"),
     trials: int = typer.Option(5, "--trials", help="evaluation trials per candidate (where GPUs are present)"),
     fail_on_error: bool = typer.Option(False, "--fail-on-error", help="exit 1 when a file could not be read or a rule of severity error fired"),
+    jobs: str = typer.Option("auto", "--jobs", "-j", help="processes for the static passes (auto: the cores); records identical and in the same order"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the totals"),
 ) -> None:
     """Label every candidate (mechanism, sync, overlap) and raise rule findings, with file:line evidence.
@@ -177,7 +183,7 @@ def analyze(
     """
     from reports import console
 
-    records = run_static(path, out, _static_options(ptx, cache, cache_dir, select, ignore), quiet)
+    records = run_static(path, out, _static_options(ptx, cache, cache_dir, select, ignore, parse_jobs(jobs)), quiet)
     if not quiet:
         typer.echo(console.summary_table(records))
         typer.echo("")
