@@ -178,18 +178,23 @@ def test_a_build_inside_a_call_is_not_counted_by_the_step_limit(tmp_path, monkey
 
 
 class _FakeBuild:
-    """Stands in for pkb.eval.build (its API: build_root, prebuild -> BuildResult)."""
+    """Stands in for pkb.eval.build (its API: build_root, BuildOptions, prebuild -> BuildResult)."""
 
-    def __init__(self, ok: bool, error: str = "") -> None:
+    def __init__(self, order: list[str]) -> None:
         self.calls: list[tuple] = []
-        self.ok, self.error = ok, error
+        self.order = order
 
     def build_root(self, out=None):
         return Path("/tmp/pkb-test-builds")
 
+    class BuildOptions:
+        def __init__(self, **kw):
+            self.__dict__.update(kw)
+
     def prebuild(self, path, options, timeout_s):
-        self.calls.append((path, timeout_s))
-        return types.SimpleNamespace(ok=self.ok, seconds=1.5, error=self.error, log_path="", cached=False)
+        self.calls.append((Path(path), options, timeout_s))
+        self.order.append("prebuild")
+        return types.SimpleNamespace(ok=True, seconds=1.5, error="", log_path="", cached=False)
 
 
 CUDA_SOURCE = '''
@@ -204,31 +209,37 @@ def solution(tensor):
 '''
 
 
-def test_prebuild_runs_before_the_run_and_a_failed_build_is_a_compile_error(tmp_path, monkeypatch):
+def test_prebuild_runs_before_the_run_into_the_directory_the_run_routes_to(tmp_path, monkeypatch):
+    import pkb.emulate.isolate
     import pkb.eval
 
-    cand = tmp_path / "1_allreduce_cuda.py"
+    cand = tmp_path / "901_doubled_sum_cuda.py"
     cand.write_text(textwrap.dedent(CUDA_SOURCE))
-    ok = _FakeBuild(True)
-    monkeypatch.setitem(sys.modules, "pkb.eval.build", ok)
-    monkeypatch.setattr(pkb.eval, "build", ok, raising=False)
-    options = EvalOptions(compile_timeout_s=123.0)
-    out = prebuild_before_the_clock(cand, cand.read_text(), options, "cuda")
-    assert ok.calls == [(cand, 123.0)] and out["ok"] and out["build_root"] == "/tmp/pkb-test-builds"
-    assert not out.get("compile_error")
-    assert prebuild_before_the_clock(cand, cand.read_text(), options, "cpu") == {}  # no build on the CPU world
+    order: list[str] = []
+    fake = _FakeBuild(order)
+    monkeypatch.setitem(sys.modules, "pkb.eval.build", fake)
+    monkeypatch.setattr(pkb.eval, "build", fake, raising=False)
+    jobs = []
 
-    failing = _FakeBuild(False, "error building extension 'x': x.cu(3): error: identifier \"foo\" is undefined")
-    monkeypatch.setitem(sys.modules, "pkb.eval.build", failing)
-    monkeypatch.setattr(pkb.eval, "build", failing, raising=False)
-    # the whole path: a failed build decides compile_error without starting a run
-    rec = Rec(cand, 1, "allreduce")
-    options = EvalOptions(trials=1, store_path=str(tmp_path / "s.sqlite"), work_dir=str(tmp_path / "w"))
+    def fake_run_child(job, job_dir, **kw):  # no GPU here: what the run would be given is enough
+        order.append("run")
+        jobs.append(job)
+        return {"status": "ran", "outcome": "wrong_result", "subtype": "local_only", "details": {"multicast_reads": 0}}
+
+    monkeypatch.setattr(pkb.emulate.isolate, "run_child", fake_run_child)
+    root = _pkb_root(tmp_path)
+    options = EvalOptions(trials=1, compile_timeout_s=123.0, pkb_root=str(root), store_path=str(tmp_path / "s.sqlite"),
+                          work_dir=str(tmp_path / "w"))
+    rec = Rec(cand, 901, "doubled_sum")
     emulate_records([rec], 2, options, device="cuda")
-    ev = rec.evaluation
-    assert (ev["outcome"], ev["subtype"]) == ("compile_error", "undeclared_identifier"), ev
-    assert ev["details"]["prebuild"]["seconds"] == 1.5
-    assert not (tmp_path / "w" / "emulated" / "jobs").exists()
+    assert order == ["prebuild", "run"], rec.evaluation
+    (path, opts, timeout), = fake.calls
+    assert path.read_text() == cand.read_text() and timeout == 123.0
+    assert str(opts.root) == "/tmp/pkb-test-builds" == jobs[0]["build_root"]
+    assert opts.extra_sys_path == jobs[0]["extra_sys_path"] == [str(root.resolve())]
+    assert rec.evaluation["details"]["prebuild"]["seconds"] == 1.5
+    assert rec.evaluation["outcome"] == "wrong_result" and rec.evaluation["emulated"]
+    assert prebuild_before_the_clock(cand, cand.read_text(), options, "cpu") == {}  # no build on the CPU world
 
 
 @pytest.mark.skipif(not os.environ.get("PKB_ROOT"), reason="set PKB_ROOT to a PKB checkout")

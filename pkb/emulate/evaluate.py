@@ -154,6 +154,14 @@ def emulated_evaluate(
         record["reason"] = f"problem not found: {exc}"
         return record
     record.update(dtype=dtype_name, problem_id=src.id, problem_stem=getattr(spec, "stem", ""))
+    # `from utils.cuda_helpers import compile_cuda_extension`: PKB's own once its `utils` was
+    # imported with the problem (--pkb-root), else the evaluation core's, as the real ranks do
+    try:
+        from pkb.eval.shims import provide_for_candidate
+    except ImportError:  # an evaluation core without the shim
+        pass
+    else:
+        record["emulation"]["cuda_helpers"] = provide_for_candidate()
     if dev.type == "cpu" and not run_cuda_candidates_on_cpu:
         blockers = cpu_blockers(source)
         if blockers:

@@ -103,12 +103,6 @@ def emulate_one(rec: Any, world_size: int, options: Any, store: Any, *, device: 
 
     build = prebuild_before_the_clock(cand_file, source, options, device)
     ev["details"]["prebuild"] = build
-    if build.get("compile_error"):
-        ev.update(status="ran", outcome="compile_error", subtype=build["subtype"],
-                  reason=f"[emulated x{world_size}] the build failed: {build.get('error', '')[:300]}",
-                  wall_s=round(time.monotonic() - t0, 3))
-        store.write_evaluation(sha, key, ref.id, ev)
-        return ev
 
     job = {
         "candidate_path": str(cand_file),
@@ -142,32 +136,31 @@ def emulate_one(rec: Any, world_size: int, options: Any, store: Any, *, device: 
 
 
 def prebuild_before_the_clock(cand_file: Path, source: str, options: Any, device: str) -> dict[str, Any]:
-    """The candidate's extensions built before the run starts (pkb.eval.build.prebuild), so no
-    limit of the run pays for a build. A build that fails for the source's sake gives `verdict`
-    (the compile_error subtype); any other trouble leaves the build to the run's build limit."""
-    from pkb.eval.classify import compile_subtype, looks_like_build_failure
+    """The candidate's extensions built before the run starts (pkb.eval.build.prebuild, into the
+    build directory the real path uses), so no limit of the run pays for a build. The run routes
+    its builds to the same directory: a build done here is found there, and one that failed here
+    fails again at once (the directory remembers it) as the run's compile_error, classified as
+    the real path classifies it."""
     from pkb.eval.device_needs import cuda_uses
 
     out: dict[str, Any] = {}
     if device != "cuda" or not {"load_inline", "compile_cuda_extension", "CUDAExtension"} & set(cuda_uses(source)):
         return out
     try:
-        from pkb.eval import build
+        from pkb.eval import _build_root, build, environment
     except ImportError:
         return {"skipped": "pkb.eval.build is not there: builds happen inside the run, under its build limit"}
-    out["build_root"] = str(build.build_root())
+    root = _build_root(options)
+    out["build_root"] = str(root)
     try:
-        res = build.prebuild(cand_file, options, options.compile_timeout_s)
+        opts = build.BuildOptions(root=root, extra_sys_path=candidate_sys_path(options), arch_list=environment(options).arch_list,
+                                  python=options.python)
+        res = build.prebuild(cand_file, opts, options.compile_timeout_s)
     except Exception as exc:  # noqa: BLE001 - a prebuild problem never decides the outcome
         out["error"] = f"prebuild failed: {type(exc).__name__}: {exc}"[:2000]
         return out
     out.update(ok=bool(res.ok), seconds=round(float(res.seconds or 0.0), 3), cached=bool(getattr(res, "cached", False)),
-               log_path=str(getattr(res, "log_path", "") or ""), error=str(res.error or "")[:4000])
-    if not res.ok:
-        text = out["error"] + "\n" + _read(out["log_path"])
-        if looks_like_build_failure(text) and "timed out" not in out["error"].lower():
-            out["compile_error"] = True
-            out["subtype"] = compile_subtype(text)
+               log_path=str(getattr(res, "log_path", "") or ""), error=str(res.error or "")[:2000])
     return out
 
 
@@ -188,8 +181,3 @@ def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8", errors="replace")[-20000:] if path else ""
-    except OSError:
-        return ""
