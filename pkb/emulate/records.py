@@ -76,14 +76,18 @@ def emulate_one(rec: Any, world_size: int, options: Any, store: Any, *, device: 
         ev["reason"] = "no source to run"
         return ev
     sha = getattr(rec, "sha256", "") or hashlib.sha256(source.encode("utf-8")).hexdigest()
+    # the record's problem match (which rule matched, its facts) where the file reader made one
+    match = [rec.problem_match] if getattr(rec, "problem_match", None) else []
     try:
-        ref = problem_source.resolve(rec.problem_id, getattr(rec, "problem_name", ""), options)
+        ref = problem_source.resolve(rec.problem_id, getattr(rec, "problem_name", ""), options, *match)
     except LookupError as exc:
         ev["reason"] = str(exc)
         return ev
     dtype = _input_dtype(rec, ref, options)
     key = emulated_config_key(problem_id=ref.id, world_size=world_size, device=device, dtype=dtype, options=options)
     ev.update(dtype=dtype, config_key=key, problem_id=ref.id, problem_stem=ref.stem)
+    if getattr(ref, "match", None):
+        ev["problem_match"] = ref.match
     store.add_candidate(sha, rec.path, ref.id, getattr(rec, "problem_name", ""), getattr(rec, "model", ""),
                         getattr(rec, "provider", ""), getattr(rec, "backend", ""))
     cached = store.evaluation(sha, key)
@@ -129,6 +133,8 @@ def emulate_one(rec: Any, world_size: int, options: Any, store: Any, *, device: 
     result = {**ev, **result, "details": details}
     result.update(emulated=True, world_size=int(world_size), backend="emulated", config_key=key, problem_id=ref.id,
                   problem_stem=ref.stem, dtype=dtype, speedup=None, timing=None, wall_s=round(time.monotonic() - t0, 3))
+    if "problem_match" in ev:
+        result["problem_match"] = ev["problem_match"]
     result.setdefault("emulation", {"virtual_ranks": int(world_size), "caveats": list(CAVEATS)})
     if result.get("status") in ("ran", "inconclusive") or result.get("subtype") == "needs_multicast":
         store.write_evaluation(sha, key, ref.id, result, rank_results)
