@@ -178,7 +178,7 @@ def test_a_build_inside_a_call_is_not_counted_by_the_step_limit(tmp_path, monkey
 
 
 class _FakeBuild:
-    """Stands in for pkb.eval.build (its API: build_root, BuildOptions, prebuild -> BuildResult)."""
+    """Stands in for pkb.eval.build (its API: build_root, BuildOptions, prebuild_many -> BuildResults)."""
 
     def __init__(self, order: list[str]) -> None:
         self.calls: list[tuple] = []
@@ -191,10 +191,10 @@ class _FakeBuild:
         def __init__(self, **kw):
             self.__dict__.update(kw)
 
-    def prebuild(self, path, options, timeout_s):
-        self.calls.append((Path(path), options, timeout_s))
+    def prebuild_many(self, paths, options, jobs=None, timeout_s=900.0):
+        self.calls.append(([Path(p) for p in paths], options, timeout_s))
         self.order.append("prebuild")
-        return types.SimpleNamespace(ok=True, seconds=1.5, error="", log_path="", cached=False)
+        return {Path(p): types.SimpleNamespace(ok=True, seconds=1.5, error="", log_path="", cached=False) for p in paths}
 
 
 CUDA_SOURCE = '''
@@ -230,16 +230,19 @@ def test_prebuild_runs_before_the_run_into_the_directory_the_run_routes_to(tmp_p
     root = _pkb_root(tmp_path)
     options = EvalOptions(trials=1, compile_timeout_s=123.0, pkb_root=str(root), store_path=str(tmp_path / "s.sqlite"),
                           work_dir=str(tmp_path / "w"))
-    rec = Rec(cand, 901, "doubled_sum")
-    emulate_records([rec], 2, options, device="cuda")
-    assert order == ["prebuild", "run"], rec.evaluation
-    (path, opts, timeout), = fake.calls
-    assert path.read_text() == cand.read_text() and timeout == 123.0
+    second = cand.with_name("901_doubled_sum_again_cuda.py")
+    second.write_text(textwrap.dedent(CUDA_SOURCE) + "\n# another file\n")
+    recs = [Rec(cand, 901, "doubled_sum"), Rec(second, 901, "doubled_sum")]
+    emulate_records(recs, 2, options, device="cuda")
+    rec = recs[0]
+    assert order == ["prebuild", "run", "run"], rec.evaluation  # every build before the first run
+    (paths, opts, timeout), = fake.calls
+    assert [p.read_text() for p in paths] == [cand.read_text(), second.read_text()] and timeout == 123.0
     assert str(opts.root) == "/tmp/pkb-test-builds" == jobs[0]["build_root"]
     assert opts.extra_sys_path == jobs[0]["extra_sys_path"] == [str(root.resolve())]
     assert rec.evaluation["details"]["prebuild"]["seconds"] == 1.5
     assert rec.evaluation["outcome"] == "wrong_result" and rec.evaluation["emulated"]
-    assert prebuild_before_the_clock(cand, cand.read_text(), options, "cpu") == {}  # no build on the CPU world
+    assert prebuild_before_the_clock([cand], options, "cpu") == {}  # no build on the CPU world
 
 
 @pytest.mark.skipif(not os.environ.get("PKB_ROOT"), reason="set PKB_ROOT to a PKB checkout")

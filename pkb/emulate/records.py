@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -43,23 +44,60 @@ def emulated_config_key(*, problem_id: int, world_size: int, device: str, dtype:
     return "emu-" + hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
+@dataclass
+class Prepared:
+    """A candidate ready to run: its file, its problem, its key and the evaluation so far."""
+
+    rec: Any
+    source: str
+    sha: str
+    ref: Any
+    key: str
+    cand_file: Path
+    evaluation: dict[str, Any]
+    started: float
+
+
 def emulate_records(records: Iterable[Any], world_size: int, options: Any, *, device: str | None = None,
                     call_timeout_s: float | None = None, on_result: Callable[[Any], None] | None = None) -> None:
-    """Fill each record's `evaluation` with its emulated result and store it as it lands."""
+    """Fill each record's `evaluation` with its emulated result and store it as it lands.
+
+    Three steps, as the real path's: every record prepared (decided at once where it can be:
+    cached, no problem, not runnable here); every candidate's builds in a pool
+    (pkb.eval.build.prebuild_many) before any run's clock starts; then one process per candidate."""
     from pkb.eval.store import Store
 
     dev = device or _default_device()
     with Store(options.store_path) as store:
+        ready: list[Prepared] = []
         for rec in records:
-            rec.evaluation = emulate_one(rec, world_size, options, store, device=dev, call_timeout_s=call_timeout_s)
+            prepared = prepare(rec, world_size, options, store, dev)
+            if isinstance(prepared, Prepared):
+                ready.append(prepared)
+                continue
+            rec.evaluation = prepared
             if on_result is not None:
                 on_result(rec)
+        builds = prebuild_before_the_clock([p.cand_file for p in ready], options, dev)
+        for p in ready:
+            p.evaluation["details"]["prebuild"] = builds.get(p.cand_file, {})
+            p.rec.evaluation = run_prepared(p, world_size, options, store, dev, call_timeout_s)
+            if on_result is not None:
+                on_result(p.rec)
 
 
 def emulate_one(rec: Any, world_size: int, options: Any, store: Any, *, device: str, call_timeout_s: float | None = None) -> dict[str, Any]:
-    from pkb.emulate.evaluate import CAVEATS, cpu_blockers
-    from pkb.emulate.isolate import run_child
-    from pkb.emulate.multicast import multicast_need, needs_multicast_verdict
+    """One record through the three steps."""
+    prepared = prepare(rec, world_size, options, store, device)
+    if not isinstance(prepared, Prepared):
+        return prepared
+    prepared.evaluation["details"]["prebuild"] = prebuild_before_the_clock([prepared.cand_file], options, device).get(prepared.cand_file, {})
+    return run_prepared(prepared, world_size, options, store, device, call_timeout_s)
+
+
+def prepare(rec: Any, world_size: int, options: Any, store: Any, device: str) -> Prepared | dict[str, Any]:
+    """A Prepared run, or the evaluation when none is needed (cached, no problem, needs a GPU)."""
+    from pkb.emulate.evaluate import cpu_blockers
     from pkb.eval import _input_dtype, _source_text, problem_source
 
     t0 = time.monotonic()
@@ -97,76 +135,85 @@ def emulate_one(rec: Any, world_size: int, options: Any, store: Any, *, device: 
         ev["reason"] = f"needs the GPU under emulation: the candidate uses {'/'.join(cpu_blockers(source))}"
         store.write_evaluation(sha, key, ref.id, ev)
         return ev
-
-    work = options.resolved_work_dir() / "emulated"
-    cand_dir = work / "candidates" / sha[:16]
+    cand_dir = options.resolved_work_dir() / "emulated" / "candidates" / sha[:16]
     cand_dir.mkdir(parents=True, exist_ok=True)
     name = Path(rec.path).name or "candidate.py"
     cand_file = cand_dir / (name if name.endswith(".py") else f"{name}.py")
     cand_file.write_text(source, encoding="utf-8")  # exactly the bytes that were hashed
+    return Prepared(rec, source, sha, ref, key, cand_file, ev, t0)
 
-    build = prebuild_before_the_clock(cand_file, source, options, device)
-    ev["details"]["prebuild"] = build
 
+def run_prepared(p: Prepared, world_size: int, options: Any, store: Any, device: str, call_timeout_s: float | None) -> dict[str, Any]:
+    """The run in a process of its own, the needs-multicast verdict, the store."""
+    from pkb.emulate.evaluate import CAVEATS
+    from pkb.emulate.isolate import run_child
+    from pkb.emulate.multicast import multicast_need, needs_multicast_verdict
+
+    ev, ref, key = p.evaluation, p.ref, p.key
+    job_dir = options.resolved_work_dir() / "emulated" / "jobs" / f"{ref.stem}-{p.sha[:16]}-{key}"
     job = {
-        "candidate_path": str(cand_file),
+        "candidate_path": str(p.cand_file),
         "problem": ref.job_problem,
         "world_size": int(world_size),
         "trials": int(options.trials),
         "device": device,
-        "dtype": dtype,
+        "dtype": ev["dtype"],
         "scale": options.scale,
         "call_timeout_s": call_timeout_s,
         "load_timeout_s": options.import_timeout_s,  # a build inside the import has its own limit
         "compile_timeout_s": options.compile_timeout_s,
         "extra_sys_path": candidate_sys_path(options),
-        "build_root": build.get("build_root"),
-        "scratch": str(work / "jobs" / f"{ref.stem}-{sha[:16]}-{key}" / "scratch"),
+        "build_root": ev["details"].get("prebuild", {}).get("build_root"),
+        "scratch": str(job_dir / "scratch"),
     }
-    result = run_child(job, work / "jobs" / f"{ref.stem}-{sha[:16]}-{key}", python=options.python)
+    result = run_child(job, job_dir, python=options.python)
     rank_results = result.pop("rank_results", None)
-    need = multicast_need(source, rec)
+    need = multicast_need(p.source, p.rec)
     if need["multimem"]:
         result.setdefault("details", {})["multicast_evidence"] = need
     result = needs_multicast_verdict(result, need) or result
     details = {**ev["details"], **(result.get("details") or {})}
     result = {**ev, **result, "details": details}
     result.update(emulated=True, world_size=int(world_size), backend="emulated", config_key=key, problem_id=ref.id,
-                  problem_stem=ref.stem, dtype=dtype, speedup=None, timing=None, wall_s=round(time.monotonic() - t0, 3))
+                  problem_stem=ref.stem, dtype=ev["dtype"], speedup=None, timing=None, wall_s=round(time.monotonic() - p.started, 3))
     if "problem_match" in ev:
         result["problem_match"] = ev["problem_match"]
     result.setdefault("emulation", {"virtual_ranks": int(world_size), "caveats": list(CAVEATS)})
     if result.get("status") in ("ran", "inconclusive") or result.get("subtype") == "needs_multicast":
-        store.write_evaluation(sha, key, ref.id, result, rank_results)
+        store.write_evaluation(p.sha, key, ref.id, result, rank_results)
     return result
 
 
-def prebuild_before_the_clock(cand_file: Path, source: str, options: Any, device: str) -> dict[str, Any]:
-    """The candidate's extensions built before the run starts (pkb.eval.build.prebuild, into the
-    build directory the real path uses), so no limit of the run pays for a build. The run routes
-    its builds to the same directory: a build done here is found there, and one that failed here
-    fails again at once (the directory remembers it) as the run's compile_error, classified as
-    the real path classifies it."""
+def prebuild_before_the_clock(files: list[Path], options: Any, device: str) -> dict[Path, dict[str, Any]]:
+    """Every candidate's extensions built before any run starts (pkb.eval.build.prebuild_many,
+    in a pool sized to cores and memory, into the build directory the real path uses), so no
+    limit of a run pays for a build. The runs route their builds to the same directory: a build
+    done here is found there, and one that failed here fails again at once (the directory
+    remembers it) as the run's compile_error, classified as the real path classifies it."""
     from pkb.eval.device_needs import cuda_uses
 
-    out: dict[str, Any] = {}
-    if device != "cuda" or not {"load_inline", "compile_cuda_extension", "CUDAExtension"} & set(cuda_uses(source)):
-        return out
+    if device != "cuda":
+        return {}
+    todo = [f for f in files if {"load_inline", "compile_cuda_extension", "CUDAExtension"} & set(cuda_uses(_read(f)))]
+    if not todo:
+        return {}
     try:
         from pkb.eval import _build_root, build, environment
     except ImportError:
-        return {"skipped": "pkb.eval.build is not there: builds happen inside the run, under its build limit"}
+        return {f: {"skipped": "pkb.eval.build is not there: builds happen inside the run, under its build limit"} for f in todo}
     root = _build_root(options)
-    out["build_root"] = str(root)
+    out: dict[Path, dict[str, Any]] = {f: {"build_root": str(root)} for f in todo}
     try:
         opts = build.BuildOptions(root=root, extra_sys_path=candidate_sys_path(options), arch_list=environment(options).arch_list,
                                   python=options.python)
-        res = build.prebuild(cand_file, opts, options.compile_timeout_s)
+        results = build.prebuild_many(todo, opts, jobs=getattr(options, "build_jobs", None) or None, timeout_s=options.compile_timeout_s)
     except Exception as exc:  # noqa: BLE001 - a prebuild problem never decides the outcome
-        out["error"] = f"prebuild failed: {type(exc).__name__}: {exc}"[:2000]
+        for f in todo:
+            out[f]["error"] = f"prebuild failed: {type(exc).__name__}: {exc}"[:2000]
         return out
-    out.update(ok=bool(res.ok), seconds=round(float(res.seconds or 0.0), 3), cached=bool(getattr(res, "cached", False)),
-               log_path=str(getattr(res, "log_path", "") or ""), error=str(res.error or "")[:2000])
+    for f, res in results.items():
+        out[Path(f)].update(ok=bool(res.ok), seconds=round(float(res.seconds or 0.0), 3), cached=bool(getattr(res, "cached", False)),
+                            log_path=str(getattr(res, "log_path", "") or ""), error=str(res.error or "")[:2000])
     return out
 
 
@@ -179,6 +226,13 @@ def candidate_sys_path(options: Any) -> list[str]:
     if callable(shared):
         return list(shared(options))
     return [str(Path(options.pkb_root).resolve())] if options.pkb_root else []
+
+
+def _read(path: Path) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 def _default_device() -> str:
