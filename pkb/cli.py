@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -97,47 +98,66 @@ def _progress(total: int, quiet: bool):
 
 
 def run_eval(records, out: Path, options, quiet: bool) -> None:
-    """Evaluate records (one launch each), writing eval.jsonl as results land."""
+    """Evaluate records (builds first, then launches in slots), writing eval.jsonl as results land."""
     from pkb.eval import evaluate
     from reports import console
 
     path = out / "eval.jsonl"
     with path.open("w", encoding="utf-8") as jsonl, _progress(len(records), quiet) as (progress, task):
-        for rec in records:
-            evaluate([rec], options)
+
+        def landed(rec, evaluation, rank_results) -> None:
             jsonl.write(json.dumps(rec.to_json_line(), default=str) + "\n")
             jsonl.flush()
             progress.advance(task)
+
+        evaluate(records, options, on_result=landed)
     typer.echo(console.eval_table(records))
     typer.echo(console.eval_totals(records))
     typer.echo(f"wrote {path} and the store {options.store_path}")
 
 
-def run_emulated(records, out: Path, world_size: int, *, trials: int, dtype, scale: str, quiet: bool) -> None:
-    """Emulated ranks: protocol bugs on one device. Results are labeled emulated and not stored
-    beside real evaluations (they carry no timing and say nothing about NVLink)."""
-    from pkb.emulate import evaluate_record
+def parse_jobs(value: str) -> int:
+    """`auto` (or 0): as many as the machine allows; else a positive count."""
+    if value in ("auto", "0", ""):
+        return 0
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 1:
+        err.print(f"[red]error:[/] --jobs {value!r}: a positive number or auto")
+        raise typer.Exit(2)
+    return n
+
+
+def run_emulated(records, out: Path, world_size: int, options, quiet: bool) -> None:
+    """Emulated ranks: protocol bugs on one device, each candidate in a process of its own.
+    Results are marked emulated (no timing, nothing about NVLink) and stored under keys of their
+    own, beside real evaluations, never over them."""
+    from pkb.emulate.records import emulate_records
     from reports import console
 
     path = out / "eval_emulated.jsonl"
     with path.open("w", encoding="utf-8") as jsonl, _progress(len(records), quiet) as (progress, task):
-        for rec in records:
-            if rec.parse_status == "ok":
-                rec.evaluation = evaluate_record(rec, world_size, trials=trials, dtype=dtype, scale=scale)
-            else:
-                rec.evaluation = {"emulated": True, "status": "not_run", "reason": f"file not read: {rec.parse_status}"}
+        def done(rec) -> None:
             jsonl.write(json.dumps(rec.to_json_line(), default=str) + "\n")
             jsonl.flush()
             progress.advance(task)
+
+        emulate_records(records, world_size, options, on_result=done)
     typer.echo(console.eval_table(records))
     typer.echo(console.eval_totals(records) + f" (EMULATED: {world_size} virtual ranks, correctness only, no timing)")
-    typer.echo(f"wrote {path}")
+    typer.echo(f"wrote {path} and the store {options.store_path}")
 
 
-def _static_options(ptx, cache, cache_dir, select, ignore):
+def _static_options(ptx, cache, cache_dir, select, ignore, processes: int = 0):
     from analyzer.pipeline import StaticOptions
 
-    return StaticOptions(ptx=ptx, use_cache=cache, cache_dir=cache_dir, select=_split(select), ignore=_split(ignore))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    n = processes or cores
+    # --jobs N means N things at once: N pass processes, and N nvcc at a time where one process runs them
+    return StaticOptions(ptx=ptx, use_cache=cache, cache_dir=cache_dir, select=_split(select), ignore=_split(ignore),
+                         processes=n, jobs=n)
 
 
 @app.command()
@@ -152,6 +172,7 @@ def analyze(
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="where cached facts live (default $PKB_CACHE_DIR or ~/.cache/pkb-analyze)"),
     trials: int = typer.Option(5, "--trials", help="evaluation trials per candidate (where GPUs are present)"),
     fail_on_error: bool = typer.Option(False, "--fail-on-error", help="exit 1 when a file could not be read or a rule of severity error fired"),
+    jobs: str = typer.Option("auto", "--jobs", "-j", help="processes for the static passes (auto: the cores); records identical and in the same order"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the totals"),
 ) -> None:
     """Label every candidate (mechanism, sync, overlap) and raise rule findings, with file:line evidence.
@@ -161,7 +182,7 @@ def analyze(
     """
     from reports import console
 
-    records = run_static(path, out, _static_options(ptx, cache, cache_dir, select, ignore), quiet)
+    records = run_static(path, out, _static_options(ptx, cache, cache_dir, select, ignore, parse_jobs(jobs)), quiet)
     if not quiet:
         typer.echo(console.summary_table(records))
         typer.echo("")
@@ -207,22 +228,58 @@ def eval_command(
     ncu: bool = typer.Option(False, "--ncu", help="after a correct evaluation, one more launch with each rank under Nsight Compute (NVLink, peer-L2, TMA counters)"),
     ncu_kernel: Optional[list[str]] = typer.Option(None, "--ncu-kernel", help="kernel names for --ncu (default: the static pass's peer-moving kernels, else every kernel of one call)"),
     ncu_metric: Optional[list[str]] = typer.Option(None, "--ncu-metric", help="an ncu metric to read beside the defaults (repeatable)"),
+    jobs: str = typer.Option("auto", "--jobs", "-j", help="launches at a time (auto: GPU slots of the world size, or the cores on CPU); builds run first in a pool sized to cores and memory"),
+    timing: str = typer.Option("exclusive", "--timing", help="exclusive: timed launches alone on the node; shared: side by side in every slot (faster, less accurate; marked in the record)"),
+    pack: int = typer.Option(0, "--pack", help="untimed or shared launches per GPU slot (0: 4 at world size 1, else 1)"),
+    executor: str = typer.Option("none", "--executor", help="none: this machine; slurm: an array of shards through submitit; local: the same path on this machine (CI)"),
+    shards: int = typer.Option(0, "--shards", help="shards for --executor (0: one per node's worth, see README)"),
+    partition: Optional[str] = typer.Option(None, "--partition", help="Slurm partition (--executor slurm)"),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per Slurm node (--executor slurm)"),
+    cpus_per_task: int = typer.Option(16, "--cpus-per-task", help="CPU cores per shard (builds run there)"),
+    time_min: int = typer.Option(120, "--time-min", help="Slurm time limit of one shard, minutes"),
+    account: Optional[str] = typer.Option(None, "--account", help="Slurm account"),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Evaluate candidates against their references on every rank: one outcome each, stored, resumable."""
     from pkb.eval import EvalOptions
 
+    if timing not in ("exclusive", "shared"):
+        err.print(f"[red]error:[/] --timing {timing!r}: exclusive or shared")
+        raise typer.Exit(2)
+    if executor not in ("none", "local", "slurm"):
+        err.print(f"[red]error:[/] --executor {executor!r}: none, local or slurm")
+        raise typer.Exit(2)
+    if executor == "slurm" and not partition:
+        err.print("[red]error:[/] --executor slurm needs --partition")
+        raise typer.Exit(2)
+    n_jobs = parse_jobs(jobs)
+
     records = run_static(path, out, _static_options(ptx, True, None, None, None), quiet=True)
-    if emulate:
-        run_emulated(records, out, emulate, trials=min(trials, 3), dtype=dtype, scale=scale, quiet=quiet)
-        write_tables(records, out)
-        return
     options = EvalOptions(
         world_size=world_size, trials=trials, backend=backend, dtype=dtype, timeout_s=timeout, warmup=warmup,
         iters=iters, scale=scale, store_path=str(store or out / "pkb_eval.sqlite"), work_dir=str(out / "eval_work"),
         pkb_root=str(pkb_root) if pkb_root else None, profile=profile,
         ncu_kernels=list(ncu_kernel or []) if (ncu or ncu_kernel or ncu_metric) else None, ncu_metrics=list(ncu_metric or []),
+        jobs=n_jobs, timing_mode=timing, pack=pack,
     )
+    if emulate:
+        options.trials = min(trials, 3)
+        run_emulated(records, out, emulate, options, quiet)
+        write_tables(records, out)
+        return
+    if executor != "none":
+        from pkb.eval.cluster import ClusterOptions, run_sharded
+        from reports import console
+
+        cluster = ClusterOptions(executor=executor, shards=shards, partition=partition, gpus_per_node=gpus_per_node,
+                                 cpus_per_task=cpus_per_task, time_min=time_min, account=account, folder=str(out / "shards"))
+        summary = run_sharded(records, options, cluster)
+        typer.echo(console.eval_table(records))
+        typer.echo(console.eval_totals(records))
+        typer.echo(f"{summary['submitted']} candidates in {summary['shards']} shards ({summary['skipped']} already stored); "
+                   f"merged {summary['merged']} results into {options.store_path}")
+        write_tables(records, out)
+        return
     run_eval(records, out, options, quiet)
     write_tables(records, out)
 

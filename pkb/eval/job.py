@@ -37,6 +37,7 @@ class JobSpec:
     groups: int | None = None
     timeout_s: float = 600.0
     extensions_dir: str = ""
+    build_root: str = ""  # pkb.eval.build: the ranks route load_inline/load there ('' : torch's own)
     save_cap_bytes: int = 8 * 1024 * 1024
     repo_root: str = ""
     extra_sys_path: list[str] = field(default_factory=list)

@@ -420,6 +420,12 @@ class Rank:
         self.dist_calls = {"trials": 0, "timed": 0, "checks": 0, "names": {}}
         self.counter = DistCounter()
         self.counter.install()  # before the candidate binds any name to a collective
+        if self.job.build_root:  # our build directories and lock (pkb.eval.build), under the tracker
+            from pathlib import Path
+
+            from pkb.eval.build import route_builds
+
+            route_builds(Path(self.job.build_root))
         BuildTracker(self.reporter).install()
         self.snapshot = HarnessSnapshot()
         scratch = os.path.join(self.job.job_dir, "scratch", f"rank{self.rank}")
