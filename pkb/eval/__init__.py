@@ -148,6 +148,7 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
         "wall_s": 0.0,
         "config_key": "",
         "details": {},
+        "problem_match": dict(getattr(rec, "problem_match", None) or {}),
     }
     if not source:
         decided = _decided_without_launch(rec)
@@ -156,7 +157,7 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
             return evaluation
         # Empty or not Python at all: the outcome is certain without starting a rank.
         try:
-            ref = problem_source.resolve(rec.problem_id, rec.problem_name, options)
+            ref = problem_source.resolve(rec.problem_id, rec.problem_name, options, getattr(rec, "problem_match", None))
         except LookupError as exc:
             evaluation["reason"] = str(exc)
             return evaluation
@@ -164,7 +165,7 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
         key = config_key(problem_id=ref.id, world_size=env.world_size, backend=env.backend, dtype=dtype, options=options)
         outcome, subtype = decided
         evaluation.update(
-            status="ran", outcome=outcome, subtype=subtype, dtype=dtype, config_key=key, problem_id=ref.id, problem_stem=ref.stem,
+            status="ran", outcome=outcome, subtype=subtype, dtype=dtype, config_key=key, problem_id=ref.id, problem_stem=ref.stem, problem_match=ref.match,
             reason=f"{rec.parse_status}: {rec.parse_message}", details={"decided_without_launch": True}, wall_s=time.monotonic() - t0,
         )
         if sha:
@@ -172,13 +173,13 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
             store.write_evaluation(sha, key, ref.id, evaluation)
         return evaluation
     try:
-        ref = problem_source.resolve(rec.problem_id, rec.problem_name, options)
+        ref = problem_source.resolve(rec.problem_id, rec.problem_name, options, getattr(rec, "problem_match", None))
     except LookupError as exc:
         evaluation["reason"] = str(exc)
         return evaluation
     dtype = _input_dtype(rec, ref, options)
     key = config_key(problem_id=ref.id, world_size=env.world_size, backend=env.backend, dtype=dtype, options=options)
-    evaluation.update(dtype=dtype, config_key=key, problem_id=ref.id, problem_stem=ref.stem)
+    evaluation.update(dtype=dtype, config_key=key, problem_id=ref.id, problem_stem=ref.stem, problem_match=ref.match)
     store.add_candidate(sha, rec.path, ref.id, rec.problem_name, rec.model, rec.provider, rec.backend)
     if store.done(sha, key):
         cached = store.evaluation(sha, key) or {}
