@@ -241,6 +241,7 @@ def finish(pending: Pending, result: Any, store: Any, rec: Any = None) -> dict[s
 
     evaluation = pending.evaluation
     evaluation.update(decide(result, pending.job))
+    _probe_reference(pending, evaluation)
     if rec is not None and pending.job.profile:
         rec.profile = _profile_summary(rec, pending, result)
         check = profile_agreement(evaluation.get("details") or {}, rec.profile)
@@ -258,6 +259,20 @@ def finish(pending: Pending, result: Any, store: Any, rec: Any = None) -> dict[s
     )
     store.write_evaluation(pending.sha256, pending.config_key, pending.problem_id, evaluation, [r.result for r in result.ranks])
     return evaluation
+
+
+def _probe_reference(pending: Pending, evaluation: dict[str, Any]) -> None:
+    """A reference that failed alone at this world size: find the problem's minimum world size."""
+    from pkb.eval.reference_probe import needs_probe, probe_min_world_size
+
+    if not needs_probe(evaluation):
+        return
+    from pkb.eval.launcher import launch
+
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    probe_min_world_size(pending.job, evaluation, launch, gpus)
 
 
 def _profile_summary(rec: Any, pending: Pending, result: Any) -> dict[str, Any]:

@@ -94,6 +94,14 @@ def _decide(launch: LaunchResult, job: Any, ranks: list[Any]) -> dict[str, Any]:
         return _result("ran", err["outcome"], err.get("subtype", ""), details, reason=f"rank {rank} in {err.get('phase')}: {err.get('type')}: {message or _short(err.get('message'))}")
     if not_ours:
         err = not_ours[0]
+        if err.get("source") == "reference" and err.get("phase") == "reference check":
+            # The reference alone, before any candidate code existed: a fact about the problem at
+            # this world size (pkb.eval.reference_probe tries larger ones), not about the candidate.
+            ws = next((r.result.get("world_size") for r in ranks if r.result and r.result.get("world_size")), None)
+            details["reference_check"] = {
+                "world_size": ws, "type": err.get("type"), "message": _short(err.get("message"), 500),
+                "where": next((e.get("where") for _, e in errors if e.get("where")), None),
+            }
         return _result(
             "not_run", "", "", details,
             reason=f"{err['source']} failed in {err.get('phase')}: {err.get('type')}: {_short(err.get('message'))}",

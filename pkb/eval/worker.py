@@ -220,8 +220,11 @@ def copy_into(dst: Any, src: Any) -> bool:
     td, ts = tensors_of(dst), tensors_of(src)
     if len(td) != len(ts) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(td, ts)):
         return False
-    for a, b in zip(td, ts):
-        a.copy_(b)
+    import torch
+
+    with torch.no_grad():  # the harness's own write: an input that requires grad is still a buffer here
+        for a, b in zip(td, ts):
+            a.copy_(b)
     return True
 
 
@@ -336,6 +339,12 @@ class Rank:
             self.load_problem()
             rep.phase("reference check", self.job.call_timeout_s)
             self.check_reference()
+            if self.job.reference_only:  # a probe: does the reference run at this world size?
+                rep.result["reference_ran"] = True
+                rep.phase("done")
+                rep.result["finished"] = True
+                rep.save()
+                return 0
             rep.phase("load", self.job.import_timeout_s)
             self.load()
             all_matched = self.correctness()
@@ -356,6 +365,10 @@ class Rank:
             return 1
         except ReferenceFailure as failure:
             rep.fail(failure.cause, "", "", "reference")
+            where = reference_frame(failure.cause, getattr(self.source, "module", None))
+            if where:
+                rep.result["error"]["where"] = where
+                rep.save()
             return 1
         except BaseException as exc:  # a fault of this harness: say so, do not blame the candidate
             rep.fail(exc, "", "", "harness")
@@ -489,14 +502,13 @@ class Rank:
             ) from exc
 
     def call_reference(self, inputs: tuple) -> Any:
-        import torch
-
         wd = self.watchdog
         try:
             if wd is not None:
                 wd.call_start("reference", self.job.call_timeout_s)
-            with torch.no_grad():
-                out = self.source.reference(*inputs)
+            # No torch.no_grad(): PKB's worker calls the reference as it is, and references that
+            # take gradients (ZeRO, FSDP optimizer steps) fail without autograd.
+            out = self.source.reference(*inputs)
             self.sync()
             return out
         except BaseException as exc:
@@ -512,8 +524,6 @@ class Rank:
                 wd.call_end()
 
     def call_candidate(self, inputs: tuple, count: str = "trials") -> Any:
-        import torch
-
         from pkb.eval.classify import classify_exception
 
         wd, counter = self.watchdog, self.counter
@@ -524,8 +534,7 @@ class Rank:
                 wd.call_start("candidate", self.job.call_timeout_s)
             if counter is not None:
                 counter.active = True
-            with torch.no_grad():
-                out = self.solution(*inputs)  # type: ignore[misc]
+            out = self.solution(*inputs)  # type: ignore[misc]  (autograd on, as under PKB's worker)
             self.sync()  # asynchronous CUDA errors surface here, inside the candidate's phase
         except BaseException as exc:
             if isinstance(exc, CandidateFailure):
@@ -862,6 +871,20 @@ class Rank:
             except Exception as exc:
                 floor["why"] = f"traffic_bytes failed: {type(exc).__name__}: {exc}"
         self.reporter.result["speed_floor"] = floor
+
+def reference_frame(exc: BaseException, module: Any) -> dict[str, Any] | None:
+    """The innermost frame of the reference's own file in an exception's traceback (the line that
+    failed, for the evidence of a reference that cannot run at a world size)."""
+    path = getattr(module, "__file__", None)
+    if not path:
+        return None
+    files = {path, os.path.realpath(path)}
+    found = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename in files or os.path.realpath(frame.filename) in files:
+            found = {"file": os.path.basename(frame.filename), "line": frame.lineno, "function": frame.name, "code": (frame.line or "").strip()[:200]}
+    return found
+
 
 def overlaps_any(out: Any, groups: list[Any]) -> bool:
     from pkb.eval.guard import overlaps
