@@ -439,6 +439,11 @@ class Rank:
         os.makedirs(scratch, exist_ok=True)
         os.chdir(scratch)  # files a candidate writes land here, not in the repo
         name = f"pkb_candidate_{self.job.candidate_sha256[:12] or 'x'}"
+        from pkb.eval.shims import provide_for_candidate
+
+        # `from utils.cuda_helpers import compile_cuda_extension` (PKB's build helper): PKB's own
+        # with --pkb-root, else ours; after the snapshot, so the harness never depends on it.
+        self.reporter.result["cuda_helpers"] = provide_for_candidate()
         ref_module = getattr(self.source, "module", None)
         watch = ReferenceWatch(ref_module)
         before_modules = {id(m) for m in list(sys.modules.values())}
