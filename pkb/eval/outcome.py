@@ -95,7 +95,14 @@ def _decide(launch: LaunchResult, job: Any, ranks: list[Any]) -> dict[str, Any]:
     if ours:
         rank, err = min(ours, key=lambda re: (re[1].get("outcome") != "suspect", _error_rank(re[1])))
         details["failed_ranks"] = sorted(r for r, _ in ours)
+        # The exception's class (AttributeError, NameError, TypeError, ...): the paper's failure
+        # columns tell an API typo from a runtime failure by it.
+        details["exception_type"] = err.get("type")
+        if err.get("binding"):
+            details["binding"] = err["binding"]
         message = _first_compiler_error(err.get("message")) if err["outcome"] == "compile_error" else None
+        if err.get("binding"):
+            message = _binding_sentence(err["binding"]) or message
         return _result("ran", err["outcome"], err.get("subtype", ""), details, reason=f"rank {rank} in {err.get('phase')}: {err.get('type')}: {message or _short(err.get('message'))}")
     if not_ours:
         err = not_ours[0]
@@ -382,6 +389,14 @@ def _short(msg: Any, n: int = 300) -> str:
     s = str(msg or "").strip().splitlines()
     s = s[-1] if s else ""
     return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def _binding_sentence(binding: dict[str, Any]) -> str:
+    bad = binding.get("mismatches") or []
+    what = "; ".join(f"argument {m['arg']} ({m['name']}) declared {m['declared']}, passed {m['passed']}" for m in bad[:3])
+    if not what and binding.get("arity_differs"):
+        what = f"{len(binding.get('passed') or [])} arguments passed; declared {binding.get('declared', ['?'])[0]}"
+    return f"{binding.get('function')}() binding mismatch: {what}" if what else ""
 
 
 def _first_compiler_error(msg: Any, n: int = 300) -> str | None:

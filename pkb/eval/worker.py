@@ -107,6 +107,10 @@ class Reporter:
             "message": str(exc)[:4000],
             "traceback": tb[-8000:],
         }
+        if subtype == "binding_mismatch":
+            from pkb.eval.classify import binding_details
+
+            self.result["error"]["binding"] = binding_details(str(exc))
         self.save()
         print(f"[pkb.eval rank {self.rank}] {source} failed in {self.current}:\n{tb}", file=sys.stderr, flush=True)
 
