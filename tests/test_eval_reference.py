@@ -88,3 +88,32 @@ def test_a_reference_failing_after_load_is_not_called_a_world_size_limit():
     err = dict(err, phase="reference check", type="IndexError", message="list index out of range")
     ev = decide(LaunchResult(1, False, 1.0, [RankReport(0, "reference check", {"error": err, "world_size": 1})]))
     assert ev["details"]["reference_check"]["world_size"] == 1
+
+
+def test_the_probe_climbs_world_sizes_and_skips_device_failures():
+    from types import SimpleNamespace
+
+    from pkb.eval.job import JobSpec
+    from pkb.eval.reference_probe import needs_probe, probe_min_world_size
+
+    def evaluation(type_, message):
+        return {"status": "not_run", "reason": "", "details": {"reference_check": {"world_size": 1, "type": type_, "message": message, "where": None}}}
+
+    assert not needs_probe(evaluation("OutOfMemoryError", "CUDA out of memory. Tried to allocate 2 GiB"))
+    assert not needs_probe(evaluation("RuntimeError", "NCCL error in: ProcessGroupNCCL.cpp"))
+    ev = evaluation("IndexError", "list index out of range")
+    assert needs_probe(ev)
+
+    launched = []
+
+    def fake_launch(job):  # the reference runs from 4 ranks up
+        launched.append((job.world_size, job.device, job.backend, job.reference_only))
+        ok = job.world_size >= 4
+        res = {"finished": ok, "reference_ran": ok, "error": None if ok else {"type": "IndexError", "message": "list index out of range"}}
+        return SimpleNamespace(ranks=[SimpleNamespace(finished=ok, result=res)] * job.world_size, timed_out=False)
+
+    spec = JobSpec(job_dir="/tmp/j", candidate_path="c.py", candidate_sha256="x", problem={"kind": "pkb", "id": 48, "stem": "48_fsdp_and_tp"}, world_size=1, backend="nccl", device="cuda", dtype="bfloat16", trials=5)
+    out = probe_min_world_size(spec, ev, fake_launch, gpus=1)
+    assert launched == [(2, "cpu", "gloo", True), (4, "cpu", "gloo", True)]  # one GPU: CPU ranks
+    assert out["min_world_size"] == 4 and ev["details"]["min_world_size"] == 4
+    assert ev["reason"].startswith("problem 48 needs world size >= 4: its reference fails at world size 1 (IndexError")

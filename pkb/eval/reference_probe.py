@@ -18,8 +18,15 @@ PROBE_TIMEOUT_S = 180.0
 
 
 def needs_probe(evaluation: dict[str, Any]) -> bool:
+    """A reference check that failed with a plain Python error (an IndexError, a shape assert);
+    a device or communication failure (illegal address, out of memory, NCCL) says nothing about
+    the world size, and a probe on CPU ranks would not repeat it."""
+    from pkb.eval.classify import runtime_subtype
+
     check = (evaluation.get("details") or {}).get("reference_check")
-    return evaluation.get("status") == "not_run" and bool(check) and check.get("world_size") is not None
+    if evaluation.get("status") != "not_run" or not check or check.get("world_size") is None:
+        return False
+    return not runtime_subtype(f"{check.get('type')}: {check.get('message')}")
 
 
 def probe_job(job: Any, world_size: int, gpus: int) -> Any:
