@@ -117,3 +117,29 @@ def test_the_probe_climbs_world_sizes_and_skips_device_failures():
     assert launched == [(2, "cpu", "gloo", True), (4, "cpu", "gloo", True)]  # one GPU: CPU ranks
     assert out["min_world_size"] == 4 and ev["details"]["min_world_size"] == 4
     assert ev["reason"].startswith("problem 48 needs world size >= 4: its reference fails at world size 1 (IndexError")
+
+
+def test_a_catalogued_minimum_world_size_is_not_launched_below_it(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    import pkb.eval.launcher as launcher
+    from problems import catalog
+
+    real = catalog.entries()
+    fake = {
+        i: SimpleNamespace(id=e.id, name=e.name, params=e.params, required=e.required, has_compute=e.has_compute, stem=e.stem,
+                           min_world_size=1, min_world_size_why="")
+        for i, e in real.items()
+    }
+    fake[49].min_world_size, fake[49].min_world_size_why = 2, "top_k = 2 of num_experts = world_size experts"
+    monkeypatch.setattr(catalog, "entries", lambda: fake)
+    monkeypatch.setattr(launcher, "launch", lambda *a, **k: (_ for _ in ()).throw(AssertionError("launched below the minimum world size")))
+    root = tmp_path / "pkb"
+    (root / "reference").mkdir(parents=True)
+    (root / "reference" / "49_moe_ep_balanced.py").write_text("def solution(hidden_states, gate_weight):\n    return hidden_states\n")
+    cand = write_candidate(tmp_path / "solutions_cuda_bf16_h100_8_openai_m", "50_moe_ep_balanced_cuda.py", "def solution(hidden_states, gate_weight):\n    return hidden_states\n")
+    (rec,) = run_eval([cand], quick_options(tmp_path, world_size=1, pkb_root=str(root)))
+    ev = rec.evaluation
+    assert ev["status"] == "not_run" and ev["problem_match"]["rule"] == "shifted_name"
+    assert ev["reason"] == "problem 49 needs world size >= 2: top_k = 2 of num_experts = world_size experts"
+    assert ev["details"] == {"min_world_size": 2, "min_world_size_source": "catalog"}

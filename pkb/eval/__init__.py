@@ -186,6 +186,12 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
         cached["status"] = "skipped_cached"
         return cached
 
+    if env.world_size < ref.min_world_size:
+        # A fact about the problem (PKB's catalog), not about the candidate: nothing to launch.
+        evaluation["reason"] = f"problem {ref.id} needs world size >= {ref.min_world_size}: {ref.min_world_size_why}".rstrip(": ")
+        evaluation["details"] = {"min_world_size": ref.min_world_size, "min_world_size_source": "catalog"}
+        store.write_evaluation(sha, key, ref.id, evaluation)
+        return evaluation
     if env.device == "cpu":
         reason = cuda_requirement(source)
         if reason:

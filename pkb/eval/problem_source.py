@@ -31,6 +31,9 @@ class ProblemRef:
     dtypes: tuple[str, ...]
     category: str = ""
     match: dict[str, Any] = field(default_factory=dict)  # pkb.problem_match.ProblemMatch.to_data()
+    # The fewest ranks the problem's reference runs at, where PKB's catalog says (and why).
+    min_world_size: int = 1
+    min_world_size_why: str = ""
 
 
 @dataclass
@@ -69,6 +72,7 @@ def resolve(problem_id: int | None, problem_name: str, options: EvalOptions, mat
         found = match_problem(file_id, file_name, params, catalog_references(), "catalog")
     pid = found.id
     facts = found.to_data()
+    min_ws, min_why = _catalog_min_world_size(found.stem)
 
     for key in (pid, file_id):  # a problem module from a file wins, by the matched id or the file's
         if key is not None and key in options.problem_files:
@@ -94,6 +98,8 @@ def resolve(problem_id: int | None, problem_name: str, options: EvalOptions, mat
             },
             dtypes=(DEFAULT_DTYPE,),
             match=facts,
+            min_world_size=min_ws,
+            min_world_size_why=min_why,
         )
     import problems
 
@@ -106,7 +112,18 @@ def resolve(problem_id: int | None, problem_name: str, options: EvalOptions, mat
         raise LookupError(
             f"problem {found.stem or pid}{how} is not in problems/; evaluate it against a PKB checkout with --pkb-root PATH"
         )
-    return ProblemRef(pid, spec.stem, {"kind": "registry", "id": pid}, tuple(spec.dtypes), spec.category, facts)
+    return ProblemRef(pid, spec.stem, {"kind": "registry", "id": pid}, tuple(spec.dtypes), spec.category, facts, min_ws, min_why)
+
+
+def _catalog_min_world_size(stem: str) -> tuple[int, str]:
+    """(min world size, why) from PKB's catalog for the problem of that exact stem; (1, '') where
+    the catalog says nothing (a checkout numbered otherwise, a catalog without the fact)."""
+    if not stem:
+        return 1, ""
+    from problems import catalog
+
+    entry = next((e for e in catalog.entries().values() if e.stem == stem), None)
+    return int(getattr(entry, "min_world_size", 1) or 1), str(getattr(entry, "min_world_size_why", "") or "")
 
 
 def load(job_problem: dict[str, Any], dtype_name: str, scale: str, tolerance: tuple[float, float] | None) -> ProblemSource:
