@@ -222,6 +222,7 @@ def eval_command(
     scale: str = typer.Option("small", "--scale", help="input sizes: small | large"),
     store: Optional[Path] = typer.Option(None, "--store", help="SQLite store (default OUT/pkb_eval.sqlite)"),
     pkb_root: Optional[Path] = typer.Option(None, "--pkb-root", help="a PKB checkout: evaluate against its references and input factory"),
+    problem: Optional[int] = typer.Option(None, "--problem", help="every candidate given answers problem ID (when its file name says nothing usable)"),
     ptx: bool = typer.Option(False, "--ptx/--no-ptx", help="run the PTX pass in the static stage"),
     emulate: Optional[int] = typer.Option(None, "--emulate", help="N virtual ranks in one process on one GPU (or CPU): correctness only, never timed"),
     profile: bool = typer.Option(False, "--profile", help="after timing, record a torch.profiler trace of a few candidate calls per rank (NVTX ranges too)"),
@@ -255,10 +256,15 @@ def eval_command(
     n_jobs = parse_jobs(jobs)
 
     records = run_static(path, out, _static_options(ptx, True, None, None, None), quiet=True)
+    if problem is not None:
+        from pkb.corpus import assign_problem
+
+        for rec in records:
+            assign_problem(rec, problem)
     options = EvalOptions(
         world_size=world_size, trials=trials, backend=backend, dtype=dtype, timeout_s=timeout, warmup=warmup,
         iters=iters, scale=scale, store_path=str(store or out / "pkb_eval.sqlite"), work_dir=str(out / "eval_work"),
-        pkb_root=str(pkb_root) if pkb_root else None, profile=profile,
+        pkb_root=str(pkb_root) if pkb_root else None, problem=problem, profile=profile,
         ncu_kernels=list(ncu_kernel or []) if (ncu or ncu_kernel or ncu_metric) else None, ncu_metrics=list(ncu_metric or []),
         jobs=n_jobs, timing_mode=timing, pack=pack,
     )

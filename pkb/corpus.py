@@ -84,16 +84,26 @@ def parse_candidate_name(stem: str, backend_hint: str = "") -> tuple[int | None,
     return pid, name, backend
 
 
-def _known_problem_name(pid: int | None, name: str) -> str:
-    """`allreduce_alias_input` is a variant of problem 1 `allreduce`: report the problem's name."""
-    if pid is None:
-        return name
-    from problems import names
+def match_record(rec: CandidateRecord, file_id: int | None, file_name: str) -> None:
+    """Set the record's problem from its file name and `solution()` parameters against PKB's catalog
+    (pkb.problem_match says how); the rule that decided is kept in `rec.problem_match`."""
+    from pkb.problem_match import catalog_references, match_problem, solution_params
 
-    known = names().get(pid)
-    if known and (name == known or name.startswith(known + "_")):
-        return known
-    return name
+    params = solution_params(rec.tree) if rec.tree is not None else None
+    match = match_problem(file_id, file_name, params, catalog_references(), "catalog")
+    rec.problem_match = match.to_data()
+    rec.problem_id = match.id
+    rec.problem_name = match.name or file_name
+
+
+def assign_problem(rec: CandidateRecord, problem_id: int) -> None:
+    """--problem ID: the user says which problem the file answers; the record keeps what its name said."""
+    from pkb.problem_match import catalog_references, given
+
+    old = rec.problem_match or {}
+    match = given(problem_id, catalog_references(), old.get("file_id", rec.problem_id), old.get("file_name", rec.problem_name), old.get("params"))
+    rec.problem_match = match.to_data()
+    rec.problem_id, rec.problem_name = problem_id, match.name or rec.problem_name
 
 
 def discover(root: Path) -> list[Path]:
@@ -132,7 +142,7 @@ def read_candidate(path: Path, root: Path | None = None) -> CandidateRecord:
         rec.backend, rec.precision, rec.hardware = tree.backend, tree.precision, tree.hardware
         rec.provider, rec.model = tree.provider, tree.model
     pid, name, backend = parse_candidate_name(path.stem, rec.backend)
-    rec.problem_id, rec.problem_name = pid, _known_problem_name(pid, name)
+    rec.problem_id, rec.problem_name = pid, name
     if backend and not rec.backend:
         rec.backend = backend
 
@@ -142,14 +152,17 @@ def read_candidate(path: Path, root: Path | None = None) -> CandidateRecord:
             data = fh.read(MAX_BYTES + 1)
     except OSError as exc:
         rec.parse_status, rec.parse_message = "unreadable", f"cannot read: {exc.strerror or exc}"
+        match_record(rec, pid, name)
         return rec
     rec.size = size
     rec.sha256 = content_hash(data)
     if size > MAX_BYTES:
         rec.parse_status = "too_large"
         rec.parse_message = f"{size} bytes, over the {MAX_BYTES}-byte limit; not analyzed"
+        match_record(rec, pid, name)
         return rec
     rec.parse_status, rec.parse_message, rec.parse_line, rec.source, rec.tree = _decode(data)
+    match_record(rec, pid, name)
     return rec
 
 

@@ -93,8 +93,11 @@ class CandidateRecord:
     hardware: str = ""
     provider: str = ""
     model: str = ""
-    problem_id: int | None = None
+    problem_id: int | None = None  # the problem it answers (pkb.problem_match), not always the file name's id
     problem_name: str = ""
+    # How the problem was found: rule, matched stem, the file name's id and name, solution()'s
+    # parameters (pkb.problem_match.ProblemMatch.to_data()).
+    problem_match: dict[str, Any] = field(default_factory=dict)
     # Reading and passes
     parse_status: str = "ok"
     parse_message: str = ""
@@ -169,6 +172,7 @@ class CandidateRecord:
             "sha256": self.sha256,
             "problem_id": self.problem_id,
             "problem_name": self.problem_name,
+            "problem_match": self.problem_match,
             "run_tree": self.run_tree,
             "backend": self.backend,
             "precision": self.precision,

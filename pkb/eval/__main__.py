@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", default="pkb_eval.sqlite", dest="store_path")
     ap.add_argument("--work-dir", default="pkb_eval_work")
     ap.add_argument("--pkb-root", default=None)
+    ap.add_argument("--problem", type=int, default=None, metavar="ID", help="every candidate given answers problem ID (when its file name says nothing usable)")
     ap.add_argument("--problem-file", action="append", default=[], metavar="ID=PATH", help="a problem module from a file")
     ap.add_argument("--json", action="store_true", help="print each evaluation as a JSON line")
     args = ap.parse_args(argv)
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         world_size=args.world_size, trials=args.trials, dtype=args.dtype, backend=args.backend,
         timeout_s=args.timeout_s, warmup=args.warmup, iters=args.iters, groups=args.groups,
         store_path=args.store_path, work_dir=args.work_dir, scale=args.scale, pkb_root=args.pkb_root,
-        problem_files=problem_files,
+        problem_files=problem_files, problem=args.problem,
         import_timeout_s=args.import_timeout_s, compile_timeout_s=args.compile_timeout_s, call_timeout_s=args.call_timeout_s,
     )
     records = []

@@ -35,6 +35,8 @@ class EvalOptions:
     pkb_root: str | None = None  # a PKB checkout: its reference/ and input factory
     pkb_shape: tuple[int, int] = PKB_SHAPE  # PKB's --m/--n
     save_cap_bytes: int = 8 * 1024 * 1024  # per saved mismatch file
+    # --problem ID: every candidate answers this problem, whatever its file name says.
+    problem: int | None = None
     # Problem modules from files, ahead of the registry (tests, out-of-tree problems).
     problem_files: dict[int, str] = field(default_factory=dict)
     python: str | None = None  # interpreter for the ranks; None: this one
