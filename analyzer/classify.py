@@ -229,14 +229,29 @@ class Classifier:
         reports = [self.classify_kernel(k) for k in k_facts] + self.classify_triton()
         rec.kernels = reports
         launched = self._launched_kernels(k_facts)
+        fallback_only = self._launched_kernels(k_facts, paths=("fallback",)) or set()
+        triton_timed = {c.target for c in self.timed("triton_launch")}
+        triton_other = {c.target for c in self.facts.python.calls if c.category == "triton_launch" and c.path != "timed"}
         for rep in reports:
-            if rep.language == "cuda" and launched is not None and rep.name not in launched:
-                continue  # defined but never launched from a timed entry point
+            off_run = (rep.language == "cuda" and launched is not None and rep.name not in launched) or (
+                rep.language == "triton" and rep.name in triton_other and rep.name not in triton_timed)
+            if off_run:
+                # Launched only on a branch the run does not take: its mechanism is a fallback.
+                # (Launched only from set-up, or never: neither the mechanism nor a fallback.)
+                if rep.name in fallback_only or (rep.language == "triton" and any(
+                        c.target == rep.name and c.path == "fallback" for c in self.facts.python.calls)):
+                    for lab in rep.labels.get("mechanism", []):
+                        if lab.value not in ("none", "unknown"):
+                            rec.add_label(Label("fallback", lab.value, [self._tagged(e) for e in lab.evidence]))
+                continue
             for axis, labs in rep.labels.items():
                 for lab in labs:
                     if lab.value == "none":
                         continue
                     rec.add_label(Label(axis, lab.value, list(lab.evidence)))
+        for c in self.facts.python.calls:
+            if c.path == "fallback" and c.category in ("collective", "p2p"):
+                rec.add_label(Label("fallback", "nccl", [self.ev(c.line, "python", f"fallback: {c.qualname}")]))
 
         for c in self.timed("collective", "p2p"):
             rec.add_label(Label("mechanism", "nccl", [self.ev(c.line, "python", c.qualname)]))
@@ -318,10 +333,20 @@ class Classifier:
                 return i
         return 0
 
-    def _launched_kernels(self, k_facts: list[_KernelFacts]) -> set[str] | None:
-        """Kernels reachable from host functions the timed path calls; None when unknown."""
-        timed_ext = {c.target for c in self.facts.python.calls if c.category in ("ext_kernel", "cupy_launch") and c.path in ("timed", "setup")}
+    @staticmethod
+    def _tagged(e: Evidence) -> Evidence:
+        return Evidence(e.file, e.line, e.snippet, e.pass_name, ("fallback: " + e.note).strip())
+
+    def _launched_kernels(self, k_facts: list[_KernelFacts], paths: tuple[str, ...] = ("timed",)) -> set[str] | None:
+        """Kernels reachable from host functions called on `paths` (by default: every call of
+        solution(), not its cached set-up); None when no such call is known."""
+        calls = self.facts.python.calls
+        timed_ext = {c.target for c in calls if c.category in ("ext_kernel", "cupy_launch") and c.path in paths}
         if not timed_ext:
+            if paths == ("timed",) and any(c.category in ("ext_kernel", "cupy_launch") for c in calls):
+                # Launches seen, none per call: the kernels run in set-up or on a fallback only.
+                other = self._launched_kernels(k_facts, ("setup", "fallback")) or set()
+                return {k.fn.name for k in k_facts if k.fn.name not in other} if other else None
             return None
         out: set[str] = set()
         for cuda in self.facts.cuda:

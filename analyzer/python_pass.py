@@ -55,6 +55,48 @@ WORLD_NAMES = {"world_size", "world", "ws", "num_ranks", "nranks", "n_ranks", "w
 PEERISH = ("peer_ptr", "peer_ptr_array", "peer_tensor", "signal_ptr", "signal_ptr_array",
            "multicast_ptr", "symm_local", "nvshmem_ptr")
 _DEF_RE = re.compile(r'\bm\.def\(\s*"(\w+)"')
+# Path ranks: a call reached by several routes keeps the one that runs most often.
+_PATH_RANK = {"unreached": 0, "module": 0, "fallback": 1, "setup": 2, "timed": 3}
+_FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
+_TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8": "float8_e4m3fn"}
+_DTYPE_ALIASES = {"float": "float32", "half": "float16", "double": "float64", "bfloat16": "bfloat16",
+                  "float32": "float32", "float16": "float16", "float64": "float64"}
+# Names that hold small per-call metadata (split sizes, counts, offsets): copying them to the host
+# is a host synchronisation, not staging of the payload.
+_METADATA_WORDS = ("split", "count", "size", "offset", "len", "num", "idx", "index", "indptr",
+                   "cumsum", "nnz", "max", "min", "norm", "scale", "amax", "meta", "shape", "topk")
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What PKB's run fixes about the call (from the run tree's name; None where unknown).
+
+    The tree `solutions_cuda_bf16_h100_8_...` ran at world size 8 on one NVSwitch node, where
+    multicast exists, with bfloat16 inputs. Branches that cannot run there are `fallback`.
+    """
+
+    dtype: str | None = None  # torch dtype name of the inputs ('bfloat16')
+    world_size: int | None = None
+    multicast: bool | None = None
+
+
+def run_context(precision: str = "", hardware: str = "") -> RunContext:
+    """The run facts a PKB run tree's precision and hardware tokens give ('bf16', 'h100_8')."""
+    m = re.search(r"_(\d+)$", hardware or "")
+    world = int(m.group(1)) if m else None
+    # Hopper and later nodes with NVSwitch expose multicast to symmetric memory.
+    multicast = True if world and world > 1 and re.match(r"(h100|h200|h20|b200|gb200)", hardware or "") else None
+    return RunContext(_TORCH_DTYPES.get(precision), world, multicast)
+
+
+def run_context_of_path(path: str) -> RunContext:
+    """run_context from a file's folder when it is a PKB run tree; unknown otherwise."""
+    from pathlib import PurePath
+
+    from pkb.corpus import parse_run_tree
+
+    tree = parse_run_tree(PurePath(path).parent.name)
+    return run_context(tree.precision, tree.hardware) if tree is not None else RunContext()
 
 
 def _dotted(node: ast.AST) -> str:
@@ -69,6 +111,7 @@ def _dotted(node: ast.AST) -> str:
     else:
         return ""
     return ".".join(reversed(parts))
+
 
 
 @dataclass
@@ -89,6 +132,36 @@ class _Scope:
     rank_vars: set[str] = field(default_factory=set)
 
 
+def _ctx_on(ctx: _Ctx, path: str) -> _Ctx:
+    return _Ctx(ctx.function, path, ctx.rank_conditional, ctx.in_loop, ctx.stream)
+
+
+def _always_exits(body: list[ast.stmt]) -> bool:
+    """The block ends in a return or raise on every route."""
+    if not body:
+        return False
+    last = body[-1]
+    if isinstance(last, (ast.Return, ast.Raise)):
+        return True
+    if isinstance(last, ast.If):
+        return _always_exits(last.body) and _always_exits(last.orelse)
+    return False
+
+
+def _cmp(a: int, op: ast.cmpop, b: int) -> bool | None:
+    table = {ast.Eq: a == b, ast.NotEq: a != b, ast.Lt: a < b, ast.LtE: a <= b, ast.Gt: a > b, ast.GtE: a >= b}
+    return table.get(type(op))
+
+
+def _is_size_expr(node: ast.AST) -> bool:
+    """`n`, `numel`, `x.numel()`, `N`: an element count of the input."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("numel", "nelement"):
+        return True
+    if isinstance(node, ast.Attribute):
+        return node.attr in ("numel", "nbytes")
+    return isinstance(node, ast.Name) and node.id in ("n", "N", "numel", "n_elem", "nelem", "num_elements", "total", "nbytes")
+
+
 def _stronger(a: str, b: str) -> str:
     order = ("unknown", "local", "symm_local", "multicast_ptr", "signal_ptr", "signal_ptr_array",
              "nvshmem_ptr", "peer_tensor", "peer_ptr", "peer_ptr_array")
@@ -96,7 +169,7 @@ def _stronger(a: str, b: str) -> str:
 
 
 class PythonPass:
-    def __init__(self, text: str, file: str, tree: ast.Module | None = None):
+    def __init__(self, text: str, file: str, tree: ast.Module | None = None, run: RunContext | None = None):
         self.text = text
         self.file = file
         self.lines = text.splitlines()
@@ -114,12 +187,18 @@ class PythonPass:
         self.path_of: dict[str, str] = {}  # function -> best path reached
         self.strings = StringResolver(self.tree, text)
         self.global_names: set[str] = set()
+        self.handle_names: set[str] = set()  # names bound from symm_mem.rendezvous(...)
+        self.run_ctx = run if run is not None else run_context_of_path(file)
+        self.classes: dict[str, dict[str, ast.FunctionDef]] = {}  # class -> method name -> def
+        self.instances: dict[str, str] = {}  # name / `*.attr` bound to an instance of a file class
+        self.method_class: dict[int, str] = {}  # id(method def) -> its class
 
     # ---- entry --------------------------------------------------------------------------------
 
     def run(self) -> PythonFacts:
         self._imports()
         self._definitions()
+        self.enclosing = self._enclosing_functions()
         self._pointer_kinds()
         self._reachability()
         self._walk_calls()
@@ -171,6 +250,27 @@ class PythonPass:
             if isinstance(node, (ast.Assign, ast.AnnAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 self.global_names.update(t.id for t in targets if isinstance(t, ast.Name))
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.ClassDef):
+                methods = {m.name: m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))}
+                self.classes[node.name] = methods  # type: ignore[assignment]
+                for m in methods.values():
+                    self.method_class[id(m)] = node.name
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and self.qualname(node.value.func).endswith("rendezvous"):
+                for t in node.targets:
+                    for sub in ast.walk(t):
+                        if isinstance(sub, (ast.Name, ast.Attribute)) and _dotted(sub):
+                            self.handle_names.add(_dotted(sub))
+        # `_runner = Runner(...)`, `self.op = Op()`: calls through these names run the class's methods.
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) \
+                    and node.value.func.id in self.classes:
+                for t in node.targets:
+                    if isinstance(t, ast.Name):
+                        self.instances[t.id] = node.value.func.id
+                    elif isinstance(t, ast.Attribute):
+                        self.instances["*." + t.attr] = node.value.func.id
         sol = self.functions.get("solution")
         if sol is not None and sol in self.tree.body:
             self.facts.has_solution = True
@@ -378,8 +478,11 @@ class PythonPass:
 
     # ---- timed path -----------------------------------------------------------------------------
 
-    def _is_cache_guard(self, test: ast.AST, body: list[ast.stmt]) -> bool:
-        """`if _ext is None:` / `if key not in _cache:` / `if not self._ready:` whose body fills it."""
+    def _is_cache_guard(self, test: ast.AST, body: list[ast.stmt], fn: ast.AST | None = None) -> bool:
+        """`if _ext is None:` / `if key not in _cache:` / `if not self._ready:` whose body fills it.
+
+        The test may name a local read from the cache first (`res = _cache.get(key)` then
+        `if res is not None: return res`): the local stands for the cache it was read from."""
         names: set[str] = set()
         t = test.operand if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) else test
         if isinstance(t, ast.BoolOp):
@@ -401,6 +504,10 @@ class PythonPass:
                 d = _dotted(p)
                 if d:
                     names.add(d)
+        if fn is not None:
+            for n in list(names):
+                if "." not in n and n not in self.global_names:
+                    names |= self._cache_reads(n, fn)
         cached = {n for n in names if n.split(".")[0] in self.global_names or n.startswith("self.") or n.split(".")[0] in ("cls",)}
         if not cached:
             return False
@@ -421,6 +528,25 @@ class PythonPass:
                         if d and any(d == n or n.startswith(d + ".") or d.startswith(n) for n in cached):
                             return True
         return False
+
+    def _cache_reads(self, local: str, fn: ast.AST) -> set[str]:
+        """Globals and attributes a local is read from: `x = _cache.get(k)`, `x = _cache[k]`,
+        `x = getattr(self, "_st", None)`, `x = self._state`."""
+        out: set[str] = set()
+        for node in ast.walk(fn):
+            if not (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == local for t in node.targets)):
+                continue
+            v = node.value
+            if isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr in ("get", "setdefault"):
+                v = v.func.value
+            elif isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "getattr" and v.args:
+                v = v.args[0]
+            elif isinstance(v, ast.Subscript):
+                v = v.value
+            d = _dotted(v) if isinstance(v, (ast.Name, ast.Attribute)) else ""
+            if d:
+                out.add(d)
+        return out
 
     @staticmethod
     def _is_early_return_hit(stmt: ast.stmt) -> bool:
@@ -450,34 +576,186 @@ class PythonPass:
     def _visit_function(self, fn: ast.AST, path: str, rank_cond: bool, stack: set[str]) -> None:
         name = getattr(fn, "name", "")
         prev = self.path_of.get(name)
-        if prev == "timed" or (prev == "setup" and path == "setup") or name in stack:
+        if (prev is not None and _PATH_RANK[prev] >= _PATH_RANK[path]) or name in stack:
             return
-        self.path_of[name] = path
         decos = [self.qualname(d.func if isinstance(d, ast.Call) else d) for d in getattr(fn, "decorator_list", [])]
-        if any(d.split(".")[-1] in ("lru_cache", "cache", "cached_property") for d in decos):
+        if path == "timed" and any(d.split(".")[-1] in ("lru_cache", "cache", "cached_property") for d in decos):
             path = "setup"
-            self.path_of[name] = "setup" if prev != "timed" else prev
+            if prev is not None and _PATH_RANK[prev] >= _PATH_RANK[path]:
+                return
+        self.path_of[name] = path
         ctx = _Ctx(function=name, path=path, rank_conditional=rank_cond)
         self._visit_block(fn.body, ctx, fn, stack | {name})  # type: ignore[attr-defined]
 
     def _visit_block(self, body: list[ast.stmt], ctx: _Ctx, fn: ast.AST, stack: set[str]) -> None:
         current = ctx
         for i, stmt in enumerate(body):
-            if self._is_early_return_hit(stmt) and self._is_cache_guard_early(stmt, body[i + 1 :]):
+            if self._is_early_return_hit(stmt) and self._is_cache_guard_early(stmt, body[i + 1 :], fn):
                 self._visit_stmt(stmt, current, fn, stack)
-                current = _Ctx(current.function, "setup", current.rank_conditional, current.in_loop, current.stream)
+                if current.path == "timed":
+                    current = _ctx_on(current, "setup")
                 continue
             self._visit_stmt(stmt, current, fn, stack)
+            # `if dtype is torch.bfloat16: ...; return out`: on the run the rest never runs.
+            if isinstance(stmt, ast.If) and current.path != "fallback" and _always_exits(stmt.body) \
+                    and self.run_value(stmt.test, fn) is True:
+                current = _ctx_on(current, "fallback")
 
-    def _is_cache_guard_early(self, stmt: ast.If, rest: list[ast.stmt]) -> bool:
-        return self._is_cache_guard(stmt.test, rest)
+    def _is_cache_guard_early(self, stmt: ast.If, rest: list[ast.stmt], fn: ast.AST | None = None) -> bool:
+        return self._is_cache_guard(stmt.test, rest, fn)
+
+    # ---- the run's branch ---------------------------------------------------------------------
+
+    def run_value(self, test: ast.AST, fn: ast.AST | None, depth: int = 0) -> bool | None:
+        """Whether `test` holds on PKB's run (its dtype, world size, multicast, large aligned CUDA
+        inputs); None where the run does not decide it."""
+        if depth > 4:
+            return None
+        if isinstance(test, ast.BoolOp):
+            vals = [self.run_value(v, fn, depth + 1) for v in test.values]
+            if isinstance(test.op, ast.And):
+                return False if False in vals else (True if all(v is True for v in vals) else None)
+            return True if True in vals else (False if all(v is False for v in vals) else None)
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            v = self.run_value(test.operand, fn, depth + 1)
+            return None if v is None else not v
+        if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id in ("int", "bool") and len(test.args) == 1:
+            return self.run_value(test.args[0], fn, depth + 1)
+        if isinstance(test, ast.Name) and fn is not None:
+            if self._is_multicast_expr(test, fn):
+                return self.run_ctx.multicast
+            value = self._single_assignment(test.id, fn)
+            return self.run_value(value, fn, depth + 1) if value is not None else None
+        if isinstance(test, ast.Attribute):
+            if test.attr in ("is_cuda",):
+                return True
+            if self._is_multicast_expr(test, fn):
+                return self.run_ctx.multicast
+            return None
+        if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and test.func.attr == "is_contiguous" and not test.args:
+            return True
+        if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance" and len(test.args) == 2:
+            return self._isinstance_value(test, fn)
+        if isinstance(test, ast.Compare) and len(test.ops) == 1:
+            return self._compare_value(test.left, test.ops[0], test.comparators[0], fn)
+        return None
+
+    def _single_assignment(self, name: str, fn: ast.AST) -> ast.AST | None:
+        found = [n.value for n in ast.walk(fn) if isinstance(n, ast.Assign) and len(n.targets) == 1
+                 and isinstance(n.targets[0], ast.Name) and n.targets[0].id == name]
+        return found[0] if len(found) == 1 else None
+
+    def _is_multicast_expr(self, node: ast.AST, fn: ast.AST | None) -> bool:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("int", "bool") and node.args:
+            return self._is_multicast_expr(node.args[0], fn)
+        if isinstance(node, ast.Attribute):
+            return node.attr in ("multicast_ptr", "mc_ptr", "multicast_addr")
+        if isinstance(node, ast.Name):
+            low = node.id.lower()
+            if "multicast" in low or low in ("mc_ptr", "mc_addr", "mc"):
+                return True
+            if fn is not None:
+                value = self._single_assignment(node.id, fn)
+                return isinstance(value, (ast.Attribute, ast.Call)) and self._is_multicast_expr(value, None)
+        return False
+
+    def _dtype_of(self, node: ast.AST) -> str | None:
+        """`torch.bfloat16` -> 'bfloat16'; None for anything else."""
+        q = self.qualname(node) if isinstance(node, ast.Attribute) else ""
+        if q.startswith("torch.") and q.count(".") == 1:
+            return _DTYPE_ALIASES.get(q.split(".")[1], q.split(".")[1])
+        return None
+
+    def _is_dtype_expr(self, node: ast.AST) -> bool:
+        if isinstance(node, ast.Attribute):
+            return node.attr == "dtype"
+        return isinstance(node, ast.Name) and "dtype" in node.id.lower()
+
+    def _is_world_expr(self, node: ast.AST) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in WORLD_NAMES
+        if isinstance(node, ast.Attribute):
+            return node.attr in ("world_size", "num_ranks")
+        if isinstance(node, ast.Call):
+            return self.qualname(node.func).endswith("get_world_size")
+        return False
+
+    def _compare_value(self, left: ast.AST, op: ast.cmpop, right: ast.AST, fn: ast.AST | None) -> bool | None:
+        run = self.run_ctx
+        # dtype: `x.dtype == torch.float32`, `dtype in (torch.float16, torch.bfloat16)`
+        if run.dtype and (self._is_dtype_expr(left) or self._is_dtype_expr(right)):
+            other = right if self._is_dtype_expr(left) else left
+            if isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
+                names = [self._dtype_of(e) for e in right.elts]
+                if not names or any(n not in _FLOAT_DTYPES for n in names):
+                    return None
+                hit = run.dtype in names
+                return hit if isinstance(op, ast.In) else not hit
+            name = self._dtype_of(other)
+            if name not in _FLOAT_DTYPES:
+                return None  # index and count tensors are integers whatever the run's precision
+            if isinstance(op, (ast.Eq, ast.Is)):
+                return run.dtype == name
+            if isinstance(op, (ast.NotEq, ast.IsNot)):
+                return run.dtype != name
+            return None
+        # world size: `world_size == 1` never holds on a multi-GPU run; with the tree's size, decide all.
+        if self._is_world_expr(left) or self._is_world_expr(right):
+            other = right if self._is_world_expr(left) else left
+            if not (isinstance(other, ast.Constant) and isinstance(other.value, int)):
+                return None
+            c = other.value
+            flipped = not self._is_world_expr(left)
+            sizes = [run.world_size] if run.world_size else [2, 3, 4, 8, 16, 1024]
+            results = {_cmp(c, op, w) if flipped else _cmp(w, op, c) for w in sizes}
+            return results.pop() if len(results) == 1 and None not in results else None
+        # multicast: `hdl.multicast_ptr != 0`, `mc_ptr is None`
+        if run.multicast is not None and (self._is_multicast_expr(left, fn) or self._is_multicast_expr(right, fn)):
+            other = right if self._is_multicast_expr(left, fn) else left
+            if isinstance(other, ast.Constant) and other.value in (0, None):
+                present = run.multicast
+                if isinstance(op, (ast.Eq, ast.Is)):
+                    return not present
+                if isinstance(op, (ast.NotEq, ast.IsNot, ast.Gt)):
+                    return present
+            return None
+        # PKB's inputs are large, non-empty and aligned to powers of two.
+        if isinstance(left, ast.BinOp) and isinstance(left.op, ast.Mod) and isinstance(right, ast.Constant) and right.value == 0:
+            if isinstance(op, ast.Eq):
+                return True
+            if isinstance(op, ast.NotEq):
+                return False
+        if isinstance(right, ast.Constant) and right.value == 0 and isinstance(op, (ast.Eq, ast.LtE)) and _is_size_expr(left):
+            return False
+        return None
+
+    def _isinstance_value(self, call: ast.Call, fn: ast.AST | None) -> bool | None:
+        """`isinstance(tensor, (list, tuple))` on a parameter of solution(): PKB passes tensors
+        to the parameters this pass can see named as tensors (`tensor`, `x`, `A_local`...)."""
+        arg, types = call.args
+        names = [e for e in (types.elts if isinstance(types, ast.Tuple) else [types])]
+        kinds = {n.id if isinstance(n, ast.Name) else _dotted(n) for n in names}
+        if not kinds or not kinds <= {"list", "tuple", "List", "Tuple", "Sequence", "collections.abc.Sequence"}:
+            return None
+        sol = self.functions.get("solution")
+        if sol is None or fn is not sol or not isinstance(arg, ast.Name):
+            return None
+        ann = next((a.annotation for a in sol.args.args if a.arg == arg.id), None)
+        if ann is not None and "Tensor" in ast.unparse(ann) and "List" not in ast.unparse(ann) and "list" not in ast.unparse(ann):
+            return False
+        return None
 
     def _visit_stmt(self, stmt: ast.stmt, ctx: _Ctx, fn: ast.AST, stack: set[str]) -> None:
         if isinstance(stmt, ast.If):
             self._visit_expr(stmt.test, ctx, fn, stack)
             body_ctx, else_ctx = ctx, ctx
-            if ctx.path == "timed" and self._is_cache_guard(stmt.test, stmt.body):
-                body_ctx = _Ctx(ctx.function, "setup", ctx.rank_conditional, ctx.in_loop, ctx.stream)
+            if ctx.path == "timed" and self._is_cache_guard(stmt.test, stmt.body, fn):
+                body_ctx = _ctx_on(ctx, "setup")
+            taken = self.run_value(stmt.test, fn) if ctx.path != "fallback" else None
+            if taken is True:
+                else_ctx = _ctx_on(else_ctx, "fallback")
+            elif taken is False:
+                body_ctx = _ctx_on(body_ctx, "fallback")
             if self._is_rank_test(stmt.test, fn):
                 body_ctx = _Ctx(body_ctx.function, body_ctx.path, True, body_ctx.in_loop, body_ctx.stream)
                 else_ctx = _Ctx(else_ctx.function, else_ctx.path, True, else_ctx.in_loop, else_ctx.stream)
@@ -515,12 +793,18 @@ class PythonPass:
     def _visit_expr(self, node: ast.AST, ctx: _Ctx, fn: ast.AST, stack: set[str]) -> None:
         for sub in ast.walk(node):
             if isinstance(sub, ast.Call):
-                self.stmt_ctx.setdefault(id(sub), ctx)
-                callee = self._local_callee(sub)
+                self._set_ctx(sub, ctx)
+                callee = self._local_callee(sub, fn)
                 if callee is not None:
                     self._visit_function(callee, ctx.path, ctx.rank_conditional, stack)
             elif isinstance(sub, ast.Attribute) and sub.attr in SYMM_HANDLE_ATTRS:
-                self.stmt_ctx.setdefault(id(sub), ctx)
+                self._set_ctx(sub, ctx)
+
+    def _set_ctx(self, node: ast.AST, ctx: _Ctx) -> None:
+        # A call reached both from set-up (or a fallback) and per call runs per call.
+        old = self.stmt_ctx.get(id(node))
+        if old is None or _PATH_RANK[ctx.path] > _PATH_RANK[old.path]:
+            self.stmt_ctx[id(node)] = ctx
 
     def _callees_of(self, node: ast.AST) -> dict[str, ast.AST]:
         """The file's functions that `node` calls, directly or through each other."""
@@ -529,25 +813,58 @@ class PythonPass:
         while todo:
             for sub in ast.walk(todo.pop()):
                 if isinstance(sub, ast.Call):
-                    callee = self._local_callee(sub)
+                    callee = self._local_callee(sub, self.enclosing_fn(sub))
                     name = getattr(callee, "name", None)
                     if callee is not None and name and name not in found:
                         found[name] = callee
                         todo.append(callee)
         return found
 
-    def _local_callee(self, call: ast.Call) -> ast.AST | None:
+    def enclosing_fn(self, node: ast.AST) -> ast.AST | None:
+        return self.enclosing.get(id(node))
+
+    def _local_callee(self, call: ast.Call, fn: ast.AST | None = None) -> ast.AST | None:
+        """The file's function that `call` runs: a plain function, a method reached through `self`,
+        an instance of a file class (its method or `__call__`), a class (its `__init__`), or an
+        autograd Function's `apply` (its `forward`)."""
         f = call.func
-        if isinstance(f, ast.Name) and f.id in self.functions and f.id not in self.triton_names:
-            return self.functions[f.id]
-        if isinstance(f, ast.Attribute) and f.attr in self.functions and f.attr not in self.ext_functions:
-            return self.functions[f.attr]
+        if isinstance(f, ast.Name) and f.id in self.triton_names:
+            return None
         if isinstance(f, ast.Name):
-            # A class in this file: its __init__ and __call__ run.
-            for node in self.tree.body:
-                if isinstance(node, ast.ClassDef) and node.name == f.id:
-                    return next((m for m in node.body if isinstance(m, ast.FunctionDef) and m.name == "__init__"), None)
+            if f.id in self.classes:
+                return self.classes[f.id].get("__init__")
+            if f.id in self.instances:
+                return self.classes[self.instances[f.id]].get("__call__")
+            return self.functions.get(f.id)
+        if not isinstance(f, ast.Attribute) or f.attr in self.ext_functions and not self._is_handle_receiver(f.value):
+            return None
+        owner = f.value
+        cls = ""
+        if isinstance(owner, ast.Name) and owner.id in self.classes:
+            cls = owner.id
+            if f.attr == "apply" and "forward" in self.classes[cls]:
+                return self.classes[cls]["forward"]
+        elif isinstance(owner, ast.Name) and owner.id in ("self", "cls") and fn is not None:
+            cls = self.method_class.get(id(fn), "")
+        elif isinstance(owner, ast.Name) and owner.id in self.instances:
+            cls = self.instances[owner.id]
+        elif isinstance(owner, ast.Attribute) and "*." + owner.attr in self.instances:
+            cls = self.instances["*." + owner.attr]
+        if cls and f.attr in self.classes.get(cls, {}):
+            return self.classes[cls][f.attr]
+        if isinstance(owner, (ast.Name, ast.Attribute)) and not cls and f.attr in SYMM_HANDLE_METHODS:
+            return None  # hdl.barrier(): the handle's method, not a same-named function of the file
+        if f.attr in self.functions and f.attr not in self.ext_functions:
+            return self.functions[f.attr]
         return None
+
+    def _is_handle_receiver(self, node: ast.AST) -> bool:
+        """A receiver that is a symmetric-memory handle (bound from rendezvous, or named so)."""
+        name = _dotted(node)
+        last = name.split(".")[-1].lower()
+        if "hdl" in last or "handle" in last or last in ("h", "sm", "symm"):
+            return True
+        return name in self.handle_names
 
     # ---- calls --------------------------------------------------------------------------------
 
@@ -567,8 +884,7 @@ class PythonPass:
         return out
 
     def _walk_calls(self) -> None:
-        enclosing = self._enclosing_functions()
-        self.enclosing = enclosing
+        enclosing = self.enclosing
         # Names bound to compiled extensions, and the functions they export.
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Call):
@@ -948,10 +1264,11 @@ class PythonPass:
     loop_nodes: list = []
 
 
-def analyze_python(text: str, file: str, tree: ast.Module | None = None) -> PythonFacts:
-    """Python facts of one candidate; never raises for a file that parses."""
+def analyze_python(text: str, file: str, tree: ast.Module | None = None, run: RunContext | None = None) -> PythonFacts:
+    """Python facts of one candidate on a run (dtype, world size, multicast; from the file's
+    folder when not given); never raises for a file that parses."""
     try:
-        p = PythonPass(text, file, tree)
+        p = PythonPass(text, file, tree, run)
         p.loop_nodes = []
         return p.run()
     except SyntaxError as exc:
