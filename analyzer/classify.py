@@ -373,6 +373,24 @@ class Classifier:
                 return True
         return False
 
+    def _side_stream_overlaps(self, side: list[CallSite], matmul_lines: list[int]) -> bool:
+        """Work on a side stream overlaps only if other work is issued between its start and the
+        point where the streams are joined (`wait_stream`, an event wait, a synchronize). A side
+        stream joined before the compute it should hide is serial."""
+        work = ("compute", "ext_kernel", "triton_launch", "cupy_launch", "collective", "p2p", "tensor_copy", "symm_mem")
+        for fn in {c.function for c in side}:
+            mine = [c for c in side if c.function == fn]
+            start, last = min(c.line for c in mine), max(c.end_line or c.line for c in mine)
+            joins = [c.line for c in self.facts.python.calls if c.path == "timed" and c.function == fn and c.line > last
+                     and not c.stream_context and (c.category == "cuda_sync" or "wait" in c.qualname)]
+            end = min(joins) if joins else 10**9
+            others = [c for c in self.facts.python.calls if c.path == "timed" and c.category in work
+                      and start <= c.line < end and c not in mine and not c.stream_context]
+            # A matmul written as `@` between the start and the join counts as other work.
+            if others or any(start <= m < end for m in matmul_lines):
+                return True
+        return False
+
     def _host_cuda_calls(self) -> None:
         for cuda in self.facts.cuda:
             for call in cuda.api_calls:
@@ -395,7 +413,7 @@ class Classifier:
             return
         mover = [r for r in reports if any(l.value not in ("none", "unknown") for l in r.labels.get("mechanism", []))]
         side_stream = [c for c in py.calls if c.path == "timed" and c.stream_context]
-        if side_stream and (py.streams or self.timed("event", "stream")):
+        if side_stream and (py.streams or self.timed("event", "stream")) and self._side_stream_overlaps(side_stream, matmul_lines):
             first = side_stream[0]
             evidence = [self.ev(first.line, "python", f"issued under {first.stream_context}")]
             with_line = next((i for i in range(first.line, 0, -1) if "with " in self.lines[i - 1] and first.stream_context.split("(")[0].split(".")[-1] in self.lines[i - 1]), 0)
@@ -441,11 +459,50 @@ def _matmul_lines(rec: CandidateRecord, py) -> list[int]:
     return sorted(out)
 
 
+# Arithmetic beyond a collective's own reduction: products, transcendental functions, tensor-core
+# instructions. `sum += peer[i]` (adding peers' values) is the collective itself, not computation.
+_COMPUTE_RE = re.compile(
+    r"\bfmaf?\s*\(|__fmaf?_|__fmul|__hmul|rsqrtf?\s*\(|sqrtf?\s*\(|\bexpf?\s*\(|__expf|\blogf?\s*\(|__logf"
+    r"|\btanhf?\s*\(|\b(sin|cos)f?\s*\(|__(sin|cos)f|wmma|mma\.sync|wgmma|\bmma\b|cublas"
+    r"|[+-]=\s*[^;]*[\w\])]\s*\*\s*[\w(]"  # acc += a * b
+)
+
+
 def _kernel_computes(body_lines: list[str]) -> bool:
-    """A kernel body with multiply-accumulate or normalisation arithmetic, not only copies/adds."""
-    body = "\n".join(body_lines)
-    markers = ("fmaf", "rsqrt", "wmma", "mma.sync", "wgmma", "expf", "acc +=", "sum +=", "acc[", "* w", "sqrtf", "__fmul", "+= a", "*b[", "* b[")
-    return sum(m in body for m in markers) >= 1 and ("for" in body or "acc" in body)
+    """A kernel body with multiply-accumulate, normalisation or tensor-core arithmetic."""
+    body = "\n".join(line.split("//")[0] for line in body_lines)
+    return bool(_COMPUTE_RE.search(body))
+
+
+def problem_has_compute(rec: CandidateRecord) -> bool | None:
+    """Whether the problem the record answers computes beyond its collective, for every PKB
+    problem: the catalog's entry (matched by name; PKB's files numbered 34 and up answer problem
+    id - 1), else our own spec of it; None where neither says."""
+    from problems import catalog
+    from problems import spec as problem_spec
+
+    table = catalog.entries()
+    entry = None
+    matched = getattr(rec, "matched_problem", None)  # the evaluation's match, where it set one
+    if isinstance(matched, int):
+        entry = table.get(matched)
+    name = rec.problem_name or ""
+    if entry is None and name:
+        entry = catalog.by_name(name) or max(
+            (e for e in table.values() if name.startswith(e.name + "_")), key=lambda e: len(e.name), default=None)
+    if entry is None and rec.problem_id is not None:
+        stem = rec.path.rsplit("/", 1)[-1]
+        for pid in (rec.problem_id, rec.problem_id - 1):
+            e = table.get(pid)
+            if e is not None and e.name in stem:
+                entry = e
+                break
+    if entry is None:
+        return None
+    if entry.has_compute is not None:
+        return entry.has_compute
+    spec = problem_spec(entry.id)
+    return spec.has_compute if spec is not None and spec.name == entry.name else None
 
 
 def classify(rec: CandidateRecord, has_compute: bool | None) -> None:

@@ -19,7 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from analyzer.classify import classify
+from analyzer.classify import classify, problem_has_compute
 from analyzer.facts import CudaFacts, PtxFacts, StaticFacts
 from analyzer.python_pass import analyze_python, run_context
 from analyzer.rules import Rule, run_rules, select_rules
@@ -193,10 +193,7 @@ class StaticAnalyzer:
         rec.labels, rec.kernels, rec.findings = {}, [], []
         if rec.parse_status != "ok" or rec.facts.python.status != "ok":
             return
-        from problems import spec as problem_spec
-
-        spec = problem_spec(rec.problem_id) if rec.problem_id is not None else None
-        classify(rec, spec.has_compute if spec is not None else None)
+        classify(rec, problem_has_compute(rec))
         rec.findings = run_rules(rec, self.rules)
 
     def analyze(self, rec: CandidateRecord) -> CandidateRecord:

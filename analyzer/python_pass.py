@@ -47,7 +47,10 @@ ALLOC_FUNCS = {"empty", "zeros", "ones", "full", "empty_like", "zeros_like", "on
                "full_like", "empty_strided", "randn", "rand"}
 COMPUTE_FUNCS = {"matmul", "mm", "bmm", "addmm", "linear", "einsum", "softmax", "layer_norm",
                  "rms_norm", "scaled_dot_product_attention", "baddbmm", "conv2d", "log_softmax",
-                 "cross_entropy", "exp", "mul", "add", "sum"}
+                 "cross_entropy", "exp", "mul", "add", "sum", "fft", "rfft", "irfft", "rfft2", "irfft2", "fftn",
+                 "sort", "argsort", "topk", "cdist", "cos", "sin", "conv1d", "conv3d", "norm", "sqrt", "rsqrt",
+                 "logsumexp", "sigmoid", "silu", "gelu", "relu", "div", "pow", "cumsum",
+                 "embedding", "_scaled_mm", "bucketize", "searchsorted", "tanh", "log", "max", "min", "mean"}
 RANK_NAMES = {"rank", "my_rank", "local_rank", "rank_id", "cur_rank", "self_rank", "myrank"}
 WORLD_NAMES = {"world_size", "world", "ws", "num_ranks", "nranks", "n_ranks", "world_sz",
                "num_gpus", "ngpus", "WORLD_SIZE", "NUM_RANKS", "NRANKS", "N_RANKS", "NUM_GPUS",
@@ -368,7 +371,31 @@ class PythonPass:
             return True
         pinned = isinstance(kws.get("pin_memory"), ast.Constant) and kws["pin_memory"].value is True
         on_cpu = isinstance(kws.get("device"), ast.Constant) and kws["device"].value == "cpu"
-        return last in ALLOC_FUNCS and (pinned or on_cpu)
+        if last in ALLOC_FUNCS and (pinned or on_cpu):
+            return True
+        # `torch.arange(n)`, `torch.tensor(sizes)`: a factory with no device makes a CPU tensor.
+        q = self.qualname(value.func)
+        factory = last in (*ALLOC_FUNCS, "tensor", "arange", "as_tensor", "linspace", "from_numpy") and not last.endswith("_like")
+        return q.startswith("torch.") and factory and "device" not in kws and last != "from_numpy" or q == "torch.from_numpy"
+
+    def _is_host_value(self, node: ast.AST) -> bool:
+        """A tensor known to live in host memory: a name bound to one, or an expression making one."""
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            return _dotted(node) in self.facts.host_tensors
+        return self._is_host_tensor(node)
+
+    def _is_metadata(self, call: ast.Call) -> bool:
+        """`.cpu()` of split sizes, counts or offsets (or read back at once with .tolist()/.item()):
+        a few numbers the host needs, not the payload."""
+        parent = self.parents.get(id(call))
+        if isinstance(parent, ast.Attribute) and parent.attr in ("tolist", "item", "numpy", "long", "int"):
+            return True
+        if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id in ("int", "list", "tuple", "float", "sum", "max"):
+            return True
+        names = [_dotted(call.func.value)] if isinstance(call.func, ast.Attribute) else []
+        if isinstance(parent, ast.Assign):
+            names += [_dotted(t) for t in parent.targets]
+        return any(w in n.lower() for n in names if n for w in _METADATA_WORDS)
 
     def _assign_kinds(self, targets: list[ast.AST], value: ast.AST, scope: _Scope, line: int) -> None:
         if self._is_host_tensor(value):
@@ -885,6 +912,7 @@ class PythonPass:
 
     def _walk_calls(self) -> None:
         enclosing = self.enclosing
+        self.parents = {id(child): parent for parent in ast.walk(self.tree) for child in ast.iter_child_nodes(parent)}
         # Names bound to compiled extensions, and the functions they export.
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Call):
@@ -957,6 +985,9 @@ class PythonPass:
             return "symm_mem", q
         if isinstance(node.func, ast.Attribute):
             base_kind = "handle" if last in SYMM_HANDLE_METHODS else ""
+            # `ext.wait_signal(...)`: the extension's own function, not the handle's method.
+            if base_kind and last in self.ext_functions and not self._is_handle_receiver(node.func.value):
+                base_kind = ""
             if base_kind and last in ("barrier", "put_signal", "wait_signal", "get_buffer", "get_signal_pad"):
                 if last != "barrier" or not q.startswith("torch.distributed"):
                     return "symm_handle", f"handle.{last}"
@@ -965,13 +996,19 @@ class PythonPass:
         ):
             return "cuda_sync", q
         if last in ("item", "tolist") and isinstance(node.func, ast.Attribute) and not node.args:
+            receiver = node.func.value
+            if self._is_host_value(receiver) or (isinstance(receiver, ast.Call) and self._categorize(receiver, self.qualname(receiver.func), self.qualname(receiver.func).split(".")[-1])[0] in ("cuda_sync", "host_transfer")):
+                return "", ""  # already on the host (or the copy that brought it is the sync)
             return "cuda_sync", f"tensor.{last}"
-        if last in ("cpu", "numpy") and isinstance(node.func, ast.Attribute) and not node.args:
-            return "host_transfer", f"tensor.{last}"
-        if last == "to" and any(
-            isinstance(a, ast.Constant) and a.value == "cpu" for a in [*node.args, *(k.value for k in node.keywords)]
-        ):
-            return "host_transfer", "tensor.to(cpu)"
+        to_cpu = last == "to" and any(
+            isinstance(a, ast.Constant) and a.value == "cpu" for a in [*node.args, *(k.value for k in node.keywords)])
+        if (last in ("cpu", "numpy") and isinstance(node.func, ast.Attribute) and not node.args) or to_cpu:
+            if isinstance(node.func, ast.Attribute) and self._is_host_value(node.func.value):
+                return "", ""
+            name = "tensor.to(cpu)" if to_cpu else f"tensor.{last}"
+            if self._is_metadata(node):
+                return "cuda_sync", name  # the host waits for a few numbers; the payload stays on the GPU
+            return "host_transfer", name
         if last == "pin_memory" or (last in ALLOC_FUNCS and any(k.arg == "pin_memory" for k in node.keywords)):
             return "host_transfer", q
         if q in ("torch.cuda.Stream",) or last == "Stream" and "cuda" in q:
@@ -1212,8 +1249,7 @@ class PythonPass:
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range" and len(node.args) == 1:
                 arg = node.args[0]
                 if isinstance(arg, ast.Constant) and arg.value in (2, 4, 8, 16) and fname in timed_fns:
-                    body_text = self._loop_body_text(node)
-                    if any(w in body_text for w in ("buffer_ptrs", "get_buffer", "peer", "signal_pad")):
+                    if self._range_over_peers(node):
                         self.facts.constants.append(ConstantFact(node.lineno, "range", str(arg.value), self.snippet(node.lineno)))
         # Streams and loops that pipeline transfers with compute.
         for c in self.facts.calls:
@@ -1236,6 +1272,32 @@ class PythonPass:
             if transfer and (compute - transfer or has_matmul or len(transfer) > 1):
                 self.facts.chunk_loops.append(loop.lineno)
 
+    def _range_over_peers(self, range_call: ast.Call) -> bool:
+        """`for p in range(8): ... buffer_ptrs[p]`: the loop variable picks a rank (a peer's buffer,
+        its signal pad, `(rank + p) % ...`), so the literal is a rank count. `range(2)` over two
+        buffers of a double buffer, or over stages, is not."""
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.For, ast.comprehension)) and node.iter is range_call and isinstance(node.target, ast.Name):
+                var = node.target.id
+                body = node.body if isinstance(node, ast.For) else [self.parents.get(id(node)) or node]
+                for stmt in body:
+                    for sub in ast.walk(stmt):
+                        if isinstance(sub, ast.Subscript) and any(isinstance(n, ast.Name) and n.id == var for n in ast.walk(sub.slice)):
+                            base = _dotted(sub.value).lower()
+                            if any(w in base for w in ("buffer_ptrs", "signal_pad", "peer", "ptrs", "remote")):
+                                return True
+                        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in ("get_buffer", "get_signal_pad") \
+                                and sub.args and any(isinstance(n, ast.Name) and n.id == var for n in ast.walk(sub.args[0])):
+                            return True
+                        if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Add) and {
+                                n.id for n in ast.walk(sub) if isinstance(n, ast.Name)} >= {var} and any(
+                                isinstance(n, ast.Name) and n.id in RANK_NAMES for n in ast.walk(sub)):
+                            return True
+                        if isinstance(sub, ast.Compare) and any(isinstance(n, ast.Name) and n.id == var for n in [sub.left, *sub.comparators]) \
+                                and any(isinstance(n, ast.Name) and n.id in RANK_NAMES for n in [sub.left, *sub.comparators]):
+                            return True
+        return False
+
     def _loop_body_text(self, range_call: ast.Call) -> str:
         for node in ast.walk(self.tree):
             if isinstance(node, (ast.For, ast.comprehension)) and node.iter is range_call:
@@ -1244,10 +1306,14 @@ class PythonPass:
         return ""
 
     def _assert_kind(self, test: ast.AST, text: str) -> tuple[str, str]:
-        if "world_size" in text or "get_world_size" in text:
-            m = re.search(r"==\s*(\d+)", text)
-            if m:
-                return "world_size", m.group(1)
+        # `world_size == 2` fixes the rank count; `n % world_size == 0` or `world_size == 1` does not.
+        for node in ast.walk(test):
+            if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Eq, ast.In)):
+                sides = [node.left, node.comparators[0]]
+                world = [x for x in sides if self._is_world_expr(x)]
+                lits = [x for x in sides if isinstance(x, ast.Constant) and isinstance(x.value, int) and x.value > 1]
+                if world and lits:
+                    return "world_size", str(lits[0].value)
         if ".dtype" in text:
             m = re.search(r"==\s*(torch\.\w+)", text)
             if m:

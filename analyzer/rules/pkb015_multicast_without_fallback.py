@@ -1,3 +1,4 @@
+import ast
 import re
 
 from analyzer.rules.base import Rule
@@ -43,6 +44,29 @@ class MulticastWithoutFallback(Rule):
         uses = [c for c in ctx.py.calls if c.qualname == "handle.multicast_ptr" and c.path in ("timed", "setup")]
         if not uses:
             return
-        if any(_CHECK.search(line) for line in ctx.lines):
+        if any(_CHECK.search(line) for line in ctx.lines) or _tests_multicast(ctx.rec.syntax_tree()):
             return
         yield self.finding(ctx, uses[0].line)
+
+
+def _is_multicast(node: ast.AST) -> bool:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Attribute) and "multicast" in sub.attr:
+            return True
+        if isinstance(sub, ast.Name) and ("multicast" in sub.id.lower() or sub.id.lower() in ("mc_ptr", "mc_addr", "mc")):
+            return True
+    return False
+
+
+def _tests_multicast(tree: ast.AST | None) -> bool:
+    """A branch, assert or conditional on the multicast address (`if int(hdl.multicast_ptr) != 0:`,
+    `use_mc = hdl.multicast_ptr != 0`, `mc if mc else fallback`): the file checks that it exists."""
+    if not tree:
+        return False
+    for node in ast.walk(tree):
+        test = node.test if isinstance(node, (ast.If, ast.IfExp, ast.Assert, ast.While)) else None
+        if isinstance(node, (ast.Compare, ast.BoolOp)) or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)):
+            test = node
+        if test is not None and _is_multicast(test):
+            return True
+    return False
