@@ -20,9 +20,10 @@ from analyzer.facts import (
     ConstantFact,
     CudaSource,
     PythonFacts,
+    ReusedReturn,
     TritonKernel,
 )
-from analyzer.strings import StringResolver
+from analyzer.strings import StringResolver, cpp_signatures
 
 COLLECTIVES = {
     "all_reduce", "all_gather", "all_gather_into_tensor", "_all_gather_base", "reduce_scatter",
@@ -191,6 +192,7 @@ class PythonPass:
         self.strings = StringResolver(self.tree, text)
         self.global_names: set[str] = set()
         self.handle_names: set[str] = set()  # names bound from symm_mem.rendezvous(...)
+        self.caching_fns: set[str] = set()  # functions that return what they cached on a first call
         self.run_ctx = run if run is not None else run_context_of_path(file)
         self.classes: dict[str, dict[str, ast.FunctionDef]] = {}  # class -> method name -> def
         self.instances: dict[str, str] = {}  # name / `*.attr` bound to an instance of a file class
@@ -206,8 +208,10 @@ class PythonPass:
         self._reachability()
         self._walk_calls()
         self._cuda_sources()
+        self._ext_signatures()
         self._triton()
         self._asserts_and_constants()
+        self._reused_returns()
         self.facts.calls.sort(key=lambda c: (c.line, c.col))
         return self.facts
 
@@ -608,6 +612,7 @@ class PythonPass:
         decos = [self.qualname(d.func if isinstance(d, ast.Call) else d) for d in getattr(fn, "decorator_list", [])]
         if path == "timed" and any(d.split(".")[-1] in ("lru_cache", "cache", "cached_property") for d in decos):
             path = "setup"
+            self.caching_fns.add(name)
             if prev is not None and _PATH_RANK[prev] >= _PATH_RANK[path]:
                 return
         self.path_of[name] = path
@@ -618,6 +623,7 @@ class PythonPass:
         current = ctx
         for i, stmt in enumerate(body):
             if self._is_early_return_hit(stmt) and self._is_cache_guard_early(stmt, body[i + 1 :], fn):
+                self.caching_fns.add(getattr(fn, "name", ""))
                 self._visit_stmt(stmt, current, fn, stack)
                 if current.path == "timed":
                     current = _ctx_on(current, "setup")
@@ -778,6 +784,7 @@ class PythonPass:
             body_ctx, else_ctx = ctx, ctx
             if ctx.path == "timed" and self._is_cache_guard(stmt.test, stmt.body, fn):
                 body_ctx = _ctx_on(ctx, "setup")
+                self.caching_fns.add(getattr(fn, "name", ""))
             taken = self.run_value(stmt.test, fn) if ctx.path != "fallback" else None
             if taken is True:
                 else_ctx = _ctx_on(else_ctx, "fallback")
@@ -815,6 +822,8 @@ class PythonPass:
             return
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             return  # a nested definition runs when called, not here
+        if isinstance(stmt, ast.Return):
+            self._set_ctx(stmt, ctx)
         self._visit_expr(stmt, ctx, fn, stack)
 
     def _visit_expr(self, node: ast.AST, ctx: _Ctx, fn: ast.AST, stack: set[str]) -> None:
@@ -970,7 +979,36 @@ class PythonPass:
         if isinstance(node, ast.Name):
             origin = scope.origin.get(node.id) or self.module_scope.origin.get(node.id, 0)
         return ArgInfo(position=pos, keyword=kw, text=ast.unparse(node)[:120], pointer_kind=kind,
-                       origin_line=origin or getattr(node, "lineno", 0))
+                       origin_line=origin or getattr(node, "lineno", 0),
+                       value_type=self._value_type(node, self.enclosing.get(id(node))))
+
+    def _value_type(self, node: ast.AST, fn: ast.AST | None, depth: int = 0) -> str:
+        """'int' for an address (a handle's buffer_ptrs_dev, signal_pad_ptrs_dev, multicast_ptr, a
+        data_ptr(), int(...)), 'tensor' for a tensor factory's result, '' where unknown."""
+        if depth > 3:
+            return ""
+        if isinstance(node, ast.Attribute) and node.attr in ("buffer_ptrs_dev", "signal_pad_ptrs_dev", "multicast_ptr"):
+            return "int"
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            return "int"
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Name) and f.id == "int":
+                return "int"
+            if isinstance(f, ast.Attribute) and f.attr == "data_ptr":
+                return "int"
+            q = self.qualname(f)
+            if q.startswith("torch.") and q.split(".")[-1] in (*ALLOC_FUNCS, "tensor", "as_tensor", "arange", "from_numpy"):
+                return "tensor"
+            return ""
+        if isinstance(node, ast.Name):
+            value = self._single_assignment(node.id, fn) if fn is not None else None
+            if value is None:
+                found = [n.value for n in self.tree.body if isinstance(n, ast.Assign) and len(n.targets) == 1
+                         and isinstance(n.targets[0], ast.Name) and n.targets[0].id == node.id]
+                value = found[0] if len(found) == 1 else None
+            return self._value_type(value, fn, depth + 1) if value is not None else ""
+        return ""
 
     def _categorize(self, node: ast.Call, q: str, last: str) -> tuple[str, str]:
         dist_mod = q.startswith("torch.distributed.") and "_symmetric_memory" not in q
@@ -1154,6 +1192,119 @@ class PythonPass:
                                text=piece.text, line_map=piece.line_map, compile_line=node.lineno,
                                compile_path="module", exact=piece.exact)
                 )
+
+    def _ext_signatures(self) -> None:
+        names = set(self.ext_functions) | {c.target for c in self.facts.calls if c.category == "ext_kernel"}
+        if names and self.facts.cuda_sources:
+            self.facts.ext_signatures = cpp_signatures([s.text for s in self.facts.cuda_sources], names)
+
+    # ---- returned buffers ----------------------------------------------------------------------
+
+    _VIEWS = ("view", "reshape", "reshape_as", "view_as", "narrow", "flatten", "squeeze", "unsqueeze", "t",
+              "transpose", "permute", "as_strided", "contiguous", "unflatten", "expand", "expand_as", "detach",
+              "select", "split", "chunk", "unbind", "__getitem__")
+
+    def _reused_returns(self) -> None:
+        """solution()'s per-call returns whose value outlives the call: a symmetric buffer, or a
+        buffer it keeps in a cache, a global or an attribute (or a view of one)."""
+        sol = self.functions.get("solution")
+        if sol is None:
+            return
+        seen: set[int] = set()
+        todo: list[tuple[ast.AST, int]] = [(sol, 0)]
+        while todo:
+            fn, depth = todo.pop()
+            for node in ast.walk(fn):
+                if not isinstance(node, ast.Return) or node.value is None or self.enclosing.get(id(node)) is not fn:
+                    continue
+                ctx = self.stmt_ctx.get(id(node))
+                if ctx is None or ctx.path != "timed" or id(node) in seen:
+                    continue
+                seen.add(id(node))
+                vals = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+                for v in vals:
+                    if isinstance(v, ast.Call) and depth < 2:
+                        callee = self._local_callee(v, fn)
+                        if callee is not None and getattr(callee, "name", "") not in self.caching_fns:
+                            todo.append((callee, depth + 1))
+                            continue
+                    got = self._kept(v, fn, 0)
+                    if got is not None:
+                        reason, name, origin = got
+                        base = v
+                        while isinstance(base, (ast.Subscript, ast.Call)):
+                            base = base.value if isinstance(base, ast.Subscript) else getattr(base.func, "value", base.func)
+                        if self.kind_of(base, self._scope_for(fn)) in ("symm_local", "peer_tensor"):
+                            reason = "symmetric"
+                        self.facts.reused_returns.append(ReusedReturn(node.lineno, name, reason, origin))
+                        break
+
+    def _kept(self, node: ast.AST, fn: ast.AST, depth: int) -> tuple[str, str, int] | None:
+        """(symmetric | cached, name, origin line) when `node` is a buffer that outlives the call."""
+        if depth > 4:
+            return None
+        while True:  # strip views: `buf[:n].view(shape)` is still `buf`
+            if isinstance(node, ast.Subscript) and not self._is_cache_read(node):
+                node = node.value
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in self._VIEWS:
+                node = node.func.value
+            else:
+                break
+        if isinstance(node, ast.Call):
+            last = self.qualname(node.func).split(".")[-1]
+            if last in ("get_buffer",):
+                return "symmetric", ast.unparse(node)[:60], node.lineno
+            callee = self._local_callee(node, fn)
+            if callee is not None and getattr(callee, "name", "") in self.caching_fns:
+                return "cached", ast.unparse(node)[:60], node.lineno
+            return None
+        if self._is_cache_read(node):
+            return "cached", ast.unparse(node)[:60], node.lineno
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            return "cached", ast.unparse(node), node.lineno
+        if not isinstance(node, ast.Name):
+            return None
+        sources = self._assignments(node.id, fn)
+        if not sources:
+            if node.id in self.global_names and node.id not in self.functions:
+                return "cached", node.id, 0
+            return None
+        found = None
+        for value, line in sources:
+            got = self._kept(value, fn, depth + 1)
+            if got is None:
+                return None  # fresh on some route: not reported
+            found = found or (got[0], node.id, line)
+        return found
+
+    def _is_cache_read(self, node: ast.AST) -> bool:
+        """`_cache[key]`, `self.bufs[i]`, `_STATE.get(key)` where the container persists across calls."""
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            node = ast.Subscript(value=node.func.value, slice=ast.Constant(0))
+        if not isinstance(node, ast.Subscript):
+            return False
+        base = _dotted(node.value)
+        return bool(base) and (base.split(".")[0] in self.global_names or base.startswith("self.")) and base.split(".")[0] not in self.functions
+
+    def _assignments(self, name: str, fn: ast.AST) -> list[tuple[ast.AST, int]]:
+        """Values assigned to `name` in `fn`; a tuple unpack from a caching call counts as cached."""
+        out: list[tuple[ast.AST, int]] = []
+        for n in ast.walk(fn):
+            if isinstance(n, (ast.Assign, ast.AnnAssign)) and getattr(n, "value", None) is not None:
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                for t in targets:
+                    if isinstance(t, ast.Name) and t.id == name:
+                        out.append((n.value, n.lineno))
+                    elif isinstance(t, (ast.Tuple, ast.List)) and any(isinstance(e, ast.Name) and e.id == name for e in t.elts):
+                        if isinstance(n.value, (ast.Tuple, ast.List)) and len(n.value.elts) == len(t.elts):
+                            i = next(i for i, e in enumerate(t.elts) if isinstance(e, ast.Name) and e.id == name)
+                            out.append((n.value.elts[i], n.lineno))
+                        else:
+                            out.append((n.value, n.lineno))  # unpacked from a call or a cache slot
+            elif isinstance(n, (ast.For, ast.AugAssign)) and any(
+                    isinstance(x, ast.Name) and x.id == name for x in ast.walk(n.target)):
+                out.append((ast.Constant(None), n.lineno))  # rebound per call: treat as fresh
+        return out
 
     # ---- Triton -----------------------------------------------------------------------------
 
