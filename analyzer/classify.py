@@ -192,6 +192,8 @@ class Classifier:
     def classify_triton(self) -> list[KernelReport]:
         out = []
         for t in self.facts.python.triton_kernels:
+            body = self.lines[t.line - 1 : t.end_line]
+            self.computes[t.name] = any(re.search(r"tl\.(dot|exp2?|log2?|sqrt|rsqrt|sigmoid|fma)\(", ln) or _line_computes(ln) for ln in body)
             rep = KernelReport(name=t.name, language="triton", line=t.line)
             labels: dict[str, list[Label]] = {}
             signal = {p for p, kind in t.peer_params.items() if kind in SIGNAL_KINDS}
@@ -327,9 +329,8 @@ class Classifier:
 
     def _compute_line(self, k: KernelReport) -> int:
         """First line of a kernel that does arithmetic beyond moving data (dot, fma, rsqrt...)."""
-        pattern = re.compile(r"tl\.dot\(|tl\.sum\(|fmaf|rsqrt|wmma|mma\.sync|acc\s*\+=|sum\s*\+=")
         for i in range(k.line, min(k.line + 300, len(self.lines) + 1)):
-            if pattern.search(self.lines[i - 1]):
+            if re.search(r"tl\.(dot|exp2?|log2?|sqrt|rsqrt|sigmoid|fma)\(", self.lines[i - 1]) or _line_computes(self.lines[i - 1]):
                 return i
         return 0
 
@@ -374,20 +375,27 @@ class Classifier:
         return False
 
     def _side_stream_overlaps(self, side: list[CallSite], matmul_lines: list[int]) -> bool:
-        """Work on a side stream overlaps only if other work is issued between its start and the
-        point where the streams are joined (`wait_stream`, an event wait, a synchronize). A side
-        stream joined before the compute it should hide is serial."""
-        work = ("compute", "ext_kernel", "triton_launch", "cupy_launch", "collective", "p2p", "tensor_copy", "symm_mem")
+        """Work on a side stream overlaps only if other work is issued between the side-stream
+        block and the point where the streams are joined (`wait_stream`, a synchronize, a wait on
+        the event recorded in that block). A side stream joined before the compute it should hide
+        is serial."""
+        calls = self.facts.python.calls
         for fn in {c.function for c in side}:
             mine = [c for c in side if c.function == fn]
-            start, last = min(c.line for c in mine), max(c.end_line or c.line for c in mine)
-            joins = [c.line for c in self.facts.python.calls if c.path == "timed" and c.function == fn and c.line > last
-                     and not c.stream_context and (c.category == "cuda_sync" or "wait" in c.qualname)]
-            end = min(joins) if joins else 10**9
-            others = [c for c in self.facts.python.calls if c.path == "timed" and c.category in work
-                      and start <= c.line < end and c not in mine and not c.stream_context]
-            # A matmul written as `@` between the start and the join counts as other work.
-            if others or any(start <= m < end for m in matmul_lines):
+            last = max(c.end_line or c.line for c in mine)
+            recorded = {m.group(1) for c in mine for m in [re.search(r"([\w\[\]+\-. ]+)\.record\(", c.snippet)] if m}
+            joins = [c.line for c in calls if c.path == "timed" and c.function == fn and c.line > last and not c.stream_context
+                     and ("wait_stream" in c.qualname or c.category == "cuda_sync" and "synchronize" in c.qualname
+                          or "wait_event" in c.qualname and any(a.text in recorded for a in c.args))]
+            if not joins:
+                return True  # joined elsewhere (the caller, the next iteration): work can run between
+            end = min(joins)
+            for i in range(last + 1, end):
+                code = self.lines[i - 1].split("#")[0].strip()
+                if "(" in code and not re.search(r"\b(wait_stream|wait_event|record|synchronize|Event|stream)\(", code) \
+                        and not code.startswith(("def ", "return", "if ", "for ", "with ", "elif ")):
+                    return True
+            if any(last < m < end for m in matmul_lines):
                 return True
         return False
 
@@ -422,7 +430,7 @@ class Classifier:
             rec.add_label(Label("overlap", "multi_stream", evidence))
         if py.chunk_loops:
             rec.add_label(Label("overlap", "chunked_pipeline", [self.ev(py.chunk_loops[0], "python", "a loop over chunks issues transfers and compute")]))
-        fused = [r for r in mover if r.language == "triton" or self.computes.get(r.name, False)]
+        fused = [r for r in mover if self.computes.get(r.name, False)]
         if fused and not has_torch_compute:
             k = fused[0]
             pass_name = "clang" if k.language == "cuda" else "python"
@@ -460,18 +468,30 @@ def _matmul_lines(rec: CandidateRecord, py) -> list[int]:
 
 
 # Arithmetic beyond a collective's own reduction: products, transcendental functions, tensor-core
-# instructions. `sum += peer[i]` (adding peers' values) is the collective itself, not computation.
+# instructions. `sum += peer[i]` (adding peers' values) is the collective itself, not computation,
+# and neither is index arithmetic (`idx += blockDim.x * gridDim.x`).
 _COMPUTE_RE = re.compile(
-    r"\bfmaf?\s*\(|__fmaf?_|__fmul|__hmul|rsqrtf?\s*\(|sqrtf?\s*\(|\bexpf?\s*\(|__expf|\blogf?\s*\(|__logf"
+    r"\bfmaf?\s*\(|__fmaf?_|__fmul|__hmul|__hfma|rsqrtf?\s*\(|sqrtf?\s*\(|\bexpf?\s*\(|__expf|exp2f\s*\(|\blogf?\s*\(|__logf"
     r"|\btanhf?\s*\(|\b(sin|cos)f?\s*\(|__(sin|cos)f|wmma|mma\.sync|wgmma|\bmma\b|cublas"
-    r"|[+-]=\s*[^;]*[\w\])]\s*\*\s*[\w(]"  # acc += a * b
 )
+_INDEX_WORDS = re.compile(r"blockIdx|blockDim|threadIdx|gridDim|sizeof|stride|offset|\bidx\b|\btid\b|lane|warp|"
+                          r"\b(int|int64_t|int32_t|uint32_t|uint64_t|size_t|long|unsigned)\b|_ptrs?\b|\bptr\b|\bn_|num_|rank|world|"
+                          r"\bpid|BLOCK|program_id|arange|_SIZE|\bstart\b|\bbase\b")
+_VALUE_PRODUCT = re.compile(r"[\w\])]\s*[*/]\s*[\w(]")
+
+
+def _line_computes(line: str) -> bool:
+    code = line.split("//")[0]
+    if _COMPUTE_RE.search(code):
+        return True
+    # A product or quotient of values (`acc += a * b`, `float y = x * inv_rms`), not of indices.
+    return "=" in code and bool(_VALUE_PRODUCT.search(code.split("=", 1)[1])) and not _INDEX_WORDS.search(code) \
+        and not code.strip().startswith(("#", "for", "if", "return"))
 
 
 def _kernel_computes(body_lines: list[str]) -> bool:
     """A kernel body with multiply-accumulate, normalisation or tensor-core arithmetic."""
-    body = "\n".join(line.split("//")[0] for line in body_lines)
-    return bool(_COMPUTE_RE.search(body))
+    return any(_line_computes(line) for line in body_lines)
 
 
 def problem_has_compute(rec: CandidateRecord) -> bool | None:

@@ -193,6 +193,7 @@ class PythonPass:
         self.global_names: set[str] = set()
         self.handle_names: set[str] = set()  # names bound from symm_mem.rendezvous(...)
         self.caching_fns: set[str] = set()  # functions that return what they cached on a first call
+        self.fallback_ranges: list[tuple[int, int]] = []  # (first, last) lines of blocks the run skips
         self.run_ctx = run if run is not None else run_context_of_path(file)
         self.classes: dict[str, dict[str, ast.FunctionDef]] = {}  # class -> method name -> def
         self.instances: dict[str, str] = {}  # name / `*.attr` bound to an instance of a file class
@@ -633,6 +634,14 @@ class PythonPass:
             if isinstance(stmt, ast.If) and current.path != "fallback" and _always_exits(stmt.body) \
                     and self.run_value(stmt.test, fn) is True:
                 current = _ctx_on(current, "fallback")
+                self._mark_fallback(body[i + 1 :])
+
+    def _mark_fallback(self, block: list[ast.stmt]) -> None:
+        if block:
+            self.fallback_ranges.append((block[0].lineno, max(getattr(b, "end_lineno", b.lineno) or b.lineno for b in block)))
+
+    def _in_fallback(self, line: int) -> tuple[int, int] | None:
+        return next((r for r in self.fallback_ranges if r[0] <= line <= r[1]), None)
 
     def _is_cache_guard_early(self, stmt: ast.If, rest: list[ast.stmt], fn: ast.AST | None = None) -> bool:
         return self._is_cache_guard(stmt.test, rest, fn)
@@ -788,8 +797,10 @@ class PythonPass:
             taken = self.run_value(stmt.test, fn) if ctx.path != "fallback" else None
             if taken is True:
                 else_ctx = _ctx_on(else_ctx, "fallback")
+                self._mark_fallback(stmt.orelse)
             elif taken is False:
                 body_ctx = _ctx_on(body_ctx, "fallback")
+                self._mark_fallback(stmt.body)
             if self._is_rank_test(stmt.test, fn):
                 body_ctx = _Ctx(body_ctx.function, body_ctx.path, True, body_ctx.in_loop, body_ctx.stream)
                 else_ctx = _Ctx(else_ctx.function, else_ctx.path, True, else_ctx.in_loop, else_ctx.stream)
@@ -1228,6 +1239,7 @@ class PythonPass:
                         if callee is not None and getattr(callee, "name", "") not in self.caching_fns:
                             todo.append((callee, depth + 1))
                             continue
+                    self._return_line = node.lineno
                     got = self._kept(v, fn, 0)
                     if got is not None:
                         reason, name, origin = got
@@ -1289,7 +1301,10 @@ class PythonPass:
     def _assignments(self, name: str, fn: ast.AST) -> list[tuple[ast.AST, int]]:
         """Values assigned to `name` in `fn`; a tuple unpack from a caching call counts as cached."""
         out: list[tuple[ast.AST, int]] = []
+        here = self._in_fallback(getattr(self, "_return_line", 0))
         for n in ast.walk(fn):
+            if self._in_fallback(n.lineno if hasattr(n, "lineno") else 0) not in (None, here):
+                continue  # assigned only on a branch the run does not take
             if isinstance(n, (ast.Assign, ast.AnnAssign)) and getattr(n, "value", None) is not None:
                 targets = n.targets if isinstance(n, ast.Assign) else [n.target]
                 for t in targets:
