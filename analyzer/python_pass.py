@@ -387,6 +387,9 @@ class PythonPass:
         """A tensor known to live in host memory: a name bound to one, or an expression making one."""
         if isinstance(node, (ast.Name, ast.Attribute)):
             return _dotted(node) in self.facts.host_tensors
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr not in ("cuda", "to") \
+                and self._is_host_value(node.func.value):
+            return True  # `cpu_t.sum()`, `cpu_t.long()`: an op on a host tensor stays on the host
         return self._is_host_tensor(node)
 
     def _is_metadata(self, call: ast.Call) -> bool:
