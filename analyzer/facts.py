@@ -83,6 +83,7 @@ class ArgInfo:
     pointer_kind: str = "unknown"  # one of POINTER_KINDS
     origin_line: int = 0  # where the pointer came from (e.g. the buffer_ptrs line)
     value_type: str = ""  # int (an address: hdl.buffer_ptrs_dev, multicast_ptr, data_ptr()) | tensor | ''
+    line: int = 0  # where the argument is written (a call may span lines)
 
 
 @dataclass

@@ -385,6 +385,8 @@ class PythonPass:
 
     def _is_host_value(self, node: ast.AST) -> bool:
         """A tensor known to live in host memory: a name bound to one, or an expression making one."""
+        if isinstance(node, ast.Attribute) and node.attr in ("T", "mT", "data") or isinstance(node, ast.Subscript):
+            return self._is_host_value(node.value)  # `cpu_t.T`, `cpu_t[i]`
         if isinstance(node, (ast.Name, ast.Attribute)):
             return _dotted(node) in self.facts.host_tensors
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr not in ("cuda", "to") \
@@ -667,6 +669,8 @@ class PythonPass:
         if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id in ("int", "bool") and len(test.args) == 1:
             return self.run_value(test.args[0], fn, depth + 1)
         if isinstance(test, ast.Name) and fn is not None:
+            if self._unset_group(test, fn):
+                return False
             if self._is_multicast_expr(test, fn):
                 return self.run_ctx.multicast
             value = self._single_assignment(test.id, fn)
@@ -682,8 +686,29 @@ class PythonPass:
         if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance" and len(test.args) == 2:
             return self._isinstance_value(test, fn)
         if isinstance(test, ast.Compare) and len(test.ops) == 1:
+            if isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None \
+                    and isinstance(test.ops[0], (ast.Is, ast.IsNot)) and self._unset_group(test.left, fn):
+                return isinstance(test.ops[0], ast.Is)
             return self._compare_value(test.left, test.ops[0], test.comparators[0], fn)
         return None
+
+    def _unset_group(self, node: ast.AST, fn: ast.AST | None) -> bool:
+        """A `group=None` parameter of solution(): PKB's inputs are tensors and scalars, never a
+        process group, so on the run it stays None."""
+        sol = self.functions.get("solution")
+        if fn is not sol or sol is None or not isinstance(node, ast.Name) or not re.search(r"(^|_)(group|pg)$", node.id):
+            return False
+        args = sol.args.args
+        defaults = dict(zip([a.arg for a in args[len(args) - len(sol.args.defaults):]], sol.args.defaults))
+        default = defaults.get(node.id)
+        if default is None:
+            kw = dict(zip([a.arg for a in sol.args.kwonlyargs], sol.args.kw_defaults))
+            default = kw.get(node.id)
+        if not (isinstance(default, ast.Constant) and default.value is None):
+            return False
+        # Rebound before the test (`group = group or dist.group.WORLD`): no longer the parameter.
+        return not any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)
+                       for n in ast.walk(sol))
 
     def _single_assignment(self, name: str, fn: ast.AST) -> ast.AST | None:
         found = [n.value for n in ast.walk(fn) if isinstance(n, ast.Assign) and len(n.targets) == 1
@@ -994,7 +1019,7 @@ class PythonPass:
             origin = scope.origin.get(node.id) or self.module_scope.origin.get(node.id, 0)
         return ArgInfo(position=pos, keyword=kw, text=ast.unparse(node)[:120], pointer_kind=kind,
                        origin_line=origin or getattr(node, "lineno", 0),
-                       value_type=self._value_type(node, self.enclosing.get(id(node))))
+                       value_type=self._value_type(node, self.enclosing.get(id(node))), line=getattr(node, "lineno", 0))
 
     def _value_type(self, node: ast.AST, fn: ast.AST | None, depth: int = 0) -> str:
         """'int' for an address (a handle's buffer_ptrs_dev, signal_pad_ptrs_dev, multicast_ptr, a

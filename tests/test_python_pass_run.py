@@ -167,6 +167,8 @@ def test_host_tensors_and_metadata_copies():
             sizes = x.sum(dim=1).cpu().tolist()
             payload = x.cpu()                   # the payload crosses host memory
             total = x.sum().item()              # a GPU scalar: a sync
+            order_t = torch.arange(8).reshape(2, 4).T.ravel().tolist()
+            first_count = counts[0].item()      # read from the host copy
             return payload
     ''')
     cats = {(c.line, c.qualname): c.category for c in f.calls if c.category in ("cuda_sync", "host_transfer")}
@@ -177,6 +179,7 @@ def test_host_tensors_and_metadata_copies():
     assert (8, "tensor.tolist") not in cats
     assert cats[(9, "tensor.cpu")] == "host_transfer"
     assert cats[(10, "tensor.item")] == "cuda_sync"
+    assert (11, "tensor.tolist") not in cats and (12, "tensor.item") not in cats
 
 
 def test_extension_function_named_like_a_handle_method_is_the_extensions():
@@ -237,3 +240,25 @@ def test_returned_buffers_that_outlive_the_call():
     assert [(r.line, r.name, r.reason) for r in kept] == [(22, "buf", "symmetric")]
     assert returning("buf.clone()") == []
     assert returning("torch.empty_like(t)") == []
+
+
+def test_a_group_parameter_left_at_none_is_none_on_the_run():
+    f = facts('''
+        import torch.distributed as dist
+        def solution(x, group=None):
+            if group is None:
+                return x
+            dist.all_to_all_single(x, x, group=group)
+            return x
+    ''')
+    assert paths(f, "all_to_all_single") == ["fallback"]
+    rebound = facts('''
+        import torch.distributed as dist
+        def solution(x, group=None):
+            group = group or dist.group.WORLD
+            if group is None:
+                return x
+            dist.all_to_all_single(x, x, group=group)
+            return x
+    ''')
+    assert paths(rebound, "all_to_all_single") == ["timed"]

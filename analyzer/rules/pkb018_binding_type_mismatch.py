@@ -60,10 +60,10 @@ class BindingTypeMismatch(Rule):
                     continue
                 want = _declared(params[a.position])
                 if want == "tensor" and a.value_type == "int":
-                    yield self.finding(ctx, c.line, f"{c.target} argument {a.position + 1} `{a.text}` is an integer; "
+                    yield self.finding(ctx, a.line or c.line, f"{c.target} argument {a.position + 1} `{a.text}` is an integer; "
                                        f"the binding declares `{params[a.position]}`")
                     break
                 if want == "int" and a.value_type == "tensor":
-                    yield self.finding(ctx, c.line, f"{c.target} argument {a.position + 1} `{a.text}` is a tensor; "
+                    yield self.finding(ctx, a.line or c.line, f"{c.target} argument {a.position + 1} `{a.text}` is a tensor; "
                                        f"the binding declares `{params[a.position]}`")
                     break
