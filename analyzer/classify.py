@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from analyzer.facts import PEER_KINDS, SIGNAL_KINDS, CallSite, CudaFacts, CudaSource, Function, PtxFacts
+from analyzer.python_pass import is_metadata_collective
 from pkb.record import CandidateRecord, Evidence, KernelReport, Label
 
 ORDER_STRENGTH = ("release_acquire", "fence_system", "volatile_only", "relaxed")
@@ -256,7 +257,8 @@ class Classifier:
                 rec.add_label(Label("fallback", "nccl", [self.ev(c.line, "python", f"fallback: {c.qualname}")]))
 
         for c in self.timed("collective", "p2p"):
-            rec.add_label(Label("mechanism", "nccl", [self.ev(c.line, "python", c.qualname)]))
+            if not is_metadata_collective(c):  # split sizes and counts are not the payload
+                rec.add_label(Label("mechanism", "nccl", [self.ev(c.line, "python", c.qualname)]))
             rec.add_label(Label("sync", "nccl_implicit", [self.ev(c.line, "python", c.qualname)]))
         for c in self.timed("symm_mem"):
             for key, mech in SYMM_OPS.items():

@@ -71,6 +71,14 @@ _METADATA_WORDS = ("split", "count", "size", "offset", "len", "num", "idx", "ind
                    "cumsum", "nnz", "max", "min", "norm", "scale", "amax", "meta", "shape", "topk")
 
 
+def is_metadata_collective(call: CallSite) -> bool:
+    """A collective or p2p call whose tensors are all split sizes, counts or offsets: it moves a few
+    numbers for the host, not the payload (`dist.all_gather_into_tensor(all_counts, counts)`)."""
+    tensors = [a.text for a in call.args if a.keyword in ("", "tensor", "output", "input", "output_tensor", "input_tensor")]
+    tensors = [t for t in tensors if re.fullmatch(r"[\w.\[\]]+", t) and not t.startswith(("dist.", "group"))]
+    return bool(tensors) and all(any(w in t.lower() for w in ("split", "count", "size", "offset", "meta", "num_", "nnz", "len")) for t in tensors)
+
+
 @dataclass(frozen=True)
 class RunContext:
     """What PKB's run fixes about the call (from the run tree's name; None where unknown).
@@ -405,6 +413,13 @@ class PythonPass:
         names = [_dotted(call.func.value)] if isinstance(call.func, ast.Attribute) else []
         if isinstance(parent, ast.Assign):
             names += [_dotted(t) for t in parent.targets]
+            # `counts_cpu = counts.cpu()` then `counts_cpu[i].item()`: read back as numbers
+            fn = self.enclosing.get(id(call))
+            local = {t.id for t in parent.targets if isinstance(t, ast.Name)}
+            for n in ast.walk(fn) if fn is not None else []:
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("item", "tolist") \
+                        and {x.id for x in ast.walk(n.func.value) if isinstance(x, ast.Name)} & local:
+                    return True
         return any(w in n.lower() for n in names if n for w in _METADATA_WORDS)
 
     def _assign_kinds(self, targets: list[ast.AST], value: ast.AST, scope: _Scope, line: int) -> None:
@@ -564,6 +579,13 @@ class PythonPass:
                         d = _dotted(sub) if isinstance(sub, (ast.Name, ast.Attribute)) else ""
                         if d and any(d == n or n.startswith(d + ".") or d.startswith(n) for n in cached):
                             return True
+                # `if _ext is None: _get_ext(); dist.barrier()`: a helper of the file fills the global.
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.functions:
+                    helper = self.functions[node.func.id]
+                    declared = {g for n in ast.walk(helper) if isinstance(n, ast.Global) for g in n.names}
+                    if any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in declared & cached for t in n.targets)
+                           for n in ast.walk(helper)):
+                        return True
         return False
 
     def _cache_reads(self, local: str, fn: ast.AST) -> set[str]:
@@ -683,6 +705,9 @@ class PythonPass:
             return None
         if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and test.func.attr == "is_contiguous" and not test.args:
             return True
+        if isinstance(test, ast.Call) and self.qualname(test.func) in (
+                "torch.distributed.is_initialized", "torch.distributed.is_available", "torch.cuda.is_available"):
+            return True  # PKB runs every candidate under an initialised process group on GPUs
         if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance" and len(test.args) == 2:
             return self._isinstance_value(test, fn)
         if isinstance(test, ast.Compare) and len(test.ops) == 1:

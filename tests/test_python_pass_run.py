@@ -262,3 +262,49 @@ def test_a_group_parameter_left_at_none_is_none_on_the_run():
             return x
     ''')
     assert paths(rebound, "all_to_all_single") == ["timed"]
+
+
+def test_initialised_process_group_and_a_cache_filled_by_a_helper():
+    f = facts('''
+        import torch
+        import torch.distributed as dist
+        from torch.utils.cpp_extension import load_inline
+        _ext = None
+
+        def _get_ext():
+            global _ext
+            _ext = load_inline(name="e", cpp_sources="", cuda_sources="", functions=["run"])
+            return _ext
+
+        def solution(x):
+            if not dist.is_initialized() or dist.get_world_size() == 1:
+                torch.cuda.synchronize()
+                return x
+            if _ext is None:
+                if dist.get_rank() == 0:
+                    _get_ext()
+                dist.barrier()
+            return x
+    ''')
+    assert paths(f, "torch.cuda.synchronize") == ["fallback"]
+    assert paths(f, "torch.distributed.barrier") == ["setup"]
+
+
+def test_metadata_collectives_and_cpu_copies_read_back_as_numbers():
+    from analyzer.python_pass import is_metadata_collective
+
+    f = facts('''
+        import torch
+        import torch.distributed as dist
+        def solution(x, counts):
+            all_counts = torch.empty(8, dtype=torch.int64, device=x.device)
+            dist.all_gather_into_tensor(all_counts, counts)
+            dist.all_reduce(x)
+            host = all_counts.cpu()
+            n = int(host[0].item())
+            return x
+    ''')
+    by_name = {c.qualname.split(".")[-1]: c for c in f.calls}
+    assert is_metadata_collective(by_name["all_gather_into_tensor"])
+    assert not is_metadata_collective(by_name["all_reduce"])
+    assert by_name["cpu"].category == "cuda_sync"
