@@ -148,30 +148,21 @@ def _ctx_on(ctx: _Ctx, path: str) -> _Ctx:
     return _Ctx(ctx.function, path, ctx.rank_conditional, ctx.in_loop, ctx.stream)
 
 
-def _always_exits(body: list[ast.stmt]) -> bool:
-    """The block ends in a return or raise on every route."""
-    if not body:
-        return False
-    last = body[-1]
-    if isinstance(last, (ast.Return, ast.Raise)):
-        return True
-    if isinstance(last, ast.If):
-        return _always_exits(last.body) and _always_exits(last.orelse)
-    return False
-
-
 def _cmp(a: int, op: ast.cmpop, b: int) -> bool | None:
     table = {ast.Eq: a == b, ast.NotEq: a != b, ast.Lt: a < b, ast.LtE: a <= b, ast.Gt: a > b, ast.GtE: a >= b}
     return table.get(type(op))
 
 
+_SIZE_NAME = re.compile(r"^(n|N|numel|total|count)$|numel|elems?$|^n_?elem|num_elements|nbytes$|_bytes$|^num_tokens$|^rows$|^cols$")
+
+
 def _is_size_expr(node: ast.AST) -> bool:
-    """`n`, `numel`, `x.numel()`, `N`: an element count of the input."""
+    """`n`, `numel`, `x.numel()`, `chunk_elems`: an element count of the input (never 0 on PKB's run)."""
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("numel", "nelement"):
         return True
     if isinstance(node, ast.Attribute):
         return node.attr in ("numel", "nbytes")
-    return isinstance(node, ast.Name) and node.id in ("n", "N", "numel", "n_elem", "nelem", "num_elements", "total", "nbytes")
+    return isinstance(node, ast.Name) and bool(_SIZE_NAME.search(node.id))
 
 
 def _stronger(a: str, b: str) -> str:
@@ -560,7 +551,11 @@ class PythonPass:
             for n in list(names):
                 if "." not in n and n not in self.global_names:
                     names |= self._cache_reads(n, fn)
-        cached = {n for n in names if n.split(".")[0] in self.global_names or n.startswith("self.") or n.split(".")[0] in ("cls",)}
+        # Module globals, attributes of self/cls, and attributes of the file's functions and
+        # classes (`solution._state`, `hasattr(solution, "mgr")`) outlive the call.
+        module_defs = {n.name for n in self.tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        cached = {n for n in names if n.split(".")[0] in self.global_names or n.startswith("self.") or n.split(".")[0] in ("cls",)
+                  or ("." in n or n in module_defs) and n.split(".")[0] in module_defs}
         if not cached:
             return False
         for stmt in body:
@@ -658,10 +653,26 @@ class PythonPass:
                 continue
             self._visit_stmt(stmt, current, fn, stack)
             # `if dtype is torch.bfloat16: ...; return out`: on the run the rest never runs.
-            if isinstance(stmt, ast.If) and current.path != "fallback" and _always_exits(stmt.body) \
+            if isinstance(stmt, ast.If) and current.path != "fallback" and self._exits_on_run(stmt.body, fn) \
                     and self.run_value(stmt.test, fn) is True:
                 current = _ctx_on(current, "fallback")
                 self._mark_fallback(body[i + 1 :])
+
+    def _exits_on_run(self, body: list[ast.stmt], fn: ast.AST | None) -> bool:
+        """The block returns or raises on the run's route (branches it does not take ignored)."""
+        if not body:
+            return False
+        last = body[-1]
+        if isinstance(last, (ast.Return, ast.Raise)):
+            return True
+        if isinstance(last, ast.If):
+            taken = self.run_value(last.test, fn)
+            if taken is True:
+                return self._exits_on_run(last.body, fn)
+            if taken is False:
+                return self._exits_on_run(last.orelse, fn)
+            return self._exits_on_run(last.body, fn) and self._exits_on_run(last.orelse, fn)
+        return False
 
     def _mark_fallback(self, block: list[ast.stmt]) -> None:
         if block:
@@ -820,26 +831,57 @@ class PythonPass:
                 return True
             if isinstance(op, ast.NotEq):
                 return False
-        if isinstance(right, ast.Constant) and right.value == 0 and isinstance(op, (ast.Eq, ast.LtE)) and _is_size_expr(left):
-            return False
+        if isinstance(right, ast.Constant) and right.value == 0 and _is_size_expr(left):
+            if isinstance(op, (ast.Eq, ast.LtE)):
+                return False
+            if isinstance(op, (ast.Gt, ast.NotEq)):
+                return True
         return None
 
     def _isinstance_value(self, call: ast.Call, fn: ast.AST | None) -> bool | None:
-        """`isinstance(tensor, (list, tuple))` on a parameter of solution(): PKB passes tensors
-        to the parameters this pass can see named as tensors (`tensor`, `x`, `A_local`...)."""
+        """`isinstance(x, (list, tuple))` / `isinstance(x, torch.Tensor)` on the run: a parameter of
+        solution() annotated as a tensor is one; split sizes (`input_split_sizes`, a helper's
+        parameter that every caller passes split sizes) are Python lists in PKB's inputs."""
         arg, types = call.args
-        names = [e for e in (types.elts if isinstance(types, ast.Tuple) else [types])]
-        kinds = {n.id if isinstance(n, ast.Name) else _dotted(n) for n in names}
-        if not kinds or not kinds <= {"list", "tuple", "List", "Tuple", "Sequence", "collections.abc.Sequence"}:
+        names = types.elts if isinstance(types, ast.Tuple) else [types]
+        kinds = {n.id if isinstance(n, ast.Name) else self.qualname(n) for n in names}
+        seq = {"list", "tuple", "List", "Tuple", "Sequence", "collections.abc.Sequence"}
+        if not kinds or not (kinds <= seq or kinds <= {"torch.Tensor"}):
             return None
-        sol = self.functions.get("solution")
-        if sol is None or fn is not sol or not isinstance(arg, ast.Name):
+        if not isinstance(arg, ast.Name) or fn is None:
             return None
-        ann = next((a.annotation for a in sol.args.args if a.arg == arg.id), None)
-        if ann is not None and "Tensor" in ast.unparse(ann) and "List" not in ast.unparse(ann) and "list" not in ast.unparse(ann):
-            return False
-        return None
+        is_list = self._list_input(arg.id, fn)
+        if is_list is None:
+            return None
+        return is_list if kinds <= seq else not is_list
 
+    def _list_input(self, name: str, fn: ast.AST, depth: int = 0) -> bool | None:
+        """Whether parameter `name` of `fn` holds a Python list on the run (None: unknown)."""
+        params = [a.arg for a in getattr(fn, "args", ast.arguments(args=[])).args]
+        if name not in params or depth > 2:
+            return None
+        if fn is self.functions.get("solution"):
+            ann = next((a.annotation for a in fn.args.args if a.arg == name), None)
+            text = ast.unparse(ann) if ann is not None else ""
+            if "Tensor" in text and "List" not in text and "list" not in text:
+                return False
+            return True if "split" in name.lower() else None
+        # A helper: what do its callers pass?
+        pos = params.index(name) - (1 if params and params[0] in ("self", "cls") else 0)
+        seen: list[bool | None] = []
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)) and \
+                    (node.func.id if isinstance(node.func, ast.Name) else node.func.attr) == fn.name:
+                a = node.args[pos] if 0 <= pos < len(node.args) else next((k.value for k in node.keywords if k.arg == name), None)
+                if a is None:
+                    return None
+                if "split" in ast.unparse(a).lower():
+                    seen.append(True)
+                elif isinstance(a, ast.Name) and self.enclosing.get(id(node)) is not None:
+                    seen.append(self._list_input(a.id, self.enclosing[id(node)], depth + 1))
+                else:
+                    seen.append(None)
+        return True if seen and all(v is True for v in seen) else None
     def _visit_stmt(self, stmt: ast.stmt, ctx: _Ctx, fn: ast.AST, stack: set[str]) -> None:
         if isinstance(stmt, ast.If):
             self._visit_expr(stmt.test, ctx, fn, stack)

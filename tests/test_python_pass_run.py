@@ -308,3 +308,37 @@ def test_metadata_collectives_and_cpu_copies_read_back_as_numbers():
     assert is_metadata_collective(by_name["all_gather_into_tensor"])
     assert not is_metadata_collective(by_name["all_reduce"])
     assert by_name["cpu"].category == "cuda_sync"
+
+
+def test_split_size_helpers_nested_fast_paths_and_function_attribute_caches():
+    f = facts('''
+        import torch
+        import torch.distributed as dist
+        import torch.distributed._symmetric_memory as symm_mem
+
+        def _as_list(x):
+            if isinstance(x, torch.Tensor):
+                return x.tolist()               # only for tensor split sizes
+            return list(x)
+
+        def solution(x, input_split_sizes, dst=0):
+            splits = _as_list(input_split_sizes)
+            chunk_elems = x.numel() // 8
+            if chunk_elems == 0:
+                torch.cuda.synchronize()
+                return x
+            if not hasattr(solution, "buf"):
+                solution.buf = symm_mem.empty(x.numel(), device=x.device, dtype=x.dtype)
+            if x.dtype == torch.bfloat16:
+                if x.numel() % 8 == 0 and x.numel() > 0:
+                    if dist.get_rank() == dst:
+                        return x.clone()
+                    else:
+                        return x
+            dist.reduce(x, dst)                 # not reached on the run
+            return x
+    ''')
+    assert not [c for c in f.calls if c.qualname == "tensor.tolist" and c.path == "timed"]
+    assert paths(f, "torch.cuda.synchronize") == ["fallback"]
+    assert paths(f, "_symmetric_memory.empty") == ["setup"]
+    assert paths(f, "torch.distributed.reduce") == ["fallback"]
