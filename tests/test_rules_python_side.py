@@ -10,7 +10,7 @@ from analyzer.pipeline import StaticAnalyzer, StaticOptions
 from analyzer.rules import all_rules
 from pkb.corpus import read_candidate
 
-TREE = "solutions_cuda_bf16_h100_8_test_rules"
+TREE = "solutions_cuda_bf16_h100_8_openai_test-model"
 
 
 @pytest.fixture(scope="module")
@@ -20,8 +20,8 @@ def analyzer(tmp_path_factory):
     a.close()
 
 
-def findings(analyzer, tmp_path, src: str, name: str = "1_allreduce_cuda.py") -> dict[str, list[int]]:
-    folder = tmp_path / TREE
+def findings(analyzer, tmp_path, src: str, name: str = "1_allreduce_cuda.py", tree: str = TREE) -> dict[str, list[int]]:
+    folder = tmp_path / tree
     folder.mkdir(exist_ok=True)
     (folder / name).write_text(textwrap.dedent(src).lstrip("\n"))
     rec = analyzer.analyze(read_candidate(folder / name, tmp_path))
@@ -119,8 +119,12 @@ def test_pkb005_quiet_on_divisibility_and_double_buffers(analyzer, tmp_path):
         "    assert x.numel() % hdl.world_size == 0\n    for s in range(2):\n        buf.copy_(x)\n",
     )
     assert "PKB005" not in findings(analyzer, tmp_path, src)
-    hard = src.replace("assert x.numel() % hdl.world_size == 0", "assert hdl.world_size == 8")
-    assert findings(analyzer, tmp_path, hard).get("PKB005") == [19]
+    two = src.replace("assert x.numel() % hdl.world_size == 0", "assert hdl.world_size == 2")
+    assert findings(analyzer, tmp_path, two).get("PKB005") == [19]
+    # eight ranks is what PKB's run has: the assert holds there
+    eight = src.replace("assert x.numel() % hdl.world_size == 0", "assert hdl.world_size == 8")
+    assert "PKB005" not in findings(analyzer, tmp_path, eight)
+    assert findings(analyzer, tmp_path, eight, tree="plain").get("PKB005") == [19]
 
 
 MULTICAST = '''
@@ -145,9 +149,11 @@ def test_pkb015_sees_a_check_written_around_an_int(analyzer, tmp_path):
                                          "        _ext.mc_sum(hdl.multicast_ptr, out)\n"
                                          "    else:\n"
                                          "        _ext.uva_sum(hdl.buffer_ptrs_dev, out)")
-    assert "PKB015" not in findings(analyzer, tmp_path, checked)
+    assert "PKB015" not in findings(analyzer, tmp_path, checked, tree="plain")
     unchecked = MULTICAST.replace("CHECK", "    _ext.mc_sum(hdl.multicast_ptr, out)")
-    assert findings(analyzer, tmp_path, unchecked).get("PKB015") == [12]
+    assert findings(analyzer, tmp_path, unchecked, tree="plain").get("PKB015") == [12]
+    # on an NVSwitch node's run tree multicast exists: the hazard cannot happen on that run
+    assert "PKB015" not in findings(analyzer, tmp_path, unchecked)
 
 
 def test_new_rules_have_ruff_style_documentation():

@@ -1,6 +1,7 @@
 import ast
 import re
 
+from analyzer.python_pass import run_context
 from analyzer.rules.base import Rule
 
 _CHECK = re.compile(r"multicast_ptr\s*(==|!=|>|<=|is not|is)\s*(0|None)|(if|assert|not)\s+\S*multicast_ptr|\bmc\w*\s*(==|!=)\s*0|if\s+(not\s+)?mc\w*\b")
@@ -12,6 +13,9 @@ class MulticastWithoutFallback(Rule):
     ## What it does
     Finds uses of `hdl.multicast_ptr` (NVLink SHARP through a multicast object) with no test
     that it is non-zero and no fallback path.
+
+    Where the run is known to have multicast (a PKB run tree on an NVSwitch node, `h100_8`), the
+    hazard cannot happen on that run and nothing is reported.
 
     ## Why is this bad?
     `multicast_ptr` is 0 when the fabric, the driver or the allocator does not provide multicast
@@ -41,6 +45,8 @@ class MulticastWithoutFallback(Rule):
     fix = "test hdl.multicast_ptr != 0 and fall back to peer loads/stores"
 
     def check(self, ctx):
+        if run_context(ctx.rec.precision, ctx.rec.hardware).multicast:
+            return  # the run's machine has multicast (an NVSwitch node): the hazard cannot happen there
         uses = [c for c in ctx.py.calls if c.qualname == "handle.multicast_ptr" and c.path in ("timed", "setup")]
         if not uses:
             return
