@@ -376,30 +376,44 @@ class Classifier:
                 return True
         return False
 
-    def _side_stream_overlaps(self, side: list[CallSite], matmul_lines: list[int]) -> bool:
+    def _side_stream_blocks(self) -> list[tuple[str, int, int, int]]:
+        """(function, with line, first body line, last body line) of each `with torch.cuda.stream(s):`
+        on the timed path whose stream is not the current one."""
+        tree = self.rec.syntax_tree()
+        timed = {c.line for c in self.timed("stream") if c.qualname.endswith("stream")}
+        out = []
+        for node in ast.walk(tree) if tree else []:
+            if not isinstance(node, (ast.With, ast.AsyncWith)) or node.lineno not in timed:
+                continue
+            for item in node.items:
+                text = ast.unparse(item.context_expr)
+                if re.search(r"\bstream\(", text) and not re.search(r"current_stream|default_stream", text):
+                    fn = next((c.function for c in self.timed("stream") if c.line == node.lineno), "")
+                    out.append((fn, node.lineno, node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno))
+        return out
+
+    def _side_stream_overlaps(self, block: tuple[str, int, int, int], matmul_lines: list[int]) -> bool:
         """Work on a side stream overlaps only if other work is issued between the side-stream
         block and the point where the streams are joined (`wait_stream`, a synchronize, a wait on
         the event recorded in that block). A side stream joined before the compute it should hide
         is serial."""
         calls = self.facts.python.calls
-        for fn in {c.function for c in side}:
-            mine = [c for c in side if c.function == fn]
-            last = max(c.end_line or c.line for c in mine)
-            recorded = {m.group(1) for c in mine for m in [re.search(r"([\w\[\]+\-. ]+)\.record\(", c.snippet)] if m}
-            joins = [c.line for c in calls if c.path == "timed" and c.function == fn and c.line > last and not c.stream_context
-                     and ("wait_stream" in c.qualname or c.category == "cuda_sync" and "synchronize" in c.qualname
-                          or "wait_event" in c.qualname and any(a.text in recorded for a in c.args))]
-            if not joins:
-                return True  # joined elsewhere (the caller, the next iteration): work can run between
-            end = min(joins)
-            for i in range(last + 1, end):
-                code = self.lines[i - 1].split("#")[0].strip()
-                if "(" in code and not re.search(r"\b(wait_stream|wait_event|record|synchronize|Event|stream)\(", code) \
-                        and not code.startswith(("def ", "return", "if ", "for ", "with ", "elif ")):
-                    return True
-            if any(last < m < end for m in matmul_lines):
+        fn, _, first, last = block
+        mine = [c for c in calls if first <= c.line <= last]
+        recorded = {m.group(1) for c in mine for m in [re.search(r"([\w\[\]+\-. ]+)\.record\(", c.snippet)] if m}
+        joins = [c.line for c in calls if c.path == "timed" and c.function == fn and c.line > last
+                 and ("wait_stream" in c.qualname or c.category == "cuda_sync" and "synchronize" in c.qualname
+                      or "wait_event" in c.qualname and any(a.text in recorded for a in c.args))]
+        if not joins:
+            return True  # joined elsewhere (the caller, the next iteration): work can run between
+        end = min(joins)
+        for i in range(last + 1, end):
+            code = self.lines[i - 1].split("#")[0].strip()
+            if "(" in code and not re.search(r"\b(wait_stream|wait_event|record|synchronize|Event|stream)\(", code) \
+                    and not code.startswith(("def ", "return", "if ", "for ", "with ", "elif ")):
                 return True
-        return False
+        # A matmul written as `@` between the block and the join counts as other work.
+        return any(last < m < end for m in matmul_lines)
 
     def _host_cuda_calls(self) -> None:
         for cuda in self.facts.cuda:
@@ -422,13 +436,11 @@ class Classifier:
             rec.add_label(Label("overlap", "n/a", [self.ev(py.solution_line or 1, "python", "the problem is a bare collective")]))
             return
         mover = [r for r in reports if any(l.value not in ("none", "unknown") for l in r.labels.get("mechanism", []))]
-        side_stream = [c for c in py.calls if c.path == "timed" and c.stream_context]
-        if side_stream and (py.streams or self.timed("event", "stream")) and self._side_stream_overlaps(side_stream, matmul_lines):
-            first = side_stream[0]
-            evidence = [self.ev(first.line, "python", f"issued under {first.stream_context}")]
-            with_line = next((i for i in range(first.line, 0, -1) if "with " in self.lines[i - 1] and first.stream_context.split("(")[0].split(".")[-1] in self.lines[i - 1]), 0)
-            if with_line and with_line != first.line:
-                evidence.insert(0, self.ev(with_line, "python", "a side stream for communication"))
+        overlapping = [b for b in self._side_stream_blocks() if self._side_stream_overlaps(b, matmul_lines)]
+        if overlapping and (py.streams or self.timed("event", "stream")):
+            _, with_line, first, _ = overlapping[0]
+            evidence = [self.ev(with_line, "python", "a side stream for communication"),
+                        self.ev(first, "python", "issued on the side stream")]
             rec.add_label(Label("overlap", "multi_stream", evidence))
         if py.chunk_loops:
             rec.add_label(Label("overlap", "chunked_pipeline", [self.ev(py.chunk_loops[0], "python", "a loop over chunks issues transfers and compute")]))

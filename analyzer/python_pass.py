@@ -1522,11 +1522,17 @@ class PythonPass:
             callees = self._callees_of(loop)
             bodies = [loop, *callees.values()]
             cats = set()
+            streamed = False
             for c in self.facts.calls:
                 if c.path != "timed":
                     continue
                 if loop.lineno <= c.line <= (loop.end_lineno or loop.lineno) or c.function in callees:
                     cats.add(c.category)
+                    streamed = streamed or bool(c.stream_context) or c.category in ("event", "stream")
+            # One stream runs an iteration's transfer and compute one after the other: chunks
+            # pipeline only when a side stream or events let the next transfer run under this compute.
+            if not streamed:
+                continue
             transfer = cats & {"collective", "p2p", "tensor_copy", "ext_kernel", "triton_launch", "cupy_launch", "symm_handle"}
             compute = cats & {"compute", "ext_kernel", "triton_launch"}
             has_matmul = any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult) for b in bodies for n in ast.walk(b))
