@@ -83,3 +83,19 @@ def test_side_stream_joined_before_the_compute_is_not_multi_stream(analyzer, tmp
 def test_side_stream_with_work_before_the_join_is_multi_stream(analyzer, tmp_path):
     src = SIDE.replace("BETWEEN", "Bt = B.t().contiguous()")
     assert overlap(analyzer, tmp_path, src) == ["multi_stream"]
+
+
+def test_a_loop_on_one_stream_is_not_a_pipeline(analyzer, tmp_path):
+    serial = '''
+import torch
+import torch.distributed as dist
+
+def solution(A_local, B):
+    outs = []
+    for part in A_local.chunk(4):
+        got = [torch.empty_like(part) for _ in range(dist.get_world_size())]
+        dist.all_gather(got, part)
+        outs.append(torch.matmul(torch.cat(got), B))
+    return torch.cat(outs)
+'''
+    assert overlap(analyzer, tmp_path, serial) == ["none"]
