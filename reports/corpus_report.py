@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pkb import taxonomy
-from reports import kernel_page
+from reports import kernel_page, paper_table
 from reports.html_parts import badge, esc, fig_to_img, fmt, matplotlib_agg, page, pct, table
 
 # The paper's mechanism families (TAXONOMY words in each).
@@ -267,7 +267,7 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     else:
         body.append(f'<p class="sub">{len(evaluated)} of {n} candidates evaluated; {sum(r["correct"] for r in evaluated)} correct.</p>')
         md += [f"{len(evaluated)} of {n} candidates evaluated; {sum(r['correct'] for r in evaluated)} correct.", ""]
-    toc = ["summary", "outcomes", "metrics", "mechanisms", "sync-overlap", "findings", "failures", "fastest", "candidates"]
+    toc = ["summary", "outcomes", "metrics", "mechanisms", "sync-overlap", "findings", "failures", "paper-table", "fastest", "candidates"]
     body.append('<nav class="toc">' + "".join(f'<a href="#{t}">{t.replace("-", " and ")}</a>' for t in toc) + "</nav>")
     body.append('<h2 id="summary">At a glance</h2><div class="cards">' + "".join(cards) + "</div>")
     md += ["## At a glance", "", "Mechanisms used: " + (", ".join(used) or "none") + (f"; never used: {', '.join(unused)}" if unused else ""), ""]
@@ -353,6 +353,19 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     if any_eval and any(r["speedup"] for r in rows if r["correct"]):
         img = _plot_speedups(rows)
         plots.append(img)
+
+    # the paper's failure table (columns of PKB's blog), ours beside its figures
+    body.append('<h2 id="paper-table">Failures in the paper\'s columns</h2>')
+    md.append("## Failures in the paper's columns\n")
+    if any_eval:
+        prows = paper_table.model_rows(records)
+        paper_table.write_csv(prows, out_dir / "paper_table.csv")
+        note = f"Rules in reports/paper_table.py; the paper's rows: {paper_table.PAPER_SOURCE}. Also in paper_table.csv."
+        body.append(f'<p class="muted">{esc(note)}</p>' + paper_table.html(prows))
+        md += [note, "", paper_table.markdown(prows), ""]
+    else:
+        body.append('<p class="muted">no evaluation</p>')
+        md.append("No evaluation.\n")
 
     # fastest
     body.append('<h2 id="fastest">Fastest kernel per problem</h2>')
