@@ -80,7 +80,9 @@ class Classifier:
 
     def classify_kernel(self, k: _KernelFacts) -> KernelReport:
         rep = KernelReport(name=k.fn.name, language="cuda", line=k.fn.line, source_index=k.cuda.source_index)
-        self.computes[k.fn.name] = _kernel_computes(self.lines[k.fn.line - 1 : k.fn.end_line])
+        # The kernel computes if it, or a device function it calls, does arithmetic.
+        self.computes[k.fn.name] = any(_kernel_computes(self.lines[f.line - 1 : f.end_line])
+                                       for f in k.cuda.functions if f.name in k.reach)
         labels: dict[str, list[Label]] = {}
 
         def add(axis: str, value: str, ev: Evidence) -> None:
