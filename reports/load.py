@@ -19,7 +19,7 @@ STORE_NAMES = ("pkb_eval.sqlite", "eval.sqlite")
 
 def _labels(d: dict[str, Any]) -> dict[str, list[Label]]:
     out: dict[str, list[Label]] = {}
-    for axis in AXES:
+    for axis in (*AXES, "fallback"):
         labs = [Label(axis, item["label"], [Evidence(**e) for e in item.get("evidence", [])]) for item in d.get(axis) or []]
         if labs:
             out[axis] = labs
