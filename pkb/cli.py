@@ -9,16 +9,19 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pkb import __version__
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Explain multi-GPU kernel candidates of ParallelKernelBench.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Explain multi-GPU kernel candidates of ParallelKernelBench.",
+                  context_settings={"help_option_names": ["-h", "--help"]})
 err = Console(stderr=True, soft_wrap=True)
 COMMANDS = ("analyze", "rules", "eval", "report", "explain")
 
@@ -44,27 +47,31 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def run_static(path: Path, out: Path, options, quiet: bool):
-    """Static passes over PATH; writes static.jsonl as records finish, then the tables and SARIF."""
+def run_static(path, out: Path, options, quiet: bool, max_bytes: int | None = None):
+    """Static passes over one path or several; writes static.jsonl as records finish, then the
+    tables and SARIF. Record paths are relative to the corpus root (pkb.roots)."""
     from analyzer.pipeline import StaticAnalyzer
     from pkb.corpus import discover, read_candidate
-    from reports import sarif, tables
+    from pkb.roots import corpus_root
 
-    if not path.exists():
-        err.print(f"[red]error:[/] {path}: no such file or folder")
+    paths = list(path) if isinstance(path, (list, tuple)) else [path]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        err.print(f"[red]error:[/] {', '.join(missing)}: no such file or folder")
         raise typer.Exit(2)
     try:
         analyzer = StaticAnalyzer(options)
     except ValueError as exc:  # an unknown rule id
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2)
-    files = discover(path)
-    base = path if path.is_dir() else path.parent
+    base = corpus_root(paths)
+    seen: set[Path] = set()
+    files = [f for p in paths for f in discover(p) if not (f.resolve() in seen or seen.add(f.resolve()))]
     out.mkdir(parents=True, exist_ok=True)
     records = []
     jsonl_path = out / "static.jsonl"
     with jsonl_path.open("w", encoding="utf-8") as jsonl, _progress(len(files), quiet) as (progress, task):
-        for rec in analyzer.analyze_all(read_candidate(f, base) for f in files):
+        for rec in analyzer.analyze_all(read_candidate(f, base, max_bytes) for f in files):
             # Written as it comes: a killed run keeps what it had finished.
             jsonl.write(json.dumps(rec.to_json_line()) + "\n")
             jsonl.flush()
@@ -72,8 +79,15 @@ def run_static(path: Path, out: Path, options, quiet: bool):
             progress.advance(task)
     analyzer.close()
     write_tables(records, out)
-    (out / "findings.sarif").write_text(json.dumps(sarif.to_sarif(records, analyzer.rules, __version__), indent=1), encoding="utf-8")
+    write_sarif(records, out, analyzer.rules, base)
     return records
+
+
+def write_sarif(records, out: Path, rules, root: Path, exit_code: int = 0) -> None:
+    from reports import sarif
+
+    doc = sarif.to_sarif(records, rules, __version__, root=root, exit_code=exit_code)
+    (out / "findings.sarif").write_text(json.dumps(doc, indent=1), encoding="utf-8")
 
 
 def write_tables(records, out: Path) -> None:
@@ -140,18 +154,29 @@ def _static_options(ptx, cache, cache_dir, select, ignore):
     return StaticOptions(ptx=ptx, use_cache=cache, cache_dir=cache_dir, select=_split(select), ignore=_split(ignore))
 
 
+class OutputFormat(str, Enum):
+    text = "text"
+    json = "json"
+    jsonl = "jsonl"
+    sarif = "sarif"
+    github = "github"
+
+
 @app.command()
 def analyze(
-    path: Path = typer.Argument(..., help="a candidate file, a folder of .py files, or a PKB tree"),
+    paths: list[Path] = typer.Argument(..., help="candidate files, folders of .py files, or PKB trees (several allowed)"),
     out: Path = typer.Option(Path("pkb-out"), "--out", "-o", help="folder for the files it writes"),
     static_only: bool = typer.Option(False, "--static-only", help="run the static passes only, even where GPUs are present"),
-    select: Optional[list[str]] = typer.Option(None, "--select", help="rule ids or prefixes to run (PKB001,PKB01)"),
+    select: Optional[list[str]] = typer.Option(None, "--select", help="rule ids, prefixes or names to run (PKB001,PKB01; ALL for every rule)"),
     ignore: Optional[list[str]] = typer.Option(None, "--ignore", help="rule ids or prefixes to skip"),
     ptx: bool = typer.Option(True, "--ptx/--no-ptx", help="run the PTX pass where nvcc exists"),
     cache: bool = typer.Option(True, "--cache/--no-cache", help="reuse pass facts of unchanged files"),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="where cached facts live (default $PKB_CACHE_DIR or ~/.cache/pkb-analyze)"),
-    trials: int = typer.Option(5, "--trials", help="evaluation trials per candidate (where GPUs are present)"),
+    trials: int = typer.Option(5, "--trials", min=1, help="evaluation trials per candidate (where GPUs are present)"),
     fail_on_error: bool = typer.Option(False, "--fail-on-error", help="exit 1 when a file could not be read or a rule of severity error fired"),
+    output_format: OutputFormat = typer.Option(OutputFormat.text, "--output-format", help="what goes to standard output"),
+    statistics: bool = typer.Option(False, "--statistics", help="print the count of findings per rule instead of the records"),
+    config: Optional[Path] = typer.Option(None, "--config", help="a pyproject.toml whose tool.pkb-analyze table to use (default: the nearest one above the first path)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the totals"),
 ) -> None:
     """Label every candidate (mechanism, sync, overlap) and raise rule findings, with file:line evidence.
@@ -159,32 +184,66 @@ def analyze(
     Where CUDA devices are present (and not --static-only), every candidate is also evaluated
     against its problem's reference on all of them, through torchrun with NCCL.
     """
-    from reports import console
+    from analyzer.pipeline import StaticOptions
+    from analyzer.rules import select_rules
+    from pkb.config import ConfigError, load_config, rule_choice
+    from pkb.roots import corpus_root
+    from reports import console, formats
 
-    records = run_static(path, out, _static_options(ptx, cache, cache_dir, select, ignore), quiet)
-    if not quiet:
-        typer.echo(console.summary_table(records))
-        typer.echo("")
-    typer.echo(console.totals(records))
-    typer.echo(f"wrote {out / 'static.jsonl'}, candidates/kernels/findings .csv and .parquet, findings.sarif in {out}/")
+    fmt = output_format.value
+    # Anything but the text format owns standard output; the rest of what is said goes to stderr.
+    say = typer.echo if fmt == "text" else (lambda text: typer.echo(text, err=True))
+    try:
+        conf = load_config(paths[0], config)
+        chosen, skipped = rule_choice(conf, _split(select), _split(ignore))
+        rules_run = select_rules(chosen or None, skipped or None)
+    except (ConfigError, ValueError) as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2)
+    options = StaticOptions(ptx=ptx, use_cache=cache, cache_dir=cache_dir, select=chosen, ignore=skipped)
+    records = run_static(paths, out, options, quiet or fmt != "text", max_bytes=conf.max_file_size)
+    root = corpus_root(paths)
+    failures = _failures(records) if fail_on_error else []
+    exit_code = 1 if failures else 0
+    if exit_code:
+        write_sarif(records, out, rules_run, root, exit_code)
+    if fmt != "text" or statistics:
+        typer.echo(formats.render(records, fmt, root=root, rules=rules_run, version=__version__, exit_code=exit_code,
+                                  statistics=statistics))
+    else:
+        if not quiet:
+            say(console.summary_table(records))
+            say("")
+        say(console.totals(records))
+    say(f"wrote {out / 'static.jsonl'}, candidates/kernels/findings .csv and .parquet, findings.sarif in {out}/"
+        + (f" (configuration: {conf.source})" if conf.source else ""))
     n_gpu = 0 if static_only else gpu_count()
     if static_only:
-        typer.echo("evaluation: not run (--static-only)")
+        say("evaluation: not run (--static-only)")
     elif n_gpu == 0:
-        typer.echo("evaluation: not run (no CUDA device here; static passes only; `pkb-analyze eval` runs pure-PyTorch candidates on CPU)")
+        say("evaluation: not run (no CUDA device here; static passes only; `pkb-analyze eval` runs pure-PyTorch candidates on CPU)")
     else:
         from pkb.eval import EvalOptions
 
-        typer.echo(f"evaluation: {n_gpu} CUDA device(s), world size {n_gpu}")
+        say(f"evaluation: {n_gpu} CUDA device(s), world size {n_gpu}")
         run_eval(records, out, EvalOptions(world_size=n_gpu, trials=trials, store_path=str(out / "pkb_eval.sqlite"),
                                            work_dir=str(out / "eval_work")), quiet)
         write_tables(records, out)
 
-    if fail_on_error:
-        bad_read = any(r.parse_status != "ok" for r in records)
-        errors = any(f.severity == "error" for r in records for f in r.findings)
-        if bad_read or errors:
-            raise typer.Exit(1)
+    if failures:
+        err.print(f"exit 1 (--fail-on-error): {len(failures)} problem(s):")
+        for line in failures[:50]:
+            err.print(f"  {escape(line)}")
+        if len(failures) > 50:
+            err.print(f"  ... and {len(failures) - 50} more (static.jsonl has them all)")
+        raise typer.Exit(1)
+
+
+def _failures(records) -> list[str]:
+    """What --fail-on-error fails on, one line each: files not read, findings of severity error."""
+    lines = [f"{r.path}: not read ({r.parse_status}: {r.parse_message})" for r in records if r.parse_status != "ok"]
+    lines += [f"{f.file or r.path}:{f.line}: {f.rule} [error] {f.message}" for r in records for f in r.findings if f.severity == "error"]
+    return lines
 
 
 @app.command("eval")
@@ -249,15 +308,28 @@ def rules(rule_id: Optional[str] = typer.Argument(None, help="a rule id (PKB001)
     typer.echo(rule.doc())
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"pkb-analyze {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", "-V", callback=_print_version, is_eager=True, help="print the version and exit"),
+) -> None:
+    """Explain multi-GPU kernel candidates of ParallelKernelBench.
+
+    `pkb-analyze PATH...` is `pkb-analyze analyze PATH...`.
+    """
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """Entry point: `pkb-analyze PATH` is `pkb-analyze analyze PATH`."""
     args = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args if not a.startswith("-")), None)
-    if first is not None and first not in COMMANDS and args and args[0] not in ("--help", "-h", "--version"):
+    if first is not None and first not in COMMANDS and args and args[0] not in ("--help", "-h", "--version", "-V"):
         args.insert(0, "analyze")
-    if args[:1] == ["--version"]:
-        typer.echo(f"pkb-analyze {__version__}")
-        return
     app(args=args, prog_name="pkb-analyze")
 
 
