@@ -154,6 +154,24 @@ def _static_options(ptx, cache, cache_dir, select, ignore):
     return StaticOptions(ptx=ptx, use_cache=cache, cache_dir=cache_dir, select=_split(select), ignore=_split(ignore))
 
 
+class Backend(str, Enum):
+    auto = "auto"
+    nccl = "nccl"
+    gloo = "gloo"
+
+
+class Scale(str, Enum):
+    small = "small"
+    large = "large"
+
+
+class Dtype(str, Enum):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+    float64 = "float64"
+
+
 class OutputFormat(str, Enum):
     text = "text"
     json = "json"
@@ -250,14 +268,15 @@ def _failures(records) -> list[str]:
 def eval_command(
     path: Path = typer.Argument(..., help="a candidate file, a folder, or a PKB tree"),
     out: Path = typer.Option(Path("pkb-out"), "--out", "-o", help="folder for eval.jsonl, the tables and (by default) the store"),
-    world_size: Optional[int] = typer.Option(None, "--world-size", "-n", help="ranks (default: every GPU, or 2 on CPU)"),
-    trials: int = typer.Option(5, "--trials"),
-    backend: str = typer.Option("auto", "--backend", help="auto | nccl | gloo"),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="input dtype (default: the problem's first)"),
-    timeout: float = typer.Option(600.0, "--timeout", help="seconds for one candidate's whole launch"),
-    warmup: int = typer.Option(500, "--warmup"),
-    iters: int = typer.Option(100, "--iters", help="timed calls per side; 0 turns timing off"),
-    scale: str = typer.Option("small", "--scale", help="input sizes: small | large"),
+    world_size: Optional[int] = typer.Option(None, "--world-size", "-n", min=1, help="ranks (default: every GPU, or 2 on CPU)"),
+    trials: int = typer.Option(5, "--trials", min=1),
+    backend: Backend = typer.Option(Backend.auto, "--backend", help="process group backend"),
+    dtype: Optional[Dtype] = typer.Option(None, "--dtype", help="input dtype (default: the run tree's precision, else the problem's first)"),
+    timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="seconds for one candidate's whole launch"),
+    warmup: int = typer.Option(500, "--warmup", min=0),
+    iters: int = typer.Option(100, "--iters", min=0, help="timed calls per side; 0 turns timing off"),
+    scale: Scale = typer.Option(Scale.small, "--scale", help="input sizes"),
+    problem: Optional[int] = typer.Option(None, "--problem", min=1, help="the problem id of candidates whose file name has none (`<id>_<name>.py`); with one file, its problem"),
     store: Optional[Path] = typer.Option(None, "--store", help="SQLite store (default OUT/pkb_eval.sqlite)"),
     pkb_root: Optional[Path] = typer.Option(None, "--pkb-root", help="a PKB checkout: evaluate against its references and input factory"),
     ptx: bool = typer.Option(False, "--ptx/--no-ptx", help="run the PTX pass in the static stage"),
@@ -268,13 +287,25 @@ def eval_command(
     ncu_metric: Optional[list[str]] = typer.Option(None, "--ncu-metric", help="an ncu metric to read beside the defaults (repeatable)"),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
-    """Evaluate candidates against their references on every rank: one outcome each, stored, resumable."""
+    """Evaluate candidates against their references on every rank: one outcome each, stored, resumable.
+
+    Exit status: 0 when every candidate was evaluated (whatever its outcome), 1 when some could
+    not be (each reason is printed with what to do), 2 on a usage error.
+    """
     from pkb.eval import EvalOptions
 
+    backend, scale, dtype = backend.value, scale.value, dtype.value if dtype else None
+    if pkb_root is not None and not (pkb_root / "reference").is_dir():
+        err.print(f"[red]error:[/] --pkb-root {escape(str(pkb_root))}: no reference/ folder there (not a PKB checkout)")
+        raise typer.Exit(2)
+
     records = run_static(path, out, _static_options(ptx, True, None, None, None), quiet=True)
+    if problem is not None:
+        _give_problem(records, problem, every=path.is_file())
     if emulate:
         run_emulated(records, out, emulate, trials=min(trials, 3), dtype=dtype, scale=scale, quiet=quiet)
         write_tables(records, out)
+        _exit_if_not_evaluated(records)
         return
     options = EvalOptions(
         world_size=world_size, trials=trials, backend=backend, dtype=dtype, timeout_s=timeout, warmup=warmup,
@@ -284,6 +315,28 @@ def eval_command(
     )
     run_eval(records, out, options, quiet)
     write_tables(records, out)
+    _exit_if_not_evaluated(records)
+
+
+def _give_problem(records, problem_id: int, every: bool) -> None:
+    """--problem: the problem of candidates whose file name gives none (of every one, for one file)."""
+    from problems import names
+
+    for rec in records:
+        if every or rec.problem_id is None:
+            rec.problem_id = problem_id
+            rec.problem_name = names().get(problem_id, rec.problem_name)
+
+
+def _exit_if_not_evaluated(records) -> None:
+    """Exit 1, saying how many and why, when some candidate could not be evaluated (README's contract)."""
+    from pkb.eval.not_run import summary_lines
+
+    lines = summary_lines(records)
+    if lines:
+        for line in lines:
+            err.print(escape(line), highlight=False)
+        raise typer.Exit(1)
 
 
 @app.command()
