@@ -41,6 +41,8 @@ pre { background: var(--band); padding: 8px 10px; overflow-x: auto; border-radiu
 .notice { border-left: 4px solid #c17d11; background: #fdf6e8; padding: 8px 12px; margin: 10px 0; }
 .explain { border-left: 4px solid var(--accent); background: #eef3fa; padding: 8px 14px; margin: 10px 0; }
 img.plot { max-width: 100%; border: 1px solid var(--line); border-radius: 4px; margin: 6px 0; display: block; }
+details.rule-doc { margin: 6px 0; } details.rule-doc .doc { padding: 2px 14px; border-left: 3px solid var(--line); }
+tr.cited td:first-child { border-left: 3px solid var(--accent); }
 input.filter { padding: 4px 8px; width: 320px; margin: 4px 0; border: 1px solid var(--line); border-radius: 4px; }
 """
 
