@@ -31,9 +31,6 @@ code, pre { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-si
 code { background: var(--band); padding: 1px 4px; border-radius: 3px; }
 pre { background: var(--band); padding: 8px 10px; overflow-x: auto; border-radius: 4px; }
 .badge { display: inline-block; padding: 1px 7px; border-radius: 10px; font-size: 12px; font-weight: 600; color: #fff; background: #7a8591; }
-.o-faster { background: #2e8540; } .o-slower { background: #c17d11; } .o-wrong_result { background: #c0392b; }
-.o-compile_error, .o-load_error { background: #8e44ad; } .o-runtime_error { background: #a93226; } .o-hang { background: #34495e; }
-.o-suspect { background: #d35400; } .o-none { background: #95a5a6; }
 .sev-error { color: #b03a2e; font-weight: 600; } .sev-warning { color: #b9770e; } .sev-info { color: var(--muted); }
 .cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(270px, 1fr)); gap: 12px; margin: 10px 0; }
 .card { border: 1px solid var(--line); border-radius: 6px; padding: 10px 14px; background: var(--band); }
@@ -59,6 +56,18 @@ function pkbFilter(input, tableId) {
   for (var i = 0; i < rows.length; i++) { rows[i].style.display = rows[i].textContent.toLowerCase().indexOf(q) >= 0 ? '' : 'none'; }
 }
 """
+
+
+def _with_report_parts() -> None:
+    """Outcome badge colours (colour-blind safe) and the sortable table's CSS and script."""
+    global CSS, SCRIPT
+    from reports.report_parts import SORT_CSS, SORT_SCRIPT, badge_css
+
+    CSS += badge_css() + "\n" + SORT_CSS
+    SCRIPT += SORT_SCRIPT
+
+
+_with_report_parts()
 
 
 def esc(x: Any) -> str:
