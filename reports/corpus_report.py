@@ -17,7 +17,7 @@ from typing import Any
 from pkb import taxonomy
 from reports import kernel_page
 from reports.html_parts import badge, esc, fig_to_img, fmt, matplotlib_agg, page, pct, table
-from reports.report_parts import candidates_table, failed_problems
+from reports.report_parts import breakable, candidates_table, failed_problems
 
 # The paper's mechanism families (TAXONOMY words in each).
 MECHANISM_GROUPS = (
@@ -242,9 +242,9 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     if any_eval:
         fh, fb_ = failed_problems(rows)
         ftable = table(fh, fb_, num=set(range(1, len(fh) - 2)), id="failed-table") if fb_ else "<p>none failed</p>"
-        cards.append(f"<div class=\"card wide\"><h3>Failed problems and why</h3>{ftable}</div>")
         fa = "".join(f"<li><b>{esc(p)}</b>: {link(r, Path(r['path']).parent.name + '/' + Path(r['path']).name)} {fmt(r['speedup'])}x</li>" for p, r in sorted(fastest.items()))
         cards.append(f"<div class=\"card\"><h3>Fastest kernel per problem</h3><ul>{fa or '<li>no correct timed candidate</li>'}</ul></div>")
+        cards.append(f"<div class=\"card wide\"><h3>Failed problems and why</h3>{ftable}</div>")  # a full row, under the two lists
     else:
         top = Counter(f for r in rows for f in set(r["findings"])).most_common(5)
         cards.append("<div class=\"card\"><h3>Most common findings</h3><ul>" + "".join(f"<li><b>{esc(k)}</b> {esc(rule_names.get(k, ''))}: {v} candidates</li>" for k, v in top) + "</ul></div>")
@@ -366,9 +366,9 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     body.append('<input class="filter" placeholder="filter rows (problem, model, label, outcome...)" oninput="pkbFilter(this, \'cand-table\')">')
     h = ["problem", "model", "candidate", "outcome", "subtype", "speedup", "mechanism", "sync", "overlap", "findings"]
     # The model has its own column: the candidate shows its file name, the full path on hover.
-    cb = [[esc(r["problem"]), esc(r["model"]), f'<a href="{esc(r["page"])}" title="{esc(r["path"])}">{esc(Path(r["path"]).name)}</a>',
-           badge(r["outcome"]) if r["evaluated"] else '<span class="muted">not evaluated</span>', esc(r["subtype"]), fmt(r["speedup"]),
-           esc(" + ".join(r["mechanism"]) or "-"), esc(" + ".join(r["sync"]) or "-"), esc(" + ".join(r["overlap"]) or "-"), esc(" ".join(sorted(set(r["findings"]))))] for r in rows]
+    cb = [[breakable(esc(r["problem"])), breakable(esc(r["model"])), f'<a href="{esc(r["page"])}" title="{esc(r["path"])}">{breakable(esc(Path(r["path"]).name))}</a>',
+           badge(r["outcome"]) if r["evaluated"] else '<span class="muted">not evaluated</span>', breakable(esc(r["subtype"])), fmt(r["speedup"]),
+           breakable(esc(" + ".join(r["mechanism"]) or "-")), breakable(esc(" + ".join(r["sync"]) or "-")), breakable(esc(" + ".join(r["overlap"]) or "-")), esc(" ".join(sorted(set(r["findings"]))))] for r in rows]
     keys = [[r["problem_id"] if r["problem_id"] is not None else "", None, r["path"], r["outcome"] or "not evaluated", None,
              "" if r["speedup"] is None else r["speedup"], None, None, None, len(r["findings"])] for r in rows]
     body.append(candidates_table(h, cb, keys))

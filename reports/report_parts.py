@@ -128,17 +128,22 @@ window.addEventListener('load', pkbMeasure);
 """
 
 SORT_CSS = """
-.card.wide { grid-column: 1 / -1; } .card.wide table { background: var(--bg); }
+.card.wide { grid-column: 1 / -1; }
 table.sortable th { cursor: pointer; user-select: none; white-space: nowrap; }
 table.sortable th::after { content: " \\2195"; color: var(--muted); font-weight: 400; }
 table.sortable th[data-dir="asc"]::after { content: " \\2191"; } table.sortable th[data-dir="desc"]::after { content: " \\2193"; }
 #cand-table { display: table; table-layout: fixed; width: 100%; }
-#cand-table td { overflow-wrap: anywhere; }
-#cand-table col.c-problem { width: 12%; } #cand-table col.c-model { width: 11%; } #cand-table col.c-candidate { width: 17%; }
-#cand-table col.c-outcome { width: 9%; } #cand-table col.c-subtype { width: 9%; } #cand-table col.c-speedup { width: 6%; }
+#cand-table td { overflow-wrap: break-word; } #cand-table .badge { white-space: nowrap; }
+#cand-table col.c-problem { width: 13%; } #cand-table col.c-model { width: 9%; } #cand-table col.c-candidate { width: 16%; }
+#cand-table col.c-outcome { width: 10%; } #cand-table col.c-subtype { width: 9%; } #cand-table col.c-speedup { width: 8%; }
 #cand-table col.c-mechanism { width: 10%; } #cand-table col.c-sync { width: 10%; } #cand-table col.c-overlap { width: 8%; }
-#cand-table col.c-findings { width: 8%; }
+#cand-table col.c-findings { width: 7%; }
 """
+
+
+def breakable(html_text: str) -> str:
+    """Escaped text that may wrap after its underscores (long problem and file names)."""
+    return html_text.replace("_", "_<wbr>")
 
 
 def candidates_table(headers: list[str], rows: list[list[str]], sort_keys: list[list[Any]]) -> str:
