@@ -111,17 +111,32 @@ def _progress(total: int, quiet: bool):
 
 
 def run_eval(records, out: Path, options, quiet: bool) -> None:
-    """Evaluate records (one launch each), writing eval.jsonl as results land."""
+    """Evaluate records (one launch each), writing eval.jsonl as results land, and saying each
+    outcome as it lands: above a progress bar at a terminal, a plain line otherwise (piped output
+    shows progress too). Ctrl-C says what was saved and how to resume."""
     from pkb.eval import evaluate
     from reports import console
 
     path = out / "eval.jsonl"
-    with path.open("w", encoding="utf-8") as jsonl, _progress(len(records), quiet) as (progress, task):
-        for rec in records:
-            evaluate([rec], options)
-            jsonl.write(json.dumps(rec.to_json_line(), default=str) + "\n")
-            jsonl.flush()
-            progress.advance(task)
+    done = 0
+    lines_out = not sys.stdout.isatty()
+    try:
+        with path.open("w", encoding="utf-8") as jsonl, _progress(len(records), quiet) as (progress, task):
+            for rec in records:
+                evaluate([rec], options)
+                jsonl.write(json.dumps(rec.to_json_line(), default=str) + "\n")
+                jsonl.flush()
+                done += 1
+                line = console.eval_line(rec, done, len(records))
+                if lines_out:
+                    print(line, flush=True)
+                elif not quiet:
+                    progress.console.print(escape(line), highlight=False)
+                progress.advance(task)
+    except KeyboardInterrupt:
+        err.print(f"interrupted: {done} of {len(records)} candidates were evaluated and saved (the store {escape(str(options.store_path))}, "
+                  f"{escape(str(path))}); the same command resumes: stored results are not run again (--force runs them again)")
+        raise typer.Exit(130)
     typer.echo(console.eval_table(records))
     typer.echo(console.eval_totals(records))
     typer.echo(f"wrote {path} and the store {options.store_path}")
@@ -279,6 +294,10 @@ def eval_command(
     problem: Optional[int] = typer.Option(None, "--problem", min=1, help="the problem id of candidates whose file name has none (`<id>_<name>.py`); with one file, its problem"),
     store: Optional[Path] = typer.Option(None, "--store", help="SQLite store (default OUT/pkb_eval.sqlite)"),
     pkb_root: Optional[Path] = typer.Option(None, "--pkb-root", help="a PKB checkout: evaluate against its references and input factory"),
+    import_timeout: float = typer.Option(300.0, "--import-timeout", min=1.0, help="seconds for the candidate's import"),
+    compile_timeout: float = typer.Option(900.0, "--compile-timeout", min=1.0, help="seconds for one JIT build of its extension"),
+    call_timeout: float = typer.Option(120.0, "--call-timeout", min=1.0, help="seconds for one call of the candidate or the reference"),
+    force: bool = typer.Option(False, "--force", help="run again candidates the store already has results for"),
     ptx: bool = typer.Option(False, "--ptx/--no-ptx", help="run the PTX pass in the static stage"),
     emulate: Optional[int] = typer.Option(None, "--emulate", help="N virtual ranks in one process on one GPU (or CPU): correctness only, never timed"),
     profile: bool = typer.Option(False, "--profile", help="after timing, record a torch.profiler trace of a few candidate calls per rank (NVTX ranges too)"),
@@ -312,6 +331,7 @@ def eval_command(
         iters=iters, scale=scale, store_path=str(store or out / "pkb_eval.sqlite"), work_dir=str(out / "eval_work"),
         pkb_root=str(pkb_root) if pkb_root else None, profile=profile,
         ncu_kernels=list(ncu_kernel or []) if (ncu or ncu_kernel or ncu_metric) else None, ncu_metrics=list(ncu_metric or []),
+        import_timeout_s=import_timeout, compile_timeout_s=compile_timeout, call_timeout_s=call_timeout, force=force,
     )
     run_eval(records, out, options, quiet)
     write_tables(records, out)

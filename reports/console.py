@@ -70,6 +70,21 @@ def eval_table(records: list[CandidateRecord], width: int = 56) -> str:
     return tabulate(rows, headers=["candidate", "status", "outcome", "subtype", "speedup", "reason"], tablefmt="simple")
 
 
+def eval_line(rec: CandidateRecord, index: int, total: int) -> str:
+    """One candidate's result as it lands: `[3/82] path: outcome (subtype) 1.2x, 14.1 s`, the reason
+    whole where it was not run."""
+    ev = rec.evaluation or {}
+    status = ev.get("status", "-")
+    if status not in ("ran", "skipped_cached"):
+        return f"[{index}/{total}] {rec.path}: not run: {ev.get('reason') or 'no reason recorded'}"
+    outcome = ev.get("outcome") or ("correct" if ev.get("correct") else "-")
+    sub = f" ({ev['subtype']})" if ev.get("subtype") else ""
+    speed = f" {ev['speedup']:.3g}x" if isinstance(ev.get("speedup"), (int, float)) else ""
+    wall = f", {ev['wall_s']:.1f} s" if isinstance(ev.get("wall_s"), (int, float)) else ""
+    cached = " (stored result)" if status == "skipped_cached" else ""
+    return f"[{index}/{total}] {rec.path}: {outcome}{sub}{speed}{wall}{cached}"
+
+
 def eval_totals(records: Iterable[CandidateRecord]) -> str:
     records = list(records)
     def outcome(ev: dict) -> str:
