@@ -11,7 +11,9 @@ import re
 from collections import Counter
 from typing import Any, Iterable
 
-EVALUATED = ("ran", "skipped_cached")
+# Statuses of a candidate that was evaluated; an emulated run that could not decide (a grid that
+# cannot be co-resident) is `inconclusive`: evaluated, with that as its answer.
+EVALUATED = ("ran", "skipped_cached", "inconclusive")
 
 # A reason's start -> what the user can do about it.
 _HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
