@@ -258,9 +258,13 @@ def analyze(
     else:
         from pkb.eval import EvalOptions
 
+        import contextlib
+
         say(f"evaluation: {n_gpu} CUDA device(s), world size {n_gpu}")
-        run_eval(records, out, EvalOptions(world_size=n_gpu, trials=trials, store_path=str(out / "pkb_eval.sqlite"),
-                                           work_dir=str(out / "eval_work")), quiet)
+        # standard output belongs to the chosen format: the evaluation's lines go to stderr then
+        with contextlib.redirect_stdout(sys.stderr) if fmt != "text" else contextlib.nullcontext():
+            run_eval(records, out, EvalOptions(world_size=n_gpu, trials=trials, store_path=str(out / "pkb_eval.sqlite"),
+                                               work_dir=str(out / "eval_work")), quiet)
         write_tables(records, out)
 
     if failures:
