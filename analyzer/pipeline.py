@@ -24,6 +24,7 @@ from analyzer.facts import CudaFacts, PtxFacts, StaticFacts
 from analyzer.python_pass import analyze_python, run_context
 from analyzer.rules import Rule, run_rules, select_rules
 from pkb.record import CandidateRecord, PassStatus
+from pkb.suppress import split_suppressed
 from pkb.serde import from_data, to_data
 
 
@@ -192,11 +193,11 @@ class StaticAnalyzer:
             rec.passes.append(_combined("ptx", [(p.source_index, p.status, p.message) for p in rec.facts.ptx], time.perf_counter() - t0))
 
     def label(self, rec: CandidateRecord) -> None:
-        rec.labels, rec.kernels, rec.findings = {}, [], []
+        rec.labels, rec.kernels, rec.findings, rec.suppressed = {}, [], [], []
         if rec.parse_status != "ok" or rec.facts.python.status != "ok":
             return
         classify(rec, problem_has_compute(rec))
-        rec.findings = run_rules(rec, self.rules)
+        rec.findings, rec.suppressed = split_suppressed(run_rules(rec, self.rules), rec.source)
 
     def analyze(self, rec: CandidateRecord) -> CandidateRecord:
         self.facts(rec)

@@ -131,10 +131,14 @@ def _is_candidate_like(path: Path) -> bool:
     return path.parent.name.startswith("solutions_") and path.suffix == ""
 
 
-def read_candidate(path: Path, root: Path | None = None) -> CandidateRecord:
-    """Read one file into a record; the record says how reading went."""
+def read_candidate(path: Path, root: Path | None = None, max_bytes: int | None = None) -> CandidateRecord:
+    """Read one file into a record; the record says how reading went. `path` is kept relative to
+    `root` (pkb.roots.corpus_root); `max_bytes` is the read limit (default MAX_BYTES)."""
+    from pkb.roots import relative_path
+
     path = Path(path)
-    rel = str(path.relative_to(root)) if root is not None and root in path.parents else str(path)
+    limit = max_bytes or MAX_BYTES
+    rel = relative_path(path, Path(root).resolve()) if root is not None else str(path)
     rec = CandidateRecord(path=rel)
     tree = parse_run_tree(path.parent.name)
     if tree is not None:
@@ -149,16 +153,16 @@ def read_candidate(path: Path, root: Path | None = None) -> CandidateRecord:
     try:
         size = path.stat().st_size
         with path.open("rb") as fh:
-            data = fh.read(MAX_BYTES + 1)
+            data = fh.read(limit + 1)
     except OSError as exc:
         rec.parse_status, rec.parse_message = "unreadable", f"cannot read: {exc.strerror or exc}"
         match_record(rec, pid, name)
         return rec
     rec.size = size
     rec.sha256 = content_hash(data)
-    if size > MAX_BYTES:
+    if size > limit:
         rec.parse_status = "too_large"
-        rec.parse_message = f"{size} bytes, over the {MAX_BYTES}-byte limit; not analyzed"
+        rec.parse_message = f"{size} bytes, over the {limit}-byte limit; not analyzed"
         match_record(rec, pid, name)
         return rec
     rec.parse_status, rec.parse_message, rec.parse_line, rec.source, rec.tree = _decode(data)
@@ -200,6 +204,9 @@ def _decode(data: bytes) -> tuple[str, str, int, str, ast.Module | None]:
 
 
 def load_corpus(root: Path) -> list[CandidateRecord]:
+    """Every candidate under `root`, paths relative to its corpus root (pkb.roots)."""
+    from pkb.roots import corpus_root
+
     root = Path(root)
-    base = root if root.is_dir() else root.parent
+    base = corpus_root([root])
     return [read_candidate(p, base) for p in discover(root)]

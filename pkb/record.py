@@ -15,6 +15,10 @@ from analyzer.facts import StaticFacts
 from pkb import taxonomy
 from pkb.serde import from_data, to_data
 
+# The version of the public record shape (static.jsonl, eval.jsonl, docs/record.schema.json):
+# raised when a field changes meaning or is removed, not when one is added.
+SCHEMA_VERSION = 1
+
 # How reading the file went.
 PARSE_STATUSES = (
     "ok",
@@ -108,6 +112,7 @@ class CandidateRecord:
     labels: dict[str, list[Label]] = field(default_factory=dict)  # candidate as a whole
     kernels: list[KernelReport] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    suppressed: list[Finding] = field(default_factory=list)  # findings a `noqa` comment silenced (pkb.suppress)
     # Later stages (evaluation, profile, diagnosis) add their own parts here, as plain data.
     evaluation: dict[str, Any] = field(default_factory=dict)
     profile: dict[str, Any] = field(default_factory=dict)
@@ -168,6 +173,7 @@ class CandidateRecord:
             return out
 
         return {
+            "schema_version": SCHEMA_VERSION,
             "path": self.path,
             "sha256": self.sha256,
             "problem_id": self.problem_id,
@@ -188,6 +194,7 @@ class CandidateRecord:
                 for k in self.kernels
             ],
             "findings": [to_data(f) for f in self.findings],
+            "suppressed": [to_data(f) for f in self.suppressed],
             "evaluation": self.evaluation,
             "profile": self.profile,
             "diagnosis": self.diagnosis,

@@ -37,6 +37,7 @@ def record_from_json_line(d: dict[str, Any]) -> CandidateRecord:
     rec.labels = _labels(d)
     rec.kernels = [KernelReport(name=k["name"], language=k.get("language", ""), line=k.get("line", 0), labels=_labels(k)) for k in d.get("kernels", [])]
     rec.findings = [Finding(**f) for f in d.get("findings", [])]
+    rec.suppressed = [Finding(**f) for f in d.get("suppressed", [])]
     rec.evaluation = d.get("evaluation") or {}
     rec.profile = d.get("profile") or {}
     rec.diagnosis = d.get("diagnosis") or {}

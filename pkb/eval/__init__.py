@@ -239,7 +239,7 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
     key = config_key(problem_id=ref.id, world_size=env.world_size, backend=env.backend, dtype=dtype, options=options)
     evaluation.update(dtype=dtype, config_key=key, problem_id=ref.id, problem_stem=ref.stem, problem_match=ref.match)
     store.add_candidate(sha, rec.path, ref.id, rec.problem_name, rec.model, rec.provider, rec.backend)
-    if store.done(sha, key):
+    if store.done(sha, key) and not options.force:
         cached = store.evaluation(sha, key) or {}
         cached["status"] = "skipped_cached"
         return cached

@@ -56,6 +56,7 @@ class EvalOptions:
     # of kernel names, or [] for the static pass's peer-moving kernels (every kernel if none).
     ncu_kernels: list[str] | None = None
     ncu_metrics: list[str] = field(default_factory=list)  # asked for beside profiling.capture.NCU_METRICS
+    force: bool = False  # run again what the store already holds for this configuration
 
     def resolved_work_dir(self) -> Path:
         return Path(self.work_dir).resolve()
