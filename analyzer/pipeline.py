@@ -265,7 +265,7 @@ class StaticAnalyzer:
                 if fut is not None:
                     done, _ = fut.result()
                     rec.facts, rec.passes = done.facts, done.passes
-                    rec.labels, rec.kernels, rec.findings = done.labels, done.kernels, done.findings
+                    rec.labels, rec.kernels, rec.findings, rec.suppressed = done.labels, done.kernels, done.findings, done.suppressed
                 yield rec
 
         try:
