@@ -1,9 +1,9 @@
 """
 Reduce-scatter fused with RMSNorm in a single kernel.
 
-One block per output row: it reads that row from every rank's symmetric buffer (peer loads
-over NVLink), sums in fp32 into shared memory, reduces the sum of squares across the block and
-writes the normalised, weighted row. The reduced rows never round-trip through global memory.
+One block per output row: it reads that row of this rank's chunk of the flat buffer from every
+rank's symmetric buffer (peer loads over NVLink), averages over ranks in fp32 into shared memory,
+reduces the sum of squares across the block and writes the normalised, weighted row. The reduced rows never round-trip through global memory.
 """
 import torch
 import torch.distributed as dist
@@ -34,7 +34,7 @@ __global__ void rs_rmsnorm_kernel(const uint64_t* __restrict__ ptrs, const __nv_
             const __nv_bfloat16* peer = reinterpret_cast<const __nv_bfloat16*>(ptrs[p]);
             acc += __bfloat162float(peer[src_row * hidden + h]);
         }
-        row[h] = acc;
+        acc /= world; row[h] = acc;             // the mean over ranks
         sq += acc * acc;
     }
     sq = warp_sum(sq);
@@ -92,7 +92,7 @@ def _get_ext():
 
 
 def solution(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Reduce-scatter rows of x across ranks, then RMSNorm(weight, eps) of this rank's rows."""
+    """Chunk `rank` of the flat x averaged over ranks, as [rows, hidden], then RMSNorm(weight, eps)."""
     ext = _get_ext()
     key = (tuple(x.shape), x.dtype)
     if key not in _bufs:
@@ -102,6 +102,6 @@ def solution(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     buf.copy_(x)
     hdl.barrier(channel=0)
     out = ext.rs_rmsnorm(hdl.buffer_ptrs_dev, weight.to(torch.bfloat16).contiguous(),
-                         x.shape[0] // hdl.world_size, hdl.rank, hdl.world_size, float(eps))
+                         x.numel() // (hdl.world_size * weight.numel()), hdl.rank, hdl.world_size, float(eps))
     hdl.barrier(channel=0)
     return out.to(x.dtype)

@@ -1,7 +1,7 @@
 """
 Fused reduce-scatter + RMSNorm: a single kernel, one warp per output row.
 
-Each warp sums its row over all ranks' symmetric buffers (peer loads), computes the mean square
+Each warp averages its row of this rank's chunk over all ranks' symmetric buffers (peer loads), computes the mean square
 with warp shuffles and writes the normalised row. Only one launch per call.
 """
 import torch
@@ -31,7 +31,7 @@ __global__ void fused_rs_rmsnorm(const uint64_t* __restrict__ ptrs, const __nv_b
         for (int p = 0; p < world; ++p) {
             s += __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(ptrs[p])[base + h]);
         }
-        vals[cnt] = s;
+        s /= world; vals[cnt] = s;          // the mean over ranks
         ss += s * s;
     }
     for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
@@ -72,5 +72,5 @@ def solution(x, weight, eps):
         _cache[x.shape] = (buf, symm_mem.rendezvous(buf, dist.group.WORLD))
     buf, hdl = _cache[x.shape]
     buf.copy_(x)
-    rows = x.shape[0] // hdl.world_size
+    rows = x.numel() // hdl.world_size // weight.numel()   # x is the flat [world * rows * hidden] buffer
     return _mod.run(hdl.buffer_ptrs_dev, weight.contiguous(), rows, hdl.rank, hdl.world_size, eps)
