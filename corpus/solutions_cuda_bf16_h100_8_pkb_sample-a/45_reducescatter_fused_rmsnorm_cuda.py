@@ -1,9 +1,9 @@
 """
 Reduce-scatter fused with RMSNorm in a single kernel.
 
-One block per output row: it reads that row of this rank's chunk of the flat buffer from every
-rank's symmetric buffer (peer loads over NVLink), averages over ranks in fp32 into shared memory,
-reduces the sum of squares across the block and writes the normalised, weighted row. The reduced rows never round-trip through global memory.
+One block per output row of this rank's chunk of the flat buffer: it reads the row from every rank's
+symmetric buffer (peer loads over NVLink), averages over ranks in fp32 into shared memory, reduces the
+sum of squares across the block and writes the normalised row. Reduced rows never touch global memory.
 """
 import torch
 import torch.distributed as dist
@@ -91,17 +91,17 @@ def _get_ext():
     return _ext
 
 
-def solution(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Chunk `rank` of the flat x averaged over ranks, as [rows, hidden], then RMSNorm(weight, eps)."""
+def solution(rs_input_1d: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Tensor:
+    """Chunk `rank` of the flat rs_input_1d averaged over ranks, as [rows, hidden], then RMSNorm(gamma, eps)."""
     ext = _get_ext()
-    key = (tuple(x.shape), x.dtype)
+    key = (tuple(rs_input_1d.shape), rs_input_1d.dtype)
     if key not in _bufs:
-        buf = symm_mem.empty(x.shape, device=x.device, dtype=x.dtype)
+        buf = symm_mem.empty(rs_input_1d.shape, device=rs_input_1d.device, dtype=rs_input_1d.dtype)
         _bufs[key] = (buf, symm_mem.rendezvous(buf, dist.group.WORLD))
     buf, hdl = _bufs[key]
-    buf.copy_(x)
+    buf.copy_(rs_input_1d)
     hdl.barrier(channel=0)
-    out = ext.rs_rmsnorm(hdl.buffer_ptrs_dev, weight.to(torch.bfloat16).contiguous(),
-                         x.numel() // (hdl.world_size * weight.numel()), hdl.rank, hdl.world_size, float(eps))
+    out = ext.rs_rmsnorm(hdl.buffer_ptrs_dev, gamma.to(torch.bfloat16).contiguous(),
+                         rs_input_1d.numel() // (hdl.world_size * gamma.numel()), hdl.rank, hdl.world_size, float(eps))
     hdl.barrier(channel=0)
-    return out.to(x.dtype)
+    return out.to(rs_input_1d.dtype)
