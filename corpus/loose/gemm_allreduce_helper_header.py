@@ -57,15 +57,15 @@ def _load():
     return _ext
 
 
-def solution(A: torch.Tensor, B_shard: torch.Tensor) -> torch.Tensor:
+def solution(A_local: torch.Tensor, B_local: torch.Tensor) -> torch.Tensor:
     ext = _load()
-    M, N = A.shape[0], B_shard.shape[1]
+    M, N = A_local.shape[0], B_local.shape[1]
     if (M, N) not in _ctx:
-        buf = symm_mem.empty((M, N), device=A.device, dtype=torch.float32)
+        buf = symm_mem.empty((M, N), device=A_local.device, dtype=torch.float32)
         _ctx[(M, N)] = (buf, symm_mem.rendezvous(buf, dist.group.WORLD))
     buf, hdl = _ctx[(M, N)]
-    torch.matmul(A.float(), B_shard.float(), out=buf)
+    torch.matmul(A_local.float(), B_local.float(), out=buf)
     hdl.barrier(channel=0)
     out = ext.reduce_partials(hdl.buffer_ptrs_dev, buf, hdl.world_size)
     hdl.barrier(channel=0)
-    return out.to(A.dtype)
+    return out.to(A_local.dtype)

@@ -1,7 +1,7 @@
 """
 Row-parallel GEMM + all-reduce written with torch.distributed only (problem 13).
 
-solution(A, B_shard): A [M, K/world], B_shard [K/world, N]. Instead of one all-reduce of the
+solution(A_local, B_local): A_local [M, K/world], B_local [K/world, N]. Instead of one all-reduce of the
 [M, N] partial, it reduce-scatters the rows and all-gathers them back, which is what NCCL's ring
 all-reduce does internally; the two halves are issued explicitly so the reduce-scatter output can
 be cast to the output dtype before the gather.
@@ -23,13 +23,13 @@ def _buffers(M, N, dtype, device, world):
     return _out_cache[key]
 
 
-def _check(A: torch.Tensor, B_shard: torch.Tensor, world: int) -> None:
-    if A.dim() != 2 or B_shard.dim() != 2:
-        raise ValueError("A and B_shard must be 2-D")
-    if A.shape[1] != B_shard.shape[0]:
-        raise ValueError(f"inner dimensions differ: {A.shape[1]} vs {B_shard.shape[0]}")
-    if A.device != B_shard.device:
-        raise ValueError("A and B_shard must live on the same device")
+def _check(A_local: torch.Tensor, B_local: torch.Tensor, world: int) -> None:
+    if A_local.dim() != 2 or B_local.dim() != 2:
+        raise ValueError("A_local and B_local must be 2-D")
+    if A_local.shape[1] != B_local.shape[0]:
+        raise ValueError(f"inner dimensions differ: {A_local.shape[1]} vs {B_local.shape[0]}")
+    if A_local.device != B_local.device:
+        raise ValueError("A_local and B_local must live on the same device")
 
 
 def _two_step_pays_off(M: int, N: int, elem: int, world: int) -> bool:
@@ -39,11 +39,11 @@ def _two_step_pays_off(M: int, N: int, elem: int, world: int) -> bool:
     return M * N * elem >= 256 * 1024
 
 
-def solution(A: torch.Tensor, B_shard: torch.Tensor) -> torch.Tensor:
-    """sum over ranks of A @ B_shard, via reduce-scatter + all-gather."""
+def solution(A_local: torch.Tensor, B_local: torch.Tensor) -> torch.Tensor:
+    """sum over ranks of A_local @ B_local, via reduce-scatter + all-gather."""
     world = dist.get_world_size()
-    _check(A, B_shard, world)
-    partial = torch.matmul(A, B_shard)
+    _check(A_local, B_local, world)
+    partial = torch.matmul(A_local, B_local)
     M, N = partial.shape
     if not _two_step_pays_off(M, N, partial.element_size(), world):
         # small or uneven outputs: a plain all-reduce

@@ -1,17 +1,17 @@
 """Reference for problem 33: Ulysses sequence-parallel all-to-all.
 
-x: [B, S // world, H, D] (sequence shard, all heads). Returns [B, S, H // world, D]
-(full sequence, this rank's head shard). H divisible by world.
+x: a tensor sharded along gather_dim (rank r holds block r). Block j of x along scatter_dim goes to
+rank j; the output joins the blocks received from every rank along gather_dim in rank order.
+With x [B, S // world, H, D], scatter_dim 2, gather_dim 1 the result is [B, S, H // world, D]
+(full sequence, this rank's heads); scatter_dim 1, gather_dim 2 goes back.
 """
 import torch
 import torch.distributed as dist
 
 
-def solution(x: torch.Tensor) -> torch.Tensor:
-    world = dist.get_world_size()
-    # split heads into world groups: send group j to rank j
-    send = torch.stack(x.chunk(world, dim=2), dim=0).contiguous()  # [w, B, S/w, H/w, D]
-    recv = torch.empty_like(send)
-    dist.all_to_all_single(recv, send)
-    # recv[j] is rank j's sequence shard of our heads: concatenate along the sequence
-    return torch.cat(list(recv.unbind(0)), dim=1)
+def solution(x: torch.Tensor, scatter_dim: int, gather_dim: int, group=None) -> torch.Tensor:
+    world = dist.get_world_size(group)
+    send = [c.contiguous() for c in x.chunk(world, dim=scatter_dim)]  # block j goes to rank j
+    recv = [torch.empty_like(c) for c in send]
+    dist.all_to_all(recv, send, group=group)
+    return torch.cat(recv, dim=gather_dim).contiguous()

@@ -1,6 +1,7 @@
 """Reference for problem 8: equal-split all-to-all along dim 0.
 
-Chunk j of rank r's tensor goes to rank j and lands there as chunk r.
+tensor: [world, rows, cols]. Block j of rank r's tensor goes to rank j and lands there as block r;
+the output has the input's shape.
 """
 import torch
 import torch.distributed as dist

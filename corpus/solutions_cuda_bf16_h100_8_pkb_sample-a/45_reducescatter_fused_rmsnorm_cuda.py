@@ -1,9 +1,9 @@
 """
 Reduce-scatter fused with RMSNorm in a single kernel.
 
-One block per output row: it reads that row from every rank's symmetric buffer (peer loads
-over NVLink), sums in fp32 into shared memory, reduces the sum of squares across the block and
-writes the normalised, weighted row. The reduced rows never round-trip through global memory.
+One block per output row of this rank's chunk of the flat buffer: it reads the row from every rank's
+symmetric buffer (peer loads over NVLink), averages over ranks in fp32 into shared memory, reduces the
+sum of squares across the block and writes the normalised row. Reduced rows never touch global memory.
 """
 import torch
 import torch.distributed as dist
@@ -34,7 +34,7 @@ __global__ void rs_rmsnorm_kernel(const uint64_t* __restrict__ ptrs, const __nv_
             const __nv_bfloat16* peer = reinterpret_cast<const __nv_bfloat16*>(ptrs[p]);
             acc += __bfloat162float(peer[src_row * hidden + h]);
         }
-        row[h] = acc;
+        acc /= world; row[h] = acc;             // the mean over ranks
         sq += acc * acc;
     }
     sq = warp_sum(sq);
@@ -91,17 +91,17 @@ def _get_ext():
     return _ext
 
 
-def solution(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Reduce-scatter rows of x across ranks, then RMSNorm(weight, eps) of this rank's rows."""
+def solution(rs_input_1d: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Tensor:
+    """Chunk `rank` of the flat rs_input_1d averaged over ranks, as [rows, hidden], then RMSNorm(gamma, eps)."""
     ext = _get_ext()
-    key = (tuple(x.shape), x.dtype)
+    key = (tuple(rs_input_1d.shape), rs_input_1d.dtype)
     if key not in _bufs:
-        buf = symm_mem.empty(x.shape, device=x.device, dtype=x.dtype)
+        buf = symm_mem.empty(rs_input_1d.shape, device=rs_input_1d.device, dtype=rs_input_1d.dtype)
         _bufs[key] = (buf, symm_mem.rendezvous(buf, dist.group.WORLD))
     buf, hdl = _bufs[key]
-    buf.copy_(x)
+    buf.copy_(rs_input_1d)
     hdl.barrier(channel=0)
-    out = ext.rs_rmsnorm(hdl.buffer_ptrs_dev, weight.to(torch.bfloat16).contiguous(),
-                         x.shape[0] // hdl.world_size, hdl.rank, hdl.world_size, float(eps))
+    out = ext.rs_rmsnorm(hdl.buffer_ptrs_dev, gamma.to(torch.bfloat16).contiguous(),
+                         rs_input_1d.numel() // (hdl.world_size * gamma.numel()), hdl.rank, hdl.world_size, float(eps))
     hdl.barrier(channel=0)
-    return out.to(x.dtype)
+    return out.to(rs_input_1d.dtype)

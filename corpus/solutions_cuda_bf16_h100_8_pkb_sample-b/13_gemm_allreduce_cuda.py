@@ -70,10 +70,10 @@ def _get_gemm():
     return _gemm_mod
 
 
-def solution(A: torch.Tensor, B_shard: torch.Tensor) -> torch.Tensor:
+def solution(A_local: torch.Tensor, B_local: torch.Tensor) -> torch.Tensor:
     """Partial GEMM on this rank with the custom kernel, then sum across ranks."""
     mod = _get_gemm()
-    partial = mod.gemm(A.to(torch.bfloat16), B_shard.to(torch.bfloat16))
+    partial = mod.gemm(A_local.to(torch.bfloat16), B_local.to(torch.bfloat16))
     # combine partial products from all tensor-parallel ranks
     dist.all_reduce(partial, op=dist.ReduceOp.SUM)
-    return partial.to(A.dtype)
+    return partial.to(A_local.dtype)

@@ -57,19 +57,19 @@ def _ext_mod():
     return _ext
 
 
-def solution(A, B_shard):
+def solution(A_local, B_local):
     ext = _ext_mod()
-    M, N = A.shape[0], B_shard.shape[1]
-    key = (M, N, A.dtype)
+    M, N = A_local.shape[0], B_local.shape[1]
+    key = (M, N, A_local.dtype)
     if key not in _symm:
-        buf = symm_mem.empty((M, N), device=A.device, dtype=A.dtype)
+        buf = symm_mem.empty((M, N), device=A_local.device, dtype=A_local.dtype)
         _symm[key] = (buf, symm_mem.rendezvous(buf, dist.group.WORLD))
     buf, hdl = _symm[key]
     world, rank = hdl.world_size, hdl.rank
 
-    torch.matmul(A, B_shard, out=buf)
+    torch.matmul(A_local, B_local, out=buf)
     torch.cuda.synchronize()          # make sure the GEMM has landed before peers look at it
     hdl.barrier(channel=0)
-    out = ext.rows_reduce(hdl.buffer_ptrs_dev, M // world, N, rank, world, A)
+    out = ext.rows_reduce(hdl.buffer_ptrs_dev, M // world, N, rank, world, A_local)
     hdl.barrier(channel=0)
     return out

@@ -1,8 +1,8 @@
 """
 Fused reduce-scatter + RMSNorm: a single kernel, one warp per output row.
 
-Each warp sums its row over all ranks' symmetric buffers (peer loads), computes the mean square
-with warp shuffles and writes the normalised row. Only one launch per call.
+Each warp averages its row of this rank's chunk over all ranks' symmetric buffers (peer loads),
+computes the mean square with warp shuffles and writes the normalised row. One launch per call.
 """
 import torch
 import torch.distributed as dist
@@ -31,7 +31,7 @@ __global__ void fused_rs_rmsnorm(const uint64_t* __restrict__ ptrs, const __nv_b
         for (int p = 0; p < world; ++p) {
             s += __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(ptrs[p])[base + h]);
         }
-        vals[cnt] = s;
+        s /= world; vals[cnt] = s;          // the mean over ranks
         ss += s * s;
     }
     for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
@@ -59,7 +59,7 @@ _mod = None
 _cache = {}
 
 
-def solution(x, weight, eps):
+def solution(rs_input_1d, gamma, eps):
     global _mod
     if _mod is None:
         _mod = load_inline(name="fused_rs_rmsnorm_warp",
@@ -67,10 +67,10 @@ def solution(x, weight, eps):
                                        "int64_t rank, int64_t world, double eps);",
                            cuda_sources=FUSED_SRC, functions=["run"], with_cuda=True,
                            extra_cuda_cflags=["-O3"])
-    if x.shape not in _cache:
-        buf = symm_mem.empty(x.shape, device=x.device, dtype=x.dtype)
-        _cache[x.shape] = (buf, symm_mem.rendezvous(buf, dist.group.WORLD))
-    buf, hdl = _cache[x.shape]
-    buf.copy_(x)
-    rows = x.shape[0] // hdl.world_size
-    return _mod.run(hdl.buffer_ptrs_dev, weight.contiguous(), rows, hdl.rank, hdl.world_size, eps)
+    if rs_input_1d.shape not in _cache:
+        buf = symm_mem.empty(rs_input_1d.shape, device=rs_input_1d.device, dtype=rs_input_1d.dtype)
+        _cache[rs_input_1d.shape] = (buf, symm_mem.rendezvous(buf, dist.group.WORLD))
+    buf, hdl = _cache[rs_input_1d.shape]
+    buf.copy_(rs_input_1d)
+    rows = rs_input_1d.numel() // hdl.world_size // gamma.numel()   # the flat [world * rows * hidden] buffer
+    return _mod.run(hdl.buffer_ptrs_dev, gamma.contiguous(), rows, hdl.rank, hdl.world_size, eps)

@@ -43,31 +43,31 @@ _ext = None
 _ctx = {}
 
 
-def _setup(A, B_shard):
+def _setup(A_local, B_local):
     global _ext
     if _ext is None:
         _ext = load_inline(name="gemm_rs_pipeline_sum", cpp_sources="torch::Tensor sum_slots(torch::Tensor recv);",
                            cuda_sources=SUM_SRC, functions=["sum_slots"], with_cuda=True,
                            extra_cuda_cflags=["-O3"])
-    key = (A.shape[0], B_shard.shape[1], A.dtype)
+    key = (A_local.shape[0], B_local.shape[1], A_local.dtype)
     if key not in _ctx:
         world = dist.get_world_size()
-        rows, cols = A.shape[0] // world, B_shard.shape[1]
-        recv = symm_mem.empty((world, rows, cols), device=A.device, dtype=A.dtype)
+        rows, cols = A_local.shape[0] // world, B_local.shape[1]
+        recv = symm_mem.empty((world, rows, cols), device=A_local.device, dtype=A_local.dtype)
         hdl = symm_mem.rendezvous(recv, dist.group.WORLD)
         _ctx[key] = {
             "recv": recv, "hdl": hdl, "rows": rows,
-            "peer_recv": [hdl.get_buffer(d, (world, rows, cols), A.dtype) for d in range(world)],
-            "stage": [torch.empty((rows, cols), device=A.device, dtype=A.dtype) for _ in range(2)],
+            "peer_recv": [hdl.get_buffer(d, (world, rows, cols), A_local.dtype) for d in range(world)],
+            "stage": [torch.empty((rows, cols), device=A_local.device, dtype=A_local.dtype) for _ in range(2)],
             "computed": [torch.cuda.Event() for _ in range(2)],
             "sent": [torch.cuda.Event() for _ in range(2)],
-            "comm": torch.cuda.Stream(device=A.device),
+            "comm": torch.cuda.Stream(device=A_local.device),
         }
     return _ctx[key]
 
 
-def solution(A: torch.Tensor, B_shard: torch.Tensor) -> torch.Tensor:
-    c = _setup(A, B_shard)
+def solution(A_local: torch.Tensor, B_local: torch.Tensor) -> torch.Tensor:
+    c = _setup(A_local, B_local)
     hdl, rows, comm = c["hdl"], c["rows"], c["comm"]
     world, rank = hdl.world_size, hdl.rank
     main = torch.cuda.current_stream()
@@ -76,7 +76,7 @@ def solution(A: torch.Tensor, B_shard: torch.Tensor) -> torch.Tensor:
         slot = i % 2
         if i >= 2:
             main.wait_event(c["sent"][slot])       # staging buffer from chunk i-2 has been sent
-        torch.matmul(A[d * rows:(d + 1) * rows], B_shard, out=c["stage"][slot])
+        torch.matmul(A_local[d * rows:(d + 1) * rows], B_local, out=c["stage"][slot])
         c["computed"][slot].record(main)
         comm.wait_event(c["computed"][slot])
         with torch.cuda.stream(comm):

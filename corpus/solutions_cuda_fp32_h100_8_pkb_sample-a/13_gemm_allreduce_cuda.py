@@ -56,19 +56,19 @@ def _get_ctx(M, N, device):
     return _ctx[key]
 
 
-def solution(A: torch.Tensor, B_shard: torch.Tensor) -> torch.Tensor:
-    """sum over ranks of A @ B_shard."""
+def solution(A_local: torch.Tensor, B_local: torch.Tensor) -> torch.Tensor:
+    """sum over ranks of A_local @ B_local."""
     kern = _get_kernel()
-    M, N = A.shape[0], B_shard.shape[1]
-    buf, hdl, ptrs = _get_ctx(M, N, A.device)
-    torch.matmul(A.float(), B_shard.float(), out=buf)
+    M, N = A_local.shape[0], B_local.shape[1]
+    buf, hdl, ptrs = _get_ctx(M, N, A_local.device)
+    torch.matmul(A_local.float(), B_local.float(), out=buf)
     hdl.barrier(channel=0)                          # all partials written
-    out = torch.empty((M, N), device=A.device, dtype=torch.float32)
+    out = torch.empty((M, N), device=A_local.device, dtype=torch.float32)
     n = M * N
     threads = 512
     blocks = min((n // 4 + threads - 1) // threads + 1, 132 * 8)
-    stream = torch.cuda.current_stream(A.device)
-    with cp.cuda.ExternalStream(stream.cuda_stream, A.device.index):
+    stream = torch.cuda.current_stream(A_local.device)
+    with cp.cuda.ExternalStream(stream.cuda_stream, A_local.device.index):
         kern((blocks,), (threads,), (ptrs, cp.uint64(out.data_ptr()), cp.int64(n), cp.int32(hdl.world_size)))
     hdl.barrier(channel=0)                          # peers finished reading our partial
-    return out.to(A.dtype)
+    return out.to(A_local.dtype)

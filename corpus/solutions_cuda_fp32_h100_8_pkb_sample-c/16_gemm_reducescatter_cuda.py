@@ -56,17 +56,17 @@ def _ext_get():
     return _ext
 
 
-def solution(A: torch.Tensor, B_shard: torch.Tensor) -> torch.Tensor:
+def solution(A_local: torch.Tensor, B_local: torch.Tensor) -> torch.Tensor:
     """Rows [rank*M/w, (rank+1)*M/w) of sum_r A_r @ B_r."""
     ext = _ext_get()
-    M, N = A.shape[0], B_shard.shape[1]
+    M, N = A_local.shape[0], B_local.shape[1]
     if (M, N) not in _bufs:
-        buf = symm_mem.empty((M, N), device=A.device, dtype=torch.float32)
+        buf = symm_mem.empty((M, N), device=A_local.device, dtype=torch.float32)
         _bufs[(M, N)] = (buf, symm_mem.rendezvous(buf, dist.group.WORLD))
     buf, hdl = _bufs[(M, N)]
-    torch.matmul(A.float(), B_shard.float(), out=buf)
+    torch.matmul(A_local.float(), B_local.float(), out=buf)
     hdl.barrier(channel=0)
     rows = M // hdl.world_size
-    out = ext.rs_rows(hdl.buffer_ptrs_dev, rows, N, hdl.rank, A)
+    out = ext.rs_rows(hdl.buffer_ptrs_dev, rows, N, hdl.rank, A_local)
     hdl.barrier(channel=0)
-    return out.to(A.dtype)
+    return out.to(A_local.dtype)

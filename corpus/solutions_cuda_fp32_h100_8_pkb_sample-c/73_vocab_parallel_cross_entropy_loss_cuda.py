@@ -88,13 +88,13 @@ def _kernels():
     return _ce
 
 
-def solution(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+def solution(vocab_parallel_logits: torch.Tensor, target: torch.Tensor, group=None) -> torch.Tensor:
     ce = _kernels()
-    x = logits.float().contiguous()
-    vocab_start = dist.get_rank() * x.shape[1]
+    x = vocab_parallel_logits.float().reshape(-1, vocab_parallel_logits.shape[-1]).contiguous()  # [N, V/w]
+    vocab_start = dist.get_rank(group) * x.shape[1]
     gmax = ce.row_max(x)
-    dist.all_reduce(gmax, op=dist.ReduceOp.MAX)
+    dist.all_reduce(gmax, op=dist.ReduceOp.MAX, group=group)
     assert torch.isfinite(gmax).all().item(), "non-finite logits"
-    stats = ce.row_stats(x, gmax, target.contiguous(), vocab_start)
-    dist.all_reduce(stats)
-    return torch.log(stats[:, 0]) - stats[:, 1]
+    stats = ce.row_stats(x, gmax, target.reshape(-1).contiguous(), vocab_start)
+    dist.all_reduce(stats, group=group)
+    return (torch.log(stats[:, 0]) - stats[:, 1]).view(target.shape).to(vocab_parallel_logits.dtype)
