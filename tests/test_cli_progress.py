@@ -37,11 +37,12 @@ def two_candidates(tmp_path: Path) -> Path:
 def test_a_line_per_candidate_as_it_lands(tmp_path, capsys, monkeypatch):
     seen = []
 
-    def fake_evaluate(records, options):
+    def fake_evaluate(records, options, on_result=None):
         for rec in records:
             # the line of the previous candidate is already out when the next one starts
             seen.append(capsys.readouterr().out)
             rec.evaluation = {"status": "ran", "outcome": "slower", "subtype": "", "speedup": 0.5, "wall_s": 2.0}
+            on_result(rec, rec.evaluation, [])
 
     monkeypatch.setattr(pkb.eval, "evaluate", fake_evaluate)
     d = two_candidates(tmp_path)
@@ -54,12 +55,13 @@ def test_a_line_per_candidate_as_it_lands(tmp_path, capsys, monkeypatch):
 def test_ctrl_c_says_what_was_saved(tmp_path, capsys, monkeypatch):
     calls = []
 
-    def fake_evaluate(records, options):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
+    def fake_evaluate(records, options, on_result=None):
         for rec in records:
+            calls.append(1)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
             rec.evaluation = {"status": "ran", "outcome": "faster", "speedup": 1.5}
+            on_result(rec, rec.evaluation, [])
 
     monkeypatch.setattr(pkb.eval, "evaluate", fake_evaluate)
     d = two_candidates(tmp_path)
@@ -72,10 +74,11 @@ def test_ctrl_c_says_what_was_saved(tmp_path, capsys, monkeypatch):
 def test_limits_and_force_reach_the_options(tmp_path, capsys, monkeypatch):
     got = []
 
-    def fake_evaluate(records, options):
+    def fake_evaluate(records, options, on_result=None):
         got.append(options)
         for rec in records:
             rec.evaluation = {"status": "ran", "outcome": "faster", "speedup": 1.5}
+            on_result(rec, rec.evaluation, [])
 
     monkeypatch.setattr(pkb.eval, "evaluate", fake_evaluate)
     d = two_candidates(tmp_path)
