@@ -274,6 +274,11 @@ def eval_command(
         cluster = ClusterOptions(executor=executor, shards=shards, partition=partition, gpus_per_node=gpus_per_node,
                                  cpus_per_task=cpus_per_task, time_min=time_min, account=account, folder=str(out / "shards"))
         summary = run_sharded(records, options, cluster)
+        with (out / "eval.jsonl").open("w", encoding="utf-8") as jsonl:
+            for rec in records:
+                jsonl.write(json.dumps(rec.to_json_line(), default=str) + "\n")
+        for line in summary["errors"]:
+            err.print(f"[yellow]warning:[/] {line}")
         typer.echo(console.eval_table(records))
         typer.echo(console.eval_totals(records))
         typer.echo(f"{summary['submitted']} candidates in {summary['shards']} shards ({summary['skipped']} already stored); "
