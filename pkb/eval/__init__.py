@@ -44,7 +44,9 @@ def environment(options: EvalOptions) -> Environment:
     if device == "cuda":
         major, minor = torch.cuda.get_device_capability(0)
         arch = f"-sm{major}{minor}"
-        arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST") or f"{major}.{minor}"
+        # what torch picks in a rank that sees the GPU and no TORCH_CUDA_ARCH_LIST (the last arch
+        # +PTX), so a build made without the GPU has the same flags, hence the same directory
+        arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST") or f"{major}.{minor}+PTX"
     tag = f"torch{torch.__version__}-cu{torch.version.cuda or 'none'}{arch}".replace("+", "_")
     return Environment(device, backend, count, max(1, ws), tag, arch_list)
 
