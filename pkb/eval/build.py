@@ -420,9 +420,9 @@ class BuildOptions:
         if options is None:
             return cls()
         pkb_root = getattr(options, "pkb_root", None)
-        work = options.resolved_work_dir() if hasattr(options, "resolved_work_dir") else None
+        build_dir = getattr(options, "build_dir", None)  # EvalOptions.build_dir, as the eval path reads it
         return cls(
-            root=build_root(work) if work else None,
+            root=Path(build_dir).resolve() if build_dir else build_root(),
             extra_sys_path=[str(Path(pkb_root).resolve())] if pkb_root else [],
             python=getattr(options, "python", None),
         )
