@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -81,26 +82,34 @@ def comparable(jsonl: Path) -> list[dict]:
     return out
 
 
-def static_part(pkb_root: Path, jobs: int, tmp: Path, ptx: bool) -> dict:
-    files = solution_files(pkb_root)
+def static_part(pkb_root: Path, jobs: int, tmp: Path, ptx: bool, repeat: int = 1, every: int = 1) -> dict:
+    """--jobs 1 and --jobs N alternately `repeat` times (a shared machine's load changes between
+    runs; alternating spreads it over both), each on a fresh cache; the ratio of the medians."""
+    files = solution_files(pkb_root)[::every]
     tree = copy_tree(files, tmp / "static_tree")
-    runs = {}
-    for n in (1, jobs):
-        out, cache = tmp / f"static_j{n}", tmp / f"cache_j{n}"
-        c0 = cpu_seconds()
-        load0 = os.getloadavg()[0]
-        wall, proc = cli(["analyze", str(tree), "--static-only", "-q", "--jobs", str(n), "--cache-dir", str(cache), "-o", str(out),
-                          "--ptx" if ptx else "--no-ptx"])
-        if proc.returncode != 0:
-            raise SystemExit(f"analyze --jobs {n} failed:\n{proc.stderr[-3000:]}")
-        runs[n] = {"wall_s": wall, "cpu_s": cpu_seconds() - c0, "load_before": load0, "records": comparable(out / "static.jsonl")}
-        print(f"static --jobs {n}: {len(runs[n]['records'])} files, {wall:.1f} s wall, {runs[n]['cpu_s']:.1f} s CPU "
-              f"(load average before: {load0:.1f})", flush=True)
-    same = runs[1]["records"] == runs[jobs]["records"]
-    ratio = runs[1]["wall_s"] / runs[jobs]["wall_s"]
-    print(f"static: {len(files)} solution files; --jobs 1 {runs[1]['wall_s']:.1f} s, --jobs {jobs} {runs[jobs]['wall_s']:.1f} s: "
-          f"{ratio:.2f}x; records {'identical' if same else 'DIFFERENT'}")
-    return {"files": len(files), "ratio": ratio, "identical": same, **{f"wall_j{n}": r["wall_s"] for n, r in runs.items()}}
+    walls: dict[int, list[float]] = {1: [], jobs: []}
+    records: dict[int, list[dict]] = {}
+    for i in range(repeat):
+        for n in (1, jobs):
+            out, cache = tmp / f"static_j{n}_{i}", tmp / f"cache_j{n}_{i}"
+            c0, load0 = cpu_seconds(), os.getloadavg()[0]
+            wall, proc = cli(["analyze", str(tree), "--static-only", "-q", "--jobs", str(n), "--cache-dir", str(cache), "-o", str(out),
+                              "--ptx" if ptx else "--no-ptx"])
+            if proc.returncode != 0:
+                raise SystemExit(f"analyze --jobs {n} failed:\n{proc.stderr[-3000:]}")
+            walls[n].append(wall)
+            recs = comparable(out / "static.jsonl")
+            if records.setdefault(n, recs) != recs:
+                raise SystemExit(f"analyze --jobs {n}: two runs gave different records")
+            print(f"static --jobs {n} (run {i + 1}): {len(recs)} files, {wall:.1f} s wall, {cpu_seconds() - c0:.1f} s CPU "
+                  f"(load average before: {load0:.1f})", flush=True)
+            shutil.rmtree(cache, ignore_errors=True)
+    med = {n: statistics.median(w) for n, w in walls.items()}
+    same = records[1] == records[jobs]
+    ratio = med[1] / med[jobs]
+    print(f"static: {len(files)} solution files; median --jobs 1 {med[1]:.1f} s, --jobs {jobs} {med[jobs]:.1f} s over {repeat} "
+          f"alternating run(s): {ratio:.2f}x; records {'identical' if same else 'DIFFERENT'}")
+    return {"files": len(files), "ratio": ratio, "identical": same, "walls": walls}
 
 
 _PKB_TRIAL = re.compile(r"trial (\d+): (\w+)")
@@ -161,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval", action="store_true", help="evaluate the sample (GPU machine), ours against PKB's run_local loop")
     ap.add_argument("--static-jobs", type=int, default=len(os.sched_getaffinity(0)), help="N of the static comparison (default: the cores)")
     ap.add_argument("--ptx", action="store_true", help="run the PTX pass (nvcc) in the static comparison")
+    ap.add_argument("--repeat", type=int, default=1, help="static: alternating runs of each (the ratio of the medians)")
+    ap.add_argument("--every", type=int, default=1, help="static: every k-th solution file only (a quicker sample)")
     ap.add_argument("--problems", default=",".join(map(str, SAMPLE_PROBLEMS)), help="problem numbers of the eval sample")
     ap.add_argument("--files", nargs="*", type=Path, default=None, help="explicit files for the eval part (instead of --problems)")
     ap.add_argument("--jobs", default="auto", help="ours: eval --jobs")
@@ -177,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {}
     try:
         if args.static:
-            summary["static"] = static_part(args.pkb_root, max(2, args.static_jobs), tmp, args.ptx)
+            summary["static"] = static_part(args.pkb_root, max(2, args.static_jobs), tmp, args.ptx, args.repeat, args.every)
         if args.eval:
             files = args.files or sample_files(args.pkb_root, tuple(int(x) for x in args.problems.split(",")))
             summary["eval"] = eval_part(args.pkb_root, files, args, tmp)

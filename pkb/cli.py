@@ -232,6 +232,7 @@ def eval_command(
     jobs: str = typer.Option("auto", "--jobs", "-j", help="launches at a time (auto: GPU slots of the world size, or the cores on CPU); builds run first in a pool sized to cores and memory"),
     timing: str = typer.Option("exclusive", "--timing", help="exclusive: timed launches alone on the node; shared: side by side in every slot (faster, less accurate; marked in the record)"),
     pack: int = typer.Option(0, "--pack", help="untimed or shared launches per GPU slot (0: 4 at world size 1, else 1)"),
+    screen: bool = typer.Option(True, "--screen/--no-screen", help="with exclusive timing: correctness-only launches first, packed; only correct candidates get a timed launch"),
     executor: str = typer.Option("none", "--executor", help="none: this machine; slurm: an array of shards through submitit; local: the same path on this machine (CI)"),
     shards: int = typer.Option(0, "--shards", help="shards for --executor (0: one per node's worth, see README)"),
     partition: Optional[str] = typer.Option(None, "--partition", help="Slurm partition (--executor slurm)"),
@@ -265,7 +266,7 @@ def eval_command(
         iters=iters, scale=scale, store_path=str(store or out / "pkb_eval.sqlite"), work_dir=str(out / "eval_work"),
         pkb_root=str(pkb_root) if pkb_root else None, profile=profile,
         ncu_kernels=list(ncu_kernel or []) if (ncu or ncu_kernel or ncu_metric) else None, ncu_metrics=list(ncu_metric or []),
-        jobs=n_jobs, timing_mode=timing, pack=pack,
+        jobs=n_jobs, timing_mode=timing, pack=pack, screen=screen,
     )
     if executor != "none":
         from pkb.eval.cluster import ClusterOptions, run_sharded
