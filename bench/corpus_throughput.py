@@ -82,14 +82,39 @@ def comparable(jsonl: Path) -> list[dict]:
     return out
 
 
+def _spin(n: int) -> int:
+    s = 0
+    for i in range(n):
+        s += i * i
+    return s
+
+
+def parallel_capacity(jobs: int, n: int = 10_000_000) -> float:
+    """What the machine gives now: a perfectly parallel loop's speedup at `jobs` processes (a
+    shared machine's other load takes its share; our ratio is bounded by this one)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    t0 = time.perf_counter()
+    for _ in range(jobs):
+        _spin(n)
+    serial = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(jobs) as pool:
+        list(pool.map(_spin, [n] * jobs))
+    return serial / (time.perf_counter() - t0)
+
+
 def static_part(pkb_root: Path, jobs: int, tmp: Path, ptx: bool, repeat: int = 1, every: int = 1) -> dict:
     """--jobs 1 and --jobs N alternately `repeat` times (a shared machine's load changes between
     runs; alternating spreads it over both), each on a fresh cache; the ratio of the medians."""
     files = solution_files(pkb_root)[::every]
     tree = copy_tree(files, tmp / "static_tree")
     walls: dict[int, list[float]] = {1: [], jobs: []}
+    capacity: list[float] = []
     records: dict[int, list[dict]] = {}
     for i in range(repeat):
+        capacity.append(parallel_capacity(jobs))
+        print(f"machine now: a perfectly parallel loop runs {capacity[-1]:.2f}x faster on {jobs} processes", flush=True)
         for n in (1, jobs):
             out, cache = tmp / f"static_j{n}_{i}", tmp / f"cache_j{n}_{i}"
             c0, load0 = cpu_seconds(), os.getloadavg()[0]
@@ -108,8 +133,9 @@ def static_part(pkb_root: Path, jobs: int, tmp: Path, ptx: bool, repeat: int = 1
     same = records[1] == records[jobs]
     ratio = med[1] / med[jobs]
     print(f"static: {len(files)} solution files; median --jobs 1 {med[1]:.1f} s, --jobs {jobs} {med[jobs]:.1f} s over {repeat} "
-          f"alternating run(s): {ratio:.2f}x; records {'identical' if same else 'DIFFERENT'}")
-    return {"files": len(files), "ratio": ratio, "identical": same, "walls": walls}
+          f"alternating run(s): {ratio:.2f}x; records {'identical' if same else 'DIFFERENT'}; the machine's parallel "
+          f"capacity meanwhile {statistics.median(capacity):.2f}x (a perfectly parallel loop)")
+    return {"files": len(files), "ratio": ratio, "identical": same, "walls": walls, "capacity": capacity}
 
 
 _PKB_TRIAL = re.compile(r"trial (\d+): (\w+)")
