@@ -19,11 +19,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from analyzer.classify import classify
+from analyzer.classify import classify, problem_has_compute
 from analyzer.facts import CudaFacts, PtxFacts, StaticFacts
-from analyzer.python_pass import analyze_python
+from analyzer.python_pass import analyze_python, run_context
 from analyzer.rules import Rule, run_rules, select_rules
 from pkb.record import CandidateRecord, PassStatus
+from pkb.suppress import split_suppressed
 from pkb.serde import from_data, to_data
 
 
@@ -121,7 +122,8 @@ class StaticAnalyzer:
 
     def cache_key(self, rec: CandidateRecord) -> str:
         ptx = f"ptx:{self.nvcc}" if self.ptx is not None and self.nvcc else "ptx:off"
-        return f"{rec.sha256}:{analyzer_version()}:{ptx}"
+        # The run (precision, hardware) decides which branches are fallbacks: part of the key.
+        return f"{rec.sha256}:{rec.precision}:{rec.hardware}:{analyzer_version()}:{ptx}"
 
     # ---- one record -------------------------------------------------------------------------
 
@@ -151,7 +153,7 @@ class StaticAnalyzer:
 
     def _compute_source_passes(self, rec: CandidateRecord) -> None:
         t0 = time.perf_counter()
-        py = analyze_python(rec.source, rec.path, rec.syntax_tree())
+        py = analyze_python(rec.source, rec.path, rec.syntax_tree(), run_context(rec.precision, rec.hardware))
         rec.facts = StaticFacts(python=py)
         rec.passes = [PassStatus("python", "ok" if py.status == "ok" else "failed", py.message, time.perf_counter() - t0)]
         if py.status != "ok":
@@ -191,14 +193,11 @@ class StaticAnalyzer:
             rec.passes.append(_combined("ptx", [(p.source_index, p.status, p.message) for p in rec.facts.ptx], time.perf_counter() - t0))
 
     def label(self, rec: CandidateRecord) -> None:
-        rec.labels, rec.kernels, rec.findings = {}, [], []
+        rec.labels, rec.kernels, rec.findings, rec.suppressed = {}, [], [], []
         if rec.parse_status != "ok" or rec.facts.python.status != "ok":
             return
-        from problems import spec as problem_spec
-
-        spec = problem_spec(rec.problem_id) if rec.problem_id is not None else None
-        classify(rec, spec.has_compute if spec is not None else None)
-        rec.findings = run_rules(rec, self.rules)
+        classify(rec, problem_has_compute(rec))
+        rec.findings, rec.suppressed = split_suppressed(run_rules(rec, self.rules), rec.source)
 
     def analyze(self, rec: CandidateRecord) -> CandidateRecord:
         self.facts(rec)

@@ -260,6 +260,7 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
         "config_key": "",
         "details": {},
         "timing_mode": options.timing_mode if options.iters > 0 else "",
+        "problem_match": dict(getattr(rec, "problem_match", None) or {}),
     }
     if not source:
         decided = _decided_without_launch(rec)
@@ -268,7 +269,7 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
             return evaluation
         # Empty or not Python at all: the outcome is certain without starting a rank.
         try:
-            ref = problem_source.resolve(rec.problem_id, rec.problem_name, options)
+            ref = problem_source.resolve(rec.problem_id, rec.problem_name, options, getattr(rec, "problem_match", None))
         except LookupError as exc:
             evaluation["reason"] = str(exc)
             return evaluation
@@ -276,7 +277,7 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
         key = config_key(problem_id=ref.id, world_size=env.world_size, backend=env.backend, dtype=dtype, options=options)
         outcome, subtype = decided
         evaluation.update(
-            status="ran", outcome=outcome, subtype=subtype, dtype=dtype, config_key=key, problem_id=ref.id, problem_stem=ref.stem,
+            status="ran", outcome=outcome, subtype=subtype, dtype=dtype, config_key=key, problem_id=ref.id, problem_stem=ref.stem, problem_match=ref.match,
             reason=f"{rec.parse_status}: {rec.parse_message}", details={"decided_without_launch": True}, wall_s=time.monotonic() - t0,
         )
         if sha:
@@ -284,19 +285,25 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
             store.write_evaluation(sha, key, ref.id, evaluation)
         return evaluation
     try:
-        ref = problem_source.resolve(rec.problem_id, rec.problem_name, options)
+        ref = problem_source.resolve(rec.problem_id, rec.problem_name, options, getattr(rec, "problem_match", None))
     except LookupError as exc:
         evaluation["reason"] = str(exc)
         return evaluation
     dtype = _input_dtype(rec, ref, options)
     key = config_key(problem_id=ref.id, world_size=env.world_size, backend=env.backend, dtype=dtype, options=options)
-    evaluation.update(dtype=dtype, config_key=key, problem_id=ref.id, problem_stem=ref.stem)
+    evaluation.update(dtype=dtype, config_key=key, problem_id=ref.id, problem_stem=ref.stem, problem_match=ref.match)
     store.add_candidate(sha, rec.path, ref.id, rec.problem_name, rec.model, rec.provider, rec.backend)
-    if store.done(sha, key):
+    if store.done(sha, key) and not options.force:
         cached = store.evaluation(sha, key) or {}
         cached["status"] = "skipped_cached"
         return cached
 
+    if env.world_size < ref.min_world_size:
+        # A fact about the problem (PKB's catalog), not about the candidate: nothing to launch.
+        evaluation["reason"] = f"problem {ref.id} needs world size >= {ref.min_world_size}: {ref.min_world_size_why}".rstrip(": ")
+        evaluation["details"] = {"min_world_size": ref.min_world_size, "min_world_size_source": "catalog"}
+        store.write_evaluation(sha, key, ref.id, evaluation)
+        return evaluation
     if env.device == "cpu":
         reason = cuda_requirement(source)
         if reason:
@@ -355,6 +362,7 @@ def finish(pending: Pending, result: Any, store: Any, rec: Any = None) -> dict[s
     before = dict(evaluation.get("details") or {})  # the prebuild's note
     evaluation.update(decide(result, pending.job))
     evaluation["details"] = {**before, **(evaluation.get("details") or {})}
+    _probe_reference(pending, evaluation)
     if rec is not None and pending.job.profile:
         rec.profile = _profile_summary(rec, pending, result)
         check = profile_agreement(evaluation.get("details") or {}, rec.profile)
@@ -372,6 +380,20 @@ def finish(pending: Pending, result: Any, store: Any, rec: Any = None) -> dict[s
     )
     store.write_evaluation(pending.sha256, pending.config_key, pending.problem_id, evaluation, [r.result for r in result.ranks])
     return evaluation
+
+
+def _probe_reference(pending: Pending, evaluation: dict[str, Any]) -> None:
+    """A reference that failed alone at this world size: find the problem's minimum world size."""
+    from pkb.eval.reference_probe import needs_probe, probe_min_world_size
+
+    if not needs_probe(evaluation):
+        return
+    from pkb.eval.launcher import launch
+
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    probe_min_world_size(pending.job, evaluation, launch, gpus)
 
 
 def _profile_summary(rec: Any, pending: Pending, result: Any) -> dict[str, Any]:

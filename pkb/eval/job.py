@@ -55,6 +55,8 @@ class JobSpec:
     rank_wrapper: list[str] = field(default_factory=list)
     claims_custom_kernels: bool = False
     static_flags: list[dict[str, Any]] = field(default_factory=list)
+    # A probe of the reference alone (no candidate is loaded): does it run at this world size?
+    reference_only: bool = False
 
     @property
     def timing(self) -> bool:

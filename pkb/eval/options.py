@@ -35,6 +35,8 @@ class EvalOptions:
     pkb_root: str | None = None  # a PKB checkout: its reference/ and input factory
     pkb_shape: tuple[int, int] = PKB_SHAPE  # PKB's --m/--n
     save_cap_bytes: int = 8 * 1024 * 1024  # per saved mismatch file
+    # --problem ID: every candidate answers this problem, whatever its file name says.
+    problem: int | None = None
     # Problem modules from files, ahead of the registry (tests, out-of-tree problems).
     problem_files: dict[int, str] = field(default_factory=dict)
     python: str | None = None  # interpreter for the ranks; None: this one
@@ -57,6 +59,7 @@ class EvalOptions:
     # of kernel names, or [] for the static pass's peer-moving kernels (every kernel if none).
     ncu_kernels: list[str] | None = None
     ncu_metrics: list[str] = field(default_factory=list)  # asked for beside profiling.capture.NCU_METRICS
+    force: bool = False  # run again what the store already holds for this configuration
 
     def resolved_work_dir(self) -> Path:
         return Path(self.work_dir).resolve()
