@@ -159,6 +159,29 @@ def pkb_one(pkb_root: Path, f: Path, world_size: int, tmp: Path, timeout: float)
 
 
 def eval_part(pkb_root: Path, files: list[Path], args: argparse.Namespace, tmp: Path) -> dict:
+    result: dict = {"files": len(files)}
+    wall = None
+    if args.ours:
+        wall = ours_eval(pkb_root, files, args, tmp)
+        result.update(ours_wall_s=wall, ours_per_hour=len(files) / wall * 3600)
+    if args.pkb_files > 0:
+        ws = args.world_size or 1
+        measured = [pkb_one(pkb_root, f, ws, tmp, args.timeout) for f in files[: args.pkb_files]]
+        for r in measured:
+            print(f"PKB run_local: {r['file']}: {r['wall_s']:.1f} s (exit {r['returncode']})", flush=True)
+        mean = sum(r["wall_s"] for r in measured) / len(measured)
+        pkb_total = mean * len(files)
+        print(f"PKB: {len(measured)} of {len(files)} files measured, mean {mean:.1f} s per file (min "
+              f"{min(r['wall_s'] for r in measured):.1f}, max {max(r['wall_s'] for r in measured):.1f}); its loop is one file after "
+              f"another, so the set is extrapolated as mean x {len(files)} = {pkb_total:.0f} s: {len(files) / pkb_total * 3600:.0f} candidates/hour")
+        result.update(pkb_mean_s=mean, pkb_total_s=pkb_total)
+        if wall:
+            print(f"ours / PKB: {pkb_total / wall:.1f}x faster")
+            result["speedup"] = pkb_total / wall
+    return result
+
+
+def ours_eval(pkb_root: Path, files: list[Path], args: argparse.Namespace, tmp: Path) -> float:
     tree = copy_tree(files, tmp / "eval_tree")
     out = tmp / "eval_out"
     env = {"PKB_BUILD_DIR": str(tmp / "builds")}  # cold build caches
@@ -173,20 +196,7 @@ def eval_part(pkb_root: Path, files: list[Path], args: argparse.Namespace, tmp: 
           f"{ours_rate:.0f} candidates/hour (exit {proc.returncode})", flush=True)
     if proc.returncode != 0:
         print(proc.stderr[-2000:], file=sys.stderr)
-    result = {"ours_wall_s": wall, "ours_per_hour": ours_rate, "files": len(files)}
-    if args.pkb_files > 0:
-        ws = args.world_size or 1
-        measured = [pkb_one(pkb_root, f, ws, tmp, args.timeout) for f in files[: args.pkb_files]]
-        for r in measured:
-            print(f"PKB run_local: {r['file']}: {r['wall_s']:.1f} s (exit {r['returncode']})", flush=True)
-        mean = sum(r["wall_s"] for r in measured) / len(measured)
-        pkb_total = mean * len(files)
-        print(f"PKB: {len(measured)} of {len(files)} files measured, mean {mean:.1f} s per file (min "
-              f"{min(r['wall_s'] for r in measured):.1f}, max {max(r['wall_s'] for r in measured):.1f}); its loop is one file after "
-              f"another, so the set is extrapolated as mean x {len(files)} = {pkb_total:.0f} s: {len(files) / pkb_total * 3600:.0f} candidates/hour")
-        print(f"ours / PKB: {pkb_total / wall:.1f}x faster")
-        result.update(pkb_mean_s=mean, pkb_total_s=pkb_total, speedup=pkb_total / wall)
-    return result
+    return wall
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timing", default="exclusive", choices=("exclusive", "shared"))
     ap.add_argument("-n", "--world-size", type=int, default=1)
     ap.add_argument("--pkb-files", type=int, default=3, help="files PKB's loop is measured on (0: skip PKB)")
+    ap.add_argument("--no-ours", dest="ours", action="store_false", help="eval: measure PKB's loop only")
     ap.add_argument("--timeout", type=float, default=1800.0, help="PKB: seconds per file")
     ap.add_argument("--keep", type=Path, default=None, help="scratch folder to keep (default: a temporary one)")
     args = ap.parse_args(argv)
