@@ -458,10 +458,6 @@ def plan_slots(options: EvalOptions, env: Environment) -> list[str]:
     return slots[: jobs or len(slots)]
 
 
-def _device_slots(options: EvalOptions, env: Environment) -> list[str]:
-    return plan_slots(options, env)
-
-
 def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
