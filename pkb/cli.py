@@ -334,6 +334,7 @@ def eval_command(
     jobs: str = typer.Option("auto", "--jobs", "-j", help="launches at a time (auto: GPU slots of the world size, or the cores on CPU); builds run first in a pool sized to cores and memory"),
     timing: str = typer.Option("exclusive", "--timing", help="exclusive: timed launches alone on the node; shared: side by side in every slot (faster, less accurate; marked in the record)"),
     pack: int = typer.Option(0, "--pack", help="untimed or shared launches per GPU slot (0: 4 at world size 1, else 1)"),
+    screen: bool = typer.Option(True, "--screen/--no-screen", help="with exclusive timing: correctness-only launches first, packed; only correct candidates get a timed launch"),
     executor: str = typer.Option("none", "--executor", help="none: this machine; slurm: an array of shards through submitit; local: the same path on this machine (CI)"),
     shards: int = typer.Option(0, "--shards", help="shards for --executor (0: one per node's worth, see README)"),
     partition: Optional[str] = typer.Option(None, "--partition", help="Slurm partition (--executor slurm)"),
@@ -373,7 +374,7 @@ def eval_command(
         iters=iters, scale=scale, store_path=str(store or out / "pkb_eval.sqlite"), work_dir=str(out / "eval_work"),
         pkb_root=str(pkb_root) if pkb_root else None, problem=problem, profile=profile,
         ncu_kernels=list(ncu_kernel or []) if (ncu or ncu_kernel or ncu_metric) else None, ncu_metrics=list(ncu_metric or []),
-        jobs=n_jobs, timing_mode=timing, pack=pack,
+        jobs=n_jobs, timing_mode=timing, pack=pack, screen=screen,
         import_timeout_s=import_timeout, compile_timeout_s=compile_timeout, call_timeout_s=call_timeout, force=force,
     )
     if emulate:
@@ -389,6 +390,11 @@ def eval_command(
         cluster = ClusterOptions(executor=executor, shards=shards, partition=partition, gpus_per_node=gpus_per_node,
                                  cpus_per_task=cpus_per_task, time_min=time_min, account=account, folder=str(out / "shards"))
         summary = run_sharded(records, options, cluster)
+        with (out / "eval.jsonl").open("w", encoding="utf-8") as jsonl:
+            for rec in records:
+                jsonl.write(json.dumps(rec.to_json_line(), default=str) + "\n")
+        for line in summary["errors"]:
+            err.print(f"[yellow]warning:[/] {line}")
         typer.echo(console.eval_table(records))
         typer.echo(console.eval_totals(records))
         typer.echo(f"{summary['submitted']} candidates in {summary['shards']} shards ({summary['skipped']} already stored); "

@@ -179,3 +179,21 @@ def test_emulated_results_are_stored_beside_real_ones_and_resume(tmp_path):
     other = Rec(p)
     emulate_records([other], 2, options, device="cpu")  # another virtual world size: its own row
     assert other.evaluation["status"] == "ran" and other.evaluation["config_key"] != rec.evaluation["config_key"]
+
+
+def test_packed_runs_keep_their_verdicts_and_the_store_has_each(tmp_path):
+    files = _files(tmp_path, sleeps=SLEEPS, exits=EXITS, good=GOOD)
+    recs = [Rec(p) for p in files]
+    options = EvalOptions(trials=1, dtype="float32", store_path=str(tmp_path / "s.sqlite"), work_dir=str(tmp_path / "w"), jobs=3)
+    landed = []
+    emulate_records(recs, 2, options, device="cpu", call_timeout_s=3.0, on_result=lambda r: landed.append(r.path))
+    sleeps, exits, good = (r.evaluation for r in recs)
+    assert (sleeps["outcome"], exits["outcome"]) == ("hang", "runtime_error")
+    assert good["correct"], good
+    assert sorted(landed) == sorted(r.path for r in recs)
+    import hashlib
+
+    from pkb.eval.store import Store
+
+    with Store(options.store_path) as store:  # written by the parent as each landed
+        assert store.done(hashlib.sha256(recs[2].source.encode()).hexdigest(), good["config_key"])

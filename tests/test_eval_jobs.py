@@ -85,3 +85,26 @@ def test_shared_timing_is_its_own_configuration():
     exclusive = config_key(options=EvalOptions(), **kw)
     assert exclusive != config_key(options=EvalOptions(timing_mode="shared"), **kw)
     assert config_key(options=EvalOptions(iters=0), **kw) == config_key(options=EvalOptions(iters=0, timing_mode="shared"), **kw)
+
+
+def test_screening_packs_correctness_and_times_only_the_correct(tmp_path, monkeypatch):
+    import pkb.eval as ev
+    from test_eval_support import REFERENCE, allreduce_then
+
+    real_plan = ev.plan_slots
+    # a node where untimed launches pack two at a time and a timed one runs alone (as on a GPU)
+    monkeypatch.setattr(ev, "plan_slots", lambda options, env: ["", ""] if options.iters == 0 else [""])
+    good = write_candidate(tmp_path / "c", "1_allreduce_good.py", REFERENCE)
+    wrong = write_candidate(tmp_path / "c", "1_allreduce_short.py", allreduce_then("return out[:-1]"))
+    options = quick_options(tmp_path, jobs=0, iters=3)
+    good_rec, wrong_rec = run_eval([good, wrong], options)
+    assert "screened" in wrong_rec.evaluation["details"]
+    assert (wrong_rec.evaluation["outcome"], wrong_rec.evaluation["subtype"]) == ("wrong_result", "shape_mismatch")
+    assert "screened" not in good_rec.evaluation["details"] and good_rec.evaluation["correct"]
+    assert good_rec.evaluation["timing_mode"] == "exclusive"
+    assert all(r["timing"] for r in good_rec.evaluation["ranks"])  # its timed launch ran
+    jobs = sorted(p.name.rsplit("-", 1)[-1] for p in (tmp_path / "work" / "jobs").iterdir())
+    assert jobs.count("screen") == 2 and len(jobs) == 3
+    monkeypatch.setattr(ev, "plan_slots", real_plan)
+    again = run_eval([good, wrong], options)  # stored under the timed configuration: nothing relaunched
+    assert all(r.evaluation["status"] == "skipped_cached" for r in again)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,9 +82,23 @@ def emulate_records(records: Iterable[Any], world_size: int, options: Any, *, de
         builds = prebuild_before_the_clock([p.cand_file for p in ready], options, dev)
         for p in ready:
             p.evaluation["details"]["prebuild"] = builds.get(p.cand_file, {})
-            p.rec.evaluation = run_prepared(p, world_size, options, store, dev, call_timeout_s)
-            if on_result is not None:
-                on_result(p.rec)
+        # Packed: several runs at once (each its own process); their store writes are applied
+        # here, by this thread, as each lands (SQLite: one writer).
+        from concurrent.futures import ThreadPoolExecutor, as_completed
+
+        slots = options.jobs if getattr(options, "jobs", 0) and options.jobs > 0 else (4 if dev == "cuda" else max(1, (os.cpu_count() or 2) // 2))
+        with ThreadPoolExecutor(max_workers=max(1, min(slots, len(ready) or 1))) as pool:
+            futures = {}
+            for p in ready:
+                writes = _DeferredWrites()
+                futures[pool.submit(run_prepared, p, world_size, options, writes, dev, call_timeout_s)] = (p, writes)
+            for fut in as_completed(futures):
+                p, writes = futures[fut]
+                p.rec.evaluation = fut.result()
+                for args in writes.calls:
+                    store.write_evaluation(*args)
+                if on_result is not None:
+                    on_result(p.rec)
 
 
 def emulate_one(rec: Any, world_size: int, options: Any, store: Any, *, device: str, call_timeout_s: float | None = None) -> dict[str, Any]:
@@ -182,6 +197,16 @@ def run_prepared(p: Prepared, world_size: int, options: Any, store: Any, device:
     if result.get("status") in ("ran", "inconclusive") or result.get("subtype") == "needs_multicast":
         store.write_evaluation(p.sha, key, ref.id, result, rank_results)
     return result
+
+
+class _DeferredWrites:
+    """A run's store writes, kept for the thread that owns the store."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def write_evaluation(self, *args: Any) -> None:
+        self.calls.append(args)
 
 
 def prebuild_before_the_clock(files: list[Path], options: Any, device: str) -> dict[Path, dict[str, Any]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -44,7 +44,9 @@ def environment(options: EvalOptions) -> Environment:
     if device == "cuda":
         major, minor = torch.cuda.get_device_capability(0)
         arch = f"-sm{major}{minor}"
-        arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST") or f"{major}.{minor}"
+        # what torch picks in a rank that sees the GPU and no TORCH_CUDA_ARCH_LIST (the last arch
+        # +PTX), so a build made without the GPU has the same flags, hence the same directory
+        arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST") or f"{major}.{minor}+PTX"
     tag = f"torch{torch.__version__}-cu{torch.version.cuda or 'none'}{arch}".replace("+", "_")
     return Environment(device, backend, count, max(1, ws), tag, arch_list)
 
@@ -87,6 +89,8 @@ def evaluate(records: Iterable[Any], options: EvalOptions | None = None, on_resu
                 seen[(pending.sha256, pending.config_key)] = pending
                 queue.append((rec, pending))
         prebuild_all([p for _, p in queue], options, env)
+        if _screens(options, env):
+            queue = screen(queue, options, env, store, landed)
         with ThreadPoolExecutor(max_workers=len(slots)) as pool:
             free = list(slots)
             running: dict[Any, tuple[Any, Pending, str]] = {}
@@ -116,6 +120,56 @@ def evaluate(records: Iterable[Any], options: EvalOptions | None = None, on_resu
             landed(rec, again if isinstance(again, dict) else evaluate_one(rec, options, env, store), [])
     finally:
         store.close()
+
+
+def _screens(options: EvalOptions, env: Environment) -> bool:
+    """Timed launches alone on the node, and untimed ones could share it: screen first."""
+    if not options.screen or options.iters <= 0 or options.timing_mode == "shared" or options.profile or options.ncu_kernels is not None:
+        return False
+    return len(plan_slots(replace(options, iters=0), env)) > len(plan_slots(options, env))
+
+
+def screen(queue: list[tuple[Any, Pending]], options: EvalOptions, env: Environment, store: Any,
+           landed: Callable[[Any, dict[str, Any], list[Any]], None]) -> list[tuple[Any, Pending]]:
+    """Correctness-only launches (no timing), packed in every untimed slot; a candidate that is
+    not correct there is decided (stored under the timed configuration, marked `screened`);
+    the correct ones are returned for their timed launch alone on the node, which checks
+    correctness again and then times. Most candidates of a real corpus are not correct, so most
+    never wait for the node."""
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    from pkb.eval.outcome import decide
+
+    untimed = replace(options, iters=0)
+    slots = plan_slots(untimed, env)
+    keep: list[tuple[Any, Pending]] = []
+    with ThreadPoolExecutor(max_workers=len(slots)) as pool:
+        free = list(slots)
+        running: dict[Any, tuple[Any, Pending, Pending, str]] = {}
+
+        def drain(block: bool) -> None:
+            done, _ = wait(list(running), return_when=FIRST_COMPLETED, timeout=None if block else 0)
+            for fut in done:
+                rec, pending, probe, slot = running.pop(fut)
+                free.append(slot)
+                result = fut.result()
+                if decide(result, probe.job).get("correct"):
+                    keep.append((rec, pending))
+                    continue
+                probe.evaluation.setdefault("details", {})["screened"] = "a correctness-only launch (no timing): not correct, so not timed"
+                landed(rec, finish(probe, result, store, rec), [r.result for r in result.ranks])
+
+        for rec, pending in queue:
+            while not free:
+                drain(block=True)
+            slot = free.pop(0)
+            job = replace(pending.job, iters=0, job_dir=pending.job.job_dir + "-screen", visible_devices=slot)
+            probe = replace(pending, job=job, evaluation={**pending.evaluation, "details": dict(pending.evaluation.get("details") or {}), "timing_mode": ""})
+            running[pool.submit(_launch, probe, options)] = (rec, pending, probe, slot)
+        while running:
+            drain(block=True)
+    order = {id(rec): i for i, (rec, _) in enumerate(queue)}
+    return sorted(keep, key=lambda item: order[id(item[0])])
 
 
 def _build_root(options: EvalOptions) -> Path:
@@ -402,10 +456,6 @@ def plan_slots(options: EvalOptions, env: Environment) -> list[str]:
         pack = options.pack if options.pack > 0 else (4 if ws == 1 else 1)
         slots = [g for _ in range(pack) for g in groups]
     return slots[: jobs or len(slots)]
-
-
-def _device_slots(options: EvalOptions, env: Environment) -> list[str]:
-    return plan_slots(options, env)
 
 
 def _cores() -> int:

@@ -420,9 +420,9 @@ class BuildOptions:
         if options is None:
             return cls()
         pkb_root = getattr(options, "pkb_root", None)
-        work = options.resolved_work_dir() if hasattr(options, "resolved_work_dir") else None
+        build_dir = getattr(options, "build_dir", None)  # EvalOptions.build_dir, as the eval path reads it
         return cls(
-            root=build_root(work) if work else None,
+            root=Path(build_dir).resolve() if build_dir else build_root(),
             extra_sys_path=[str(Path(pkb_root).resolve())] if pkb_root else [],
             python=getattr(options, "python", None),
         )
@@ -558,6 +558,23 @@ def prebuild_many(paths: Iterable[Path], options: Any = None, jobs: int | None =
 # ---- the prebuild process ----------------------------------------------------------------------
 
 
+def _provide_cuda_helpers(sys_path: list[str]) -> None:
+    """`utils.cuda_helpers` as a rank has it, so a build here has the rank's arguments (and key):
+    a PKB checkout's own `utils` (the rank imports it for PKB's input factory), else ours."""
+    import importlib
+
+    if any((Path(p) / "utils" / "cuda_helpers.py").is_file() for p in sys_path):
+        try:
+            importlib.import_module("utils")
+        except Exception:  # noqa: BLE001 - then the candidate's import says what is wrong
+            pass
+    try:
+        from pkb.eval.shims import provide_for_candidate  # the evaluation's own provider, where present
+    except ImportError:
+        return
+    provide_for_candidate()
+
+
 def _prebuild_main(argv: list[str]) -> int:
     import argparse
     import importlib.util
@@ -570,6 +587,7 @@ def _prebuild_main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     for p in reversed(args.sys_path):
         sys.path.insert(0, p)
+    _provide_cuda_helpers(args.sys_path)
     route_builds(Path(args.root))
     source = Path(args.candidate).read_text(encoding="utf-8", errors="replace")
     out: dict[str, Any] = {"import_error": "", "notes": []}

@@ -47,6 +47,9 @@ class EvalOptions:
     # less accurate; peers measured 18% off), marked in each evaluation as `timing_mode`.
     timing_mode: str = "exclusive"
     pack: int = 0  # untimed/shared launches per GPU group; 0: 4 at world size 1, else 1
+    # With exclusive timing: a correctness-only launch of every candidate first, packed; only the
+    # correct ones get the timed launch alone on the node (pkb.eval.screen).
+    screen: bool = True
     build_dir: str | None = None  # JIT builds (pkb.eval.build); None: $PKB_BUILD_DIR, $PKB_CACHE_DIR/builds or the user cache
     build_jobs: int = 0  # prebuilds at a time; 0: what cores and memory allow
     # Profile a few candidate calls per rank after timing (Kineto traces under the job dir,

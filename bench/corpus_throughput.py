@@ -1,0 +1,240 @@
+"""Corpus throughput: candidates per hour, ours against PKB's own loop, and the static passes at
+--jobs 1 against --jobs N, in one run.
+
+    python bench/corpus_throughput.py --pkb-root PKB --static            # static part only (CPU)
+    python bench/corpus_throughput.py --pkb-root PKB --eval -n 1         # eval part (GPU machine)
+    python bench/corpus_throughput.py --pkb-root PKB --static --eval -n 1 --pkb-files 3
+
+The eval part takes a set of real files (default: problems 1, 2, 3, 4, 7, 12, 13, 16 of the three
+CUDA models, 24 files) and runs `pkb-analyze eval --jobs auto --pkb-root PKB` on all of them on
+cold build caches. PKB's loop (`run_local.py --mode eval`, one file after another, each with its
+own build) is measured on the first --pkb-files of the same set; since that loop is sequential,
+its time for the whole set is the measured mean per file times the number of files (the per-file
+spread is printed so the extrapolation can be judged). The static part copies every solution file
+of PKB's run trees (383 at dab08304) into a scratch tree and runs `pkb-analyze analyze` with
+--jobs 1 and --jobs N, each on a fresh cache, checking the records are identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE_PROBLEMS = (1, 2, 3, 4, 7, 12, 13, 16)
+CUDA_MODELS = ("anthropic_claude-opus-4-7", "google_gemini-3-pro-preview", "openai_gpt-5.5")
+
+
+def solution_files(pkb_root: Path) -> list[Path]:
+    return sorted(p for tree in sorted(pkb_root.glob("solutions_*")) if tree.is_dir() for p in tree.glob("*.py"))
+
+
+def sample_files(pkb_root: Path, problems: tuple[int, ...]) -> list[Path]:
+    out = []
+    for tree in sorted(pkb_root.glob("solutions_cuda_*")):
+        if not any(tree.name.endswith(m) for m in CUDA_MODELS):
+            continue
+        for p in sorted(tree.glob("*.py")):
+            m = re.match(r"(\d+)_", p.name)
+            if m and int(m.group(1)) in problems:
+                out.append(p)
+    return out
+
+
+def copy_tree(files: list[Path], dest: Path) -> Path:
+    """The files under their run-tree folder names (model and backend come from those)."""
+    for f in files:
+        (dest / f.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, dest / f.parent.name / f.name)
+    return dest
+
+
+def cli(args: list[str], env: dict | None = None, timeout: float | None = None) -> tuple[float, subprocess.CompletedProcess]:
+    cmd = [sys.executable, "-c", "from pkb.cli import main; main()", *args]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p), **(env or {})}
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    return time.perf_counter() - t0, proc
+
+
+def cpu_seconds() -> float:
+    t = os.times()
+    return t.children_user + t.children_system
+
+
+def comparable(jsonl: Path) -> list[dict]:
+    """static.jsonl without the pass clocks (the one field two runs never share)."""
+    out = []
+    for line in jsonl.read_text(encoding="utf-8").splitlines():
+        d = json.loads(line)
+        for p in d.get("passes", []):
+            p.pop("seconds", None)
+        out.append(d)
+    return out
+
+
+def _spin(n: int) -> int:
+    s = 0
+    for i in range(n):
+        s += i * i
+    return s
+
+
+def parallel_capacity(jobs: int, n: int = 10_000_000) -> float:
+    """What the machine gives now: a perfectly parallel loop's speedup at `jobs` processes (a
+    shared machine's other load takes its share; our ratio is bounded by this one)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    t0 = time.perf_counter()
+    for _ in range(jobs):
+        _spin(n)
+    serial = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(jobs) as pool:
+        list(pool.map(_spin, [n] * jobs))
+    return serial / (time.perf_counter() - t0)
+
+
+def static_part(pkb_root: Path, jobs: int, tmp: Path, ptx: bool, repeat: int = 1, every: int = 1) -> dict:
+    """--jobs 1 and --jobs N alternately `repeat` times (a shared machine's load changes between
+    runs; alternating spreads it over both), each on a fresh cache; the ratio of the medians."""
+    files = solution_files(pkb_root)[::every]
+    tree = copy_tree(files, tmp / "static_tree")
+    walls: dict[int, list[float]] = {1: [], jobs: []}
+    capacity: list[float] = []
+    records: dict[int, list[dict]] = {}
+    for i in range(repeat):
+        capacity.append(parallel_capacity(jobs))
+        print(f"machine now: a perfectly parallel loop runs {capacity[-1]:.2f}x faster on {jobs} processes", flush=True)
+        for n in (1, jobs):
+            out, cache = tmp / f"static_j{n}_{i}", tmp / f"cache_j{n}_{i}"
+            c0, load0 = cpu_seconds(), os.getloadavg()[0]
+            wall, proc = cli(["analyze", str(tree), "--static-only", "-q", "--jobs", str(n), "--cache-dir", str(cache), "-o", str(out),
+                              "--ptx" if ptx else "--no-ptx"])
+            if proc.returncode != 0:
+                raise SystemExit(f"analyze --jobs {n} failed:\n{proc.stderr[-3000:]}")
+            walls[n].append(wall)
+            recs = comparable(out / "static.jsonl")
+            if records.setdefault(n, recs) != recs:
+                raise SystemExit(f"analyze --jobs {n}: two runs gave different records")
+            print(f"static --jobs {n} (run {i + 1}): {len(recs)} files, {wall:.1f} s wall, {cpu_seconds() - c0:.1f} s CPU "
+                  f"(load average before: {load0:.1f})", flush=True)
+            shutil.rmtree(cache, ignore_errors=True)
+    med = {n: statistics.median(w) for n, w in walls.items()}
+    same = records[1] == records[jobs]
+    ratio = med[1] / med[jobs]
+    print(f"static: {len(files)} solution files; median --jobs 1 {med[1]:.1f} s, --jobs {jobs} {med[jobs]:.1f} s over {repeat} "
+          f"alternating run(s): {ratio:.2f}x; records {'identical' if same else 'DIFFERENT'}; the machine's parallel "
+          f"capacity meanwhile {statistics.median(capacity):.2f}x (a perfectly parallel loop)")
+    return {"files": len(files), "ratio": ratio, "identical": same, "walls": walls, "capacity": capacity}
+
+
+_PKB_TRIAL = re.compile(r"trial (\d+): (\w+)")
+
+
+def pkb_one(pkb_root: Path, f: Path, world_size: int, tmp: Path, timeout: float) -> dict:
+    """PKB's run_local.py on one file, its own cold build cache, as its loop runs each file."""
+    m = re.match(r"(\d+)_", f.name)
+    backend = f.stem.rsplit("_", 1)[1]
+    cmd = [sys.executable, "run_local.py", "--mode", "eval", "--problem", m.group(1) if m else "0", "--solution", backend,
+           "--solutions-dir", str(f.parent), "--nproc-per-node", str(world_size), "--trials", "5", "--measure-perf",
+           "--logs-dir", str(tmp / "pkb_logs")]
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp / "pkb_ext" / f.stem)}
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, cwd=pkb_root, env=env, capture_output=True, text=True, timeout=timeout)
+        rc, tail = proc.returncode, proc.stdout[-400:]
+    except subprocess.TimeoutExpired:
+        rc, tail = None, "timed out"
+    return {"file": f.name, "wall_s": time.perf_counter() - t0, "returncode": rc, "tail": tail}
+
+
+def eval_part(pkb_root: Path, files: list[Path], args: argparse.Namespace, tmp: Path) -> dict:
+    result: dict = {"files": len(files)}
+    wall = None
+    if args.ours:
+        wall = ours_eval(pkb_root, files, args, tmp)
+        result.update(ours_wall_s=wall, ours_per_hour=len(files) / wall * 3600)
+    if args.pkb_files > 0:
+        ws = args.world_size or 1
+        measured = [pkb_one(pkb_root, f, ws, tmp, args.timeout) for f in files[: args.pkb_files]]
+        for r in measured:
+            print(f"PKB run_local: {r['file']}: {r['wall_s']:.1f} s (exit {r['returncode']})", flush=True)
+        mean = sum(r["wall_s"] for r in measured) / len(measured)
+        pkb_total = mean * len(files)
+        print(f"PKB: {len(measured)} of {len(files)} files measured, mean {mean:.1f} s per file (min "
+              f"{min(r['wall_s'] for r in measured):.1f}, max {max(r['wall_s'] for r in measured):.1f}); its loop is one file after "
+              f"another, so the set is extrapolated as mean x {len(files)} = {pkb_total:.0f} s: {len(files) / pkb_total * 3600:.0f} candidates/hour")
+        result.update(pkb_mean_s=mean, pkb_total_s=pkb_total)
+        if wall:
+            print(f"ours / PKB: {pkb_total / wall:.1f}x faster")
+            result["speedup"] = pkb_total / wall
+    return result
+
+
+def ours_eval(pkb_root: Path, files: list[Path], args: argparse.Namespace, tmp: Path) -> float:
+    tree = copy_tree(files, tmp / "eval_tree")
+    out = tmp / "eval_out"
+    env = {"PKB_BUILD_DIR": str(tmp / "builds")}  # cold build caches
+    cmd = ["eval", str(tree), "--pkb-root", str(pkb_root), "--jobs", args.jobs, "-o", str(out), "-q", "--timing", args.timing]
+    if args.world_size:
+        cmd += ["-n", str(args.world_size)]
+    wall, proc = cli(cmd, env=env)
+    lines = [json.loads(x) for x in (out / "eval.jsonl").read_text().splitlines()] if (out / "eval.jsonl").exists() else []
+    evaluated = sum(1 for r in lines if (r.get("evaluation") or {}).get("status") == "ran")
+    ours_rate = len(files) / wall * 3600
+    print(f"ours: {len(files)} files ({evaluated} ran) in {wall:.1f} s with --jobs {args.jobs} --timing {args.timing}: "
+          f"{ours_rate:.0f} candidates/hour (exit {proc.returncode})", flush=True)
+    if proc.returncode != 0:
+        print(proc.stderr[-2000:], file=sys.stderr)
+    return wall
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pkb-root", type=Path, required=True, help="PKB's initial commit (reference/, utils/, solutions_*/)")
+    ap.add_argument("--static", action="store_true", help="static passes over every solution file, --jobs 1 against --jobs N")
+    ap.add_argument("--eval", action="store_true", help="evaluate the sample (GPU machine), ours against PKB's run_local loop")
+    ap.add_argument("--static-jobs", type=int, default=len(os.sched_getaffinity(0)), help="N of the static comparison (default: the cores)")
+    ap.add_argument("--ptx", action="store_true", help="run the PTX pass (nvcc) in the static comparison")
+    ap.add_argument("--repeat", type=int, default=1, help="static: alternating runs of each (the ratio of the medians)")
+    ap.add_argument("--every", type=int, default=1, help="static: every k-th solution file only (a quicker sample)")
+    ap.add_argument("--problems", default=",".join(map(str, SAMPLE_PROBLEMS)), help="problem numbers of the eval sample")
+    ap.add_argument("--files", nargs="*", type=Path, default=None, help="explicit files for the eval part (instead of --problems)")
+    ap.add_argument("--jobs", default="auto", help="ours: eval --jobs")
+    ap.add_argument("--timing", default="exclusive", choices=("exclusive", "shared"))
+    ap.add_argument("-n", "--world-size", type=int, default=1)
+    ap.add_argument("--pkb-files", type=int, default=3, help="files PKB's loop is measured on (0: skip PKB)")
+    ap.add_argument("--no-ours", dest="ours", action="store_false", help="eval: measure PKB's loop only")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="PKB: seconds per file")
+    ap.add_argument("--keep", type=Path, default=None, help="scratch folder to keep (default: a temporary one)")
+    args = ap.parse_args(argv)
+    if not (args.static or args.eval):
+        ap.error("say --static, --eval or both")
+    tmp = args.keep or Path(tempfile.mkdtemp(prefix="pkb-throughput-"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    summary = {}
+    try:
+        if args.static:
+            summary["static"] = static_part(args.pkb_root, max(2, args.static_jobs), tmp, args.ptx, args.repeat, args.every)
+        if args.eval:
+            files = args.files or sample_files(args.pkb_root, tuple(int(x) for x in args.problems.split(",")))
+            summary["eval"] = eval_part(args.pkb_root, files, args, tmp)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps(summary, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
