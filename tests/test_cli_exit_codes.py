@@ -70,12 +70,13 @@ def test_not_run_summary_counts_each_reason_whole_with_what_to_do():
 
 
 def test_loose_file_exits_1_and_says_to_give_its_problem_in_both_commands(tmp_path, capsys):
-    loose = tmp_path / "allreduce_mine.py"
+    # a name that matches no problem (`allreduce_mine.py` is matched to 1_allreduce as a variant)
+    loose = tmp_path / "mine.py"
     loose.write_text(GOOD)
     code, cap = run_cli(["eval", str(loose), "--out", str(tmp_path / "o"), "--world-size", "2"], tmp_path, capsys)
     assert code == 1
     assert "1 of 1 candidates could not be evaluated" in cap.err
-    assert "no problem id (the file name does not start with '<id>_')" in cap.err and "--problem ID" in cap.err
+    assert "no reference matches 'mine' by name or id" in cap.err and "--problem ID" in cap.err
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     res = subprocess.run([sys.executable, "-m", "pkb.eval", str(loose), "--store", str(tmp_path / "s.sqlite"),
                           "--work-dir", str(tmp_path / "w"), "--world-size", "2"], capture_output=True, text=True, env=env, timeout=300)

@@ -96,9 +96,9 @@ def test_published_schema_is_current():
 def test_eval_jsonl_paths_do_not_depend_on_the_argument(tmp_path, capsys):
     tree = tmp_path / "pkb" / "solutions_cuda_bf16_h100_8_pkb_m"
     tree.mkdir(parents=True)
-    (tree / "allreduce_mine.py").write_text(PURE)  # no problem id: not run, no launch needed
+    (tree / "mine.py").write_text(PURE)  # matches no problem: not run, no launch needed
     seen = set()
-    for i, arg in enumerate((tree, tree / "allreduce_mine.py", tmp_path / "pkb")):
+    for i, arg in enumerate((tree, tree / "mine.py", tmp_path / "pkb")):
         out = tmp_path / f"o{i}"
         code, cap = run_cli(["eval", str(arg), "--out", str(out), "--world-size", "2"], tmp_path, capsys)
         assert code == 1
@@ -107,4 +107,4 @@ def test_eval_jsonl_paths_do_not_depend_on_the_argument(tmp_path, capsys):
         validate_line(line)
         seen.add(line["path"])
         seen.add(pd.read_parquet(out / "candidates.parquet")["path"][0])
-    assert seen == {"solutions_cuda_bf16_h100_8_pkb_m/allreduce_mine.py"}
+    assert seen == {"solutions_cuda_bf16_h100_8_pkb_m/mine.py"}
