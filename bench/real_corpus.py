@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import shutil
@@ -108,13 +109,14 @@ def stratified_sample(records: list[Any], n: int, seed: int) -> tuple[list[Any],
     return sorted(chosen, key=lambda r: r.path), plan
 
 
-def run_static(pkb_root: Path, out: Path, ptx: bool) -> tuple[list[Any], dict[str, Any]]:
+def run_static(pkb_root: Path, out: Path, ptx: bool, processes: int = 0) -> tuple[list[Any], dict[str, Any]]:
     from analyzer.pipeline import StaticAnalyzer, StaticOptions
     from pkb.corpus import discover, read_candidate
 
     files = [f for tree in solution_trees(pkb_root) for f in discover(tree)]
     t0 = time.perf_counter()
-    analyzer = StaticAnalyzer(StaticOptions(ptx=ptx, use_cache=False))
+    processes = processes or len(os.sched_getaffinity(0))
+    analyzer = StaticAnalyzer(StaticOptions(ptx=ptx, use_cache=False, processes=processes, jobs=processes))
     out.mkdir(parents=True, exist_ok=True)
     records = []
     with (out / "static.jsonl").open("w", encoding="utf-8") as jsonl:
@@ -132,6 +134,7 @@ def run_static(pkb_root: Path, out: Path, ptx: bool) -> tuple[list[Any], dict[st
         "harness_failures": failed_passes,
         "wall_s": round(wall, 1),
         "ptx": ptx,
+        "processes": processes,
     }
     return records, figures
 
@@ -194,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("real-corpus-out"))
     ap.add_argument("--ptx", action="store_true", help="run the PTX pass too (needs nvcc; about 4x slower)")
     ap.add_argument("--skip-eval", action="store_true", help="static only, even with a GPU")
+    ap.add_argument("--include-problems", default="",
+                    help="problem ids (1,2,3) whose files of the sampled trees are always evaluated; the sample draws the rest")
+    ap.add_argument("--jobs", type=int, default=0, help="processes for the static passes (0: the cores)")
     args = ap.parse_args(argv)
     root = args.pkb_root.resolve()
     if not solution_trees(root):
@@ -203,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {"pkb_root": str(root), "argv": sys.argv[1:], "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
-    records, static = run_static(root, out / "static", args.ptx)
+    records, static = run_static(root, out / "static", args.ptx, args.jobs)
     summary["static"] = static
     not_read = ", ".join(f"{k} {v}" for k, v in sorted(static["not_read"].items()))
     print(f"static: {static['files']} files read in {len(static['by_tree'])} trees, one record each; "
@@ -219,7 +225,13 @@ def main(argv: list[str] | None = None) -> int:
         print("\nno CUDA device" if not gpu_present() else "\n--skip-eval", "- evaluation and emulation not run")
     else:
         pool = [r for r in records if r.parse_status == "ok" and (not args.sample_backend or r.backend == args.sample_backend)]
-        chosen, plan = stratified_sample(pool, args.sample, args.seed)
+        fixed_ids = {int(x) for x in args.include_problems.split(",") if x.strip()}
+        fixed = [r for r in pool if r.problem_id in fixed_ids]
+        rest = [r for r in pool if r.problem_id not in fixed_ids]
+        drawn, plan = stratified_sample(rest, max(0, args.sample - len(fixed)), args.seed)
+        chosen = sorted(fixed + drawn, key=lambda r: r.path)
+        plan["always_included"] = {"problems": sorted(fixed_ids), "files": sorted(r.path for r in fixed)}
+        plan["files"] = [r.path for r in chosen]
         (out / "sampling.json").write_text(json.dumps(plan, indent=1), encoding="utf-8")
         summary["sampling"] = {k: v for k, v in plan.items() if k != "files"}
         print(f"\nsample: {len(chosen)} of {plan['population']} files, {len(plan['strata'])} strata, seed {args.seed} (OUT/sampling.json)")
