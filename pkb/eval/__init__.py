@@ -66,7 +66,7 @@ def evaluate(records: Iterable[Any], options: EvalOptions | None = None, on_resu
     options = options or EvalOptions()
     env = environment(options)
     slots = plan_slots(options, env)
-    store = Store(options.store_path)
+    store = Store(options.store_path, lock=True)  # a second run on this store is refused here
 
     def landed(rec: Any, evaluation: dict[str, Any], rank_results: list[Any]) -> None:
         rec.evaluation = evaluation
