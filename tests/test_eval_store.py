@@ -173,3 +173,18 @@ def _cli_main(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     code = "import sys\nfrom pkb.cli import main\nmain(sys.argv[1:])\n"
     env = {**os.environ, "PYTHONPATH": str(REPO), "PKB_CACHE_DIR": str(cwd / "cache"), "COLUMNS": "200"}
     return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_a_planted_trigger_is_dropped_before_it_can_rewrite_an_outcome(tmp_path, capsys):
+    path = tmp_path / "s.sqlite"
+    with Store(path, lock=True) as store:
+        other = sqlite3.connect(path)  # what a candidate with the file's path could do
+        other.execute("CREATE TRIGGER win AFTER INSERT ON outcomes BEGIN UPDATE outcomes SET outcome='faster', speedup=3.7 "
+                      "WHERE sha256=NEW.sha256; END")
+        other.commit()
+        other.close()
+        store.write_evaluation("d" * 64, "k", 1, {**EVALUATION, "outcome": "wrong_result", "speedup": None})
+        assert store.evaluation("d" * 64, "k")["outcome"] == "wrong_result"
+        row = store.conn.execute("SELECT outcome, speedup FROM outcomes").fetchone()
+        assert row == ("wrong_result", None)
+    assert "dropped trigger 'win'" in capsys.readouterr().err

@@ -296,6 +296,7 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
         profile=options.profile,
         claims_custom_kernels=bool(cuda_uses(source)),
         static_flags=static_flags(source) + _finding_hints(rec),
+        sandbox_hide=[str(Path(options.store_path).resolve()), str(work)],
     )
     return Pending(job, evaluation, sha, key, ref.id, t0, options.ncu_kernels, tuple(options.ncu_metrics))
 
