@@ -171,6 +171,10 @@ def _decide(launch: LaunchResult, job: Any, ranks: list[Any]) -> dict[str, Any]:
             return f"rank {c['rank']} in {c['phase'] or 'start-up'}"
         where = ", ".join(how(c) for c in crashed)
         if (getattr(launch, "sandbox", None) or {}).get("init_exit") == -9:
+            # a SIGKILL the harness did not send, most likely from a rank (torchrun is in its reach);
+            # the sandbox's init then killed the ranks left without their launcher
+            details.setdefault("signal", "SIGKILL")
+            details["launcher_killed"] = True
             where += "; torchrun itself was killed by SIGKILL inside the sandbox"
         return _result("ran", "runtime_error", subtype, details, reason=f"died without a report: {where}")
 

@@ -108,24 +108,28 @@ class Sandbox:
         return [*_bwrap_flags(), *self._bwrap_mounts(python), "--chdir", cwd, "--", *init]
 
     def _bwrap_mounts(self, python: str) -> list[str]:
+        """Order matters (later mounts cover earlier ones): the tree read-only, a private /tmp,
+        what the ranks need from under /tmp, then the hidden paths, then what the ranks need
+        from under those, then the job's writable folders."""
         args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
         for node in sorted(Path("/dev").glob("nvidia*")):
             args += ["--dev-bind", str(node), str(node)]
-        hidden = ["/tmp"]
+        needed = sorted({str(Path(p).resolve()) for p in (*self.readonly, sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(python))) if p})
+        hidden_dirs = [p for p in self.hidden if Path(p).is_dir()]
+        under_hidden = [p for p in needed if any(_under(p, h) for h in hidden_dirs)]
+        for p in needed:
+            if _under(p, "/tmp") and p not in under_hidden and os.path.exists(p):
+                args += ["--ro-bind", p, p]
         for path in self.hidden:
             p = Path(path)
             if p.is_dir():
                 args += ["--tmpfs", str(p)]
-                hidden.append(str(p))
             else:
                 for f in (p, *(Path(f"{p}{s}") for s in ("-wal", "-shm", ".lock"))):
                     if f.exists():
                         args += ["--ro-bind", "/dev/null", str(f)]
-        # What the ranks need that a hidden folder covered comes back: read-only code, then the
-        # job's own writable folders.
-        needed = {str(Path(p).resolve()) for p in (*self.readonly, sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(python)))}
-        for p in sorted(needed):
-            if any(_under(p, h) for h in hidden) and os.path.exists(p):
+        for p in under_hidden:
+            if os.path.exists(p):
                 args += ["--ro-bind", p, p]
         for p in self.writable:
             args += ["--bind", p, p]
@@ -195,6 +199,24 @@ def for_job(writable: list[str], readonly: list[str], hidden: list[str], name: s
                    [str(Path(p).resolve()) for p in hidden], LaunchCgroup.create(name))
 
 
+def processes_of_job(job_dir: str | Path) -> list[int]:
+    """Pids (as this process sees them) of the job's torchrun and ranks: their command lines name
+    the job's file. Inside a sandbox the ranks' own pids are their namespace's, so this is how a
+    process outside looks for them."""
+    needle = str(Path(job_dir) / "job.json").encode()
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmd = (entry / "cmdline").read_bytes()
+                state = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if needle in cmd and state not in (b"Z", b"X"):
+                out.append(int(entry.name))
+    return out
+
+
 def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
@@ -260,6 +282,7 @@ class LaunchCgroup:
         if base is None:
             return None
         path, version = base
+        _remove_orphaned(path)
         target = os.path.join(path, f"pkb-{name}-{os.getpid()}-{time.monotonic_ns() % 10**9}")
         try:
             os.mkdir(target)
@@ -269,6 +292,13 @@ class LaunchCgroup:
         if cg.oom_kills() is None:
             cg.remove()
             return None
+        limit = os.environ.get("PKB_SANDBOX_MEMORY_MAX", "")  # bytes for the whole launch (tests)
+        if limit:
+            try:
+                Path(target, "memory.limit_in_bytes" if version == 1 else "memory.max").write_text(limit)
+            except OSError:
+                cg.remove()
+                return None
         return cg
 
     def join_self(self) -> None:
@@ -318,6 +348,17 @@ class LaunchCgroup:
                 return
             except OSError:
                 time.sleep(0.02)  # the last killed process is still leaving
+
+
+def _remove_orphaned(parent: str) -> None:
+    """Empty launch cgroups of evaluators that died (kill -9) before removing them."""
+    for entry in Path(parent).glob("pkb-*"):
+        m = re.search(r"-(\d+)-\d+$", entry.name)
+        if m and not Path(f"/proc/{m.group(1)}").exists():
+            try:
+                os.rmdir(entry)  # refused while a process is still in it
+            except OSError:
+                pass
 
 
 def _own_memory_cgroup() -> tuple[str, int] | None:
