@@ -179,7 +179,8 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
     # read-only, the work folder and the store hidden, only this job's folders writable.
     box = sandboxing.for_job(
         writable=[str(job_dir), *([job.extensions_dir] if job.extensions_dir else [])],
-        readonly=[repo, str(Path(job.candidate_path).parent), *job.extra_sys_path, *env.get("PYTHONPATH", "").split(os.pathsep)],
+        readonly=[repo, str(Path(job.candidate_path).parent), *job.extra_sys_path, *env.get("PYTHONPATH", "").split(os.pathsep),
+                  *(str(job.problem[k]) for k in ("path", "root") if job.problem.get(k))],  # a problem file, a PKB checkout
         hidden=job.sandbox_hide, name=Path(job_dir).name[-40:],
     )
     if box.kind != "none":
