@@ -36,7 +36,12 @@ from pathlib import Path
 from typing import Any
 
 INIT_SCRIPT = str(Path(__file__).with_name("sandbox_init.py"))
-KINDS = ("bwrap", "unshare", "none")
+# What each kind keeps from the candidate (said in every record).
+ISOLATES = {
+    "bwrap": "own PID and network namespaces; tree read-only, store and other jobs hidden; no capabilities",
+    "unshare": "own PID namespace only; the filesystem, network and capabilities are shared",
+    "none": "no namespaces: the launcher's process groups, its sweep and the launch cgroup where one is made",
+}
 END_WAIT_S = 10.0  # for the init to name and kill what is left, after torchrun exited
 
 
@@ -55,7 +60,7 @@ def choose() -> tuple[str, str]:
     if forced in ("", "bwrap", "unshare"):
         why = _try(["unshare", *_UNSHARE_FLAGS, "true"], "unshare")
         if not why:
-            return "unshare", "; ".join(reasons)
+            return "unshare", "; ".join(reasons) or "PKB_SANDBOX=unshare"
         reasons.append(why)
     return "none", "; ".join(reasons) or f"PKB_SANDBOX={forced}: unknown kind"
 
@@ -158,7 +163,7 @@ class Sandbox:
     def finish(self, proc: subprocess.Popen, known: set[int] | None = None) -> dict[str, Any]:
         """After torchrun ended (or was killed): let the init name and kill the leftovers, end the
         sandbox, kill anything still in the cgroup, and say what happened."""
-        out: dict[str, Any] = {"kind": self.kind}
+        out: dict[str, Any] = {"kind": self.kind, "isolates": ISOLATES[self.kind]}
         if self.reason:
             out["fallback_reason" if self.kind != "bwrap" else "note"] = self.reason
         if self.kind != "none":
