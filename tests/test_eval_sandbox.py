@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,10 @@ def test_processes_of_job_finds_by_job_file(tmp_path):
     job.mkdir()
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", str(job / "job.json")])
     try:
+        for _ in range(100):  # until the child has exec'd (its command line names the job)
+            if sandbox.processes_of_job(job):
+                break
+            time.sleep(0.05)
         assert sandbox.processes_of_job(job) == [p.pid]
     finally:
         p.kill()

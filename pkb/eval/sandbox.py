@@ -137,6 +137,7 @@ class Sandbox:
             if os.path.exists(p):
                 args += ["--ro-bind", p, p]
         for p in self.writable:
+            os.makedirs(p, exist_ok=True)
             args += ["--bind", p, p]
         return args
 
