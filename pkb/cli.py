@@ -111,6 +111,21 @@ def _progress(total: int, quiet: bool):
     return bar()
 
 
+def open_run(ctx: typer.Context, out: Path, store_path: str | None) -> None:
+    """Before anything in OUT is written: this run's lock on OUT and (when it evaluates) on the
+    store, the store's version checked or migrated and a corrupt store set aside. A second run
+    on either is refused (exit 2, saying which run holds it). Released when the command ends."""
+    from pkb.eval.store import Store, StoreError, run_lock
+
+    try:
+        ctx.call_on_close(run_lock(out).release)
+        if store_path:
+            ctx.call_on_close(Store(store_path, lock=True).close)
+    except StoreError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2)
+
+
 def run_eval(records, out: Path, options, quiet: bool) -> None:
     """Evaluate records (builds first, then launches in slots), writing eval.jsonl as results land,
     and saying each outcome as it lands: above a progress bar at a terminal, a plain line otherwise
@@ -218,6 +233,7 @@ class OutputFormat(str, Enum):
 
 @app.command()
 def analyze(
+    ctx: typer.Context,
     paths: list[Path] = typer.Argument(..., help="candidate files, folders of .py files, or PKB trees (several allowed)"),
     out: Path = typer.Option(Path("pkb-out"), "--out", "-o", help="folder for the files it writes"),
     static_only: bool = typer.Option(False, "--static-only", help="run the static passes only, even where GPUs are present"),
@@ -257,6 +273,8 @@ def analyze(
         raise typer.Exit(2)
     options = _static_options(ptx, cache, cache_dir, None, None, parse_jobs(jobs))
     options.select, options.ignore = chosen, skipped
+    n_gpu = 0 if static_only else gpu_count()
+    open_run(ctx, out, str(out / "pkb_eval.sqlite") if n_gpu else None)
     records = run_static(paths, out, options, quiet or fmt != "text", max_bytes=conf.max_file_size)
     root = corpus_root(paths)
     failures = _failures(records) if fail_on_error else []
@@ -273,7 +291,6 @@ def analyze(
         say(console.totals(records))
     say(f"wrote {out / 'static.jsonl'}, candidates/kernels/findings .csv and .parquet, findings.sarif in {out}/"
         + (f" (configuration: {conf.source})" if conf.source else ""))
-    n_gpu = 0 if static_only else gpu_count()
     if static_only:
         say("evaluation: not run (--static-only)")
     elif n_gpu == 0:
@@ -308,6 +325,7 @@ def _failures(records) -> list[str]:
 
 @app.command("eval")
 def eval_command(
+    ctx: typer.Context,
     path: Path = typer.Argument(..., help="a candidate file, a folder, or a PKB tree"),
     out: Path = typer.Option(Path("pkb-out"), "--out", "-o", help="folder for eval.jsonl, the tables and (by default) the store"),
     world_size: Optional[int] = typer.Option(None, "--world-size", "-n", min=1, help="ranks (default: every GPU, or 2 on CPU)"),
@@ -366,6 +384,7 @@ def eval_command(
         raise typer.Exit(2)
     n_jobs = parse_jobs(jobs)
 
+    open_run(ctx, out, str(store or out / "pkb_eval.sqlite"))
     records = run_static(path, out, _static_options(ptx, True, None, None, None), quiet=True)
     if problem is not None:
         _give_problem(records, problem, every=path.is_file())

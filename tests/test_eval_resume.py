@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from test_eval_support import REFERENCE, REPO, write_candidate
 
-from pkb.eval import job as jobfiles
 
 
 def _cli(paths: list[Path], tmp: Path) -> list[str]:
@@ -70,16 +69,15 @@ def _resume_and_check(paths, tmp, env):
 
 
 def _assert_ranks_die(tmp: Path):
-    for status in (tmp / "work" / "jobs").glob("*/status_rank*.json"):
-        pid = jobfiles.read_json(status)["pid"]
+    from pkb.eval.sandbox import processes_of_job
+
+    for job in (tmp / "work" / "jobs").glob("*/"):  # rank pids are the sandbox's: look by job file
         for _ in range(100):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
+            if not processes_of_job(job):
                 break
             time.sleep(0.1)
         else:
-            pytest.fail(f"rank {pid} survived the killed evaluator")
+            pytest.fail(f"ranks of {job.name} survived the killed evaluator: {processes_of_job(job)}")
 
 
 def test_sigkill_mid_launch_then_resume(tmp_path):

@@ -89,16 +89,15 @@ def test_sigkill_mid_run_then_resume_loses_and_duplicates_nothing(tmp_path):
 
     # Its ranks must not outlive it (they die with their parents, not through our kill).
     time.sleep(1.0)
-    for status in (tmp_path / "work" / "jobs").glob("*/status_rank*.json"):
-        pid = jobfiles.read_json(status)["pid"]
+    from pkb.eval.sandbox import processes_of_job
+
+    for job in (tmp_path / "work" / "jobs").glob("*/"):  # rank pids are the sandbox's: look by job file
         for _ in range(100):
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
+            if not processes_of_job(job):
                 break
             time.sleep(0.1)
         else:
-            pytest.fail(f"rank process {pid} survived the killed evaluator")
+            pytest.fail(f"rank processes of {job.name} survived the killed evaluator: {processes_of_job(job)}")
 
     out = subprocess.run(_eval_cli(paths, tmp_path), cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -29,7 +29,7 @@ from pkb.eval.store import Store
 REPO = Path(__file__).resolve().parents[1]
 HOSTILE = REPO / "corpus" / "hostile"
 MANIFEST = tomllib.loads((HOSTILE / "manifest.toml").read_text())["candidate"]
-CPU_ENTRIES = [e for e in MANIFEST if not e["needs_gpu"]]
+CPU_ENTRIES = [e for e in MANIFEST if not e["needs_gpu"] and not e.get("needs_memory_limit")]
 CALL_LIMIT_S = 10.0
 IMPORT_LIMIT_S = 10.0
 
@@ -96,11 +96,35 @@ def test_hangs_name_the_phase_and_are_killed_at_its_limit(batch):
         assert pt["limit_s"] == CALL_LIMIT_S
         # well inside the 90 s job limit: the per-call limit did it
         assert ev["launch_wall_s"] < CALL_LIMIT_S + 25, ev["launch_wall_s"]
-        for r in range(2):
-            status = jobfiles.read_json(jobfiles.status_path(ev["job_dir"], r)) or {}
-            if status.get("pid"):
-                with pytest.raises(ProcessLookupError):
-                    os.kill(status["pid"], 0)
+        _assert_nothing_left(ev)
+
+
+def _assert_nothing_left(ev, pids=None):
+    """No process of the launch alive: inside a sandbox the pids are its namespace's, so its
+    cgroup being gone (removed only once empty) is the evidence; without one, the pids."""
+    from pkb.eval.sandbox import processes_of_job
+
+    assert processes_of_job(ev["job_dir"]) == []
+    box = ev["details"].get("sandbox") or {}
+    if box.get("cgroup"):
+        assert not os.path.exists(box["cgroup"]), box
+    if box.get("kind", "none") == "none":
+        if pids is None:
+            pids = [(jobfiles.read_json(jobfiles.status_path(ev["job_dir"], r)) or {}).get("pid") for r in range(2)]
+        for pid in filter(None, pids):
+            assert _dead(pid), pid
+
+
+def _dead(pid: int) -> bool:
+    """Gone or a zombie (killed; its new parent has not reaped it yet)."""
+    for _ in range(50):
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                return True
+        except (OSError, IndexError):
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def test_crashes_name_the_signal_or_exit_code(batch):
@@ -117,16 +141,52 @@ def test_forked_child_that_outlives_the_call_is_killed(batch):
     ev = _ev(batch, "fork_child")
     pids = [int(p.read_text()) for p in Path(ev["job_dir"]).glob("scratch/rank*/stray_child.pid")]
     assert pids, "the candidate's child never wrote its pid"
-    for pid in pids:
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
+    _assert_nothing_left(ev, pids)
     assert {s["pid"] for s in ev["details"]["stray_processes"]} >= set(pids)
+
+
+def test_setsid_sleeper_without_a_marker_is_named_and_killed(batch):
+    ev = _ev(batch, "setsid_sleeper")
+    pids = [int(p.read_text()) for p in Path(ev["job_dir"]).glob("scratch/rank*/sleeper.pid")]
+    assert len(pids) == 2
+    named = {s["pid"]: s["cmdline"] for s in ev["details"]["stray_processes"]}
+    assert all(named.get(p) == "sleep 3600" for p in pids), named
+    _assert_nothing_left(ev, pids)
+
+
+def test_a_candidate_that_kills_its_ancestors_leaves_the_run_going(batch):
+    ev = _ev(batch, "kills_ancestors")
+    assert ev["details"]["signal"] == "SIGKILL"
+    if ev["details"]["sandbox"]["kind"] == "bwrap":
+        assert "torchrun itself was killed" in ev["reason"]
+    _assert_nothing_left(ev)
+    # the launches after it ran: every candidate has its outcome (checked per entry above)
+
+
+def test_a_store_trigger_never_reaches_the_store(batch):
+    import sqlite3
+
+    ev = _ev(batch, "store_trigger")
+    assert ev["outcome"] == "wrong_result"
+    conn = sqlite3.connect(batch["options"].store_path)
+    try:
+        assert conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'").fetchall() == []
+        stored = conn.execute("SELECT outcome, speedup FROM outcomes WHERE sha256=?", (batch["by_path"]["1_allreduce_store_trigger.py"].sha256,)).fetchone()
+    finally:
+        conn.close()
+    assert stored == ("wrong_result", None)
+    if ev["details"]["sandbox"]["kind"] == "bwrap":  # the store is not even visible inside
+        assert not list(Path(ev["job_dir"]).glob("scratch/rank*/planted_trigger.txt"))
 
 
 def test_each_candidate_runs_in_fresh_processes(batch):
     a, b = _ev(batch, "state_leak_a"), _ev(batch, "state_leak_b")
-    pids = lambda ev: {jobfiles.read_json(jobfiles.status_path(ev["job_dir"], r))["pid"] for r in range(2)}
-    assert not pids(a) & pids(b)
+    boxes = [ev["details"].get("sandbox") or {} for ev in (a, b)]
+    if all(box.get("kind") == "bwrap" for box in boxes):  # pids are per namespace: one each
+        assert boxes[0]["cgroup"] != boxes[1]["cgroup"] or not boxes[0]["cgroup"]
+    else:
+        pids = lambda ev: {jobfiles.read_json(jobfiles.status_path(ev["job_dir"], r))["pid"] for r in range(2)}
+        assert not pids(a) & pids(b)
     assert b["outcome"] in ("faster", "slower"), b["reason"]
 
 
@@ -298,6 +358,95 @@ def test_speed_of_light_floor_applies_only_where_it_can():
     assert "does not apply" in ev["details"]["speed_floor"]["why"]
 
 
+# ---- the sandbox's fallbacks and the OOM killer -------------------------------------------------------
+
+
+def _one(tmp_path, name, monkeypatch, **env):
+    from pkb.eval import sandbox
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    sandbox.choose.cache_clear()
+    try:
+        rec = read_candidate(HOSTILE / name)
+        evaluate([rec], hostile_options(tmp_path, jobs=1))
+    finally:
+        sandbox.choose.cache_clear()
+    return rec.evaluation
+
+
+def test_without_a_sandbox_the_record_says_so_and_the_cgroup_still_holds_every_process(tmp_path, monkeypatch):
+    from pkb.eval.sandbox import LaunchCgroup
+
+    probe = LaunchCgroup.create("probe")
+    if probe is None:
+        pytest.skip("no memory cgroup can be made here")
+    probe.remove()
+    ev = _one(tmp_path, "1_allreduce_setsid_sleeper.py", monkeypatch, PKB_SANDBOX="none")
+    box = ev["details"]["sandbox"]
+    assert box["kind"] == "none" and box["fallback_reason"] == "PKB_SANDBOX=none"
+    pids = [int(p.read_text()) for p in Path(ev["job_dir"]).glob("scratch/rank*/sleeper.pid")]
+    named = {s["pid"]: s for s in ev["details"]["stray_processes"]}
+    assert pids and all(named[p]["cmdline"] == "sleep 3600" and named[p]["where"] == "cgroup" for p in pids), named
+    _assert_nothing_left(ev, pids)
+
+
+def test_a_rank_the_oom_killer_ends_is_out_of_memory_with_the_evidence(tmp_path, monkeypatch):
+    from pkb.eval.sandbox import LaunchCgroup
+
+    probe = LaunchCgroup.create("probe")
+    if probe is None:
+        pytest.skip("no memory cgroup can be made here: the OOM evidence needs one (or a readable kernel log)")
+    probe.remove()
+    ev = _one(tmp_path, "1_allreduce_oom_kernel.py", monkeypatch, PKB_SANDBOX_MEMORY_MAX=str(2 << 30))
+    assert (ev["outcome"], ev["subtype"]) == ("runtime_error", "out_of_memory"), ev["reason"]
+    assert ev["details"]["oom_evidence"]["source"].endswith("counted in the launch's memory cgroup")
+    assert "OOM killer" in ev["reason"]
+
+
+def test_a_sandbox_killed_from_outside_is_an_environment_failure_retried_on_resume(tmp_path):
+    """The sandbox's init can only be killed from outside it: the launch is not the candidate's
+    outcome, is stored not_run, and the next run evaluates it again."""
+    from pkb.eval import sandbox
+    from pkb.eval.launcher import _descendants
+
+    if sandbox.choose()[0] != "bwrap":
+        pytest.skip(f"no bwrap sandbox here: {sandbox.choose()[1]}")
+    import threading
+
+    path = HOSTILE / "1_allreduce_sleep_past_limit.py"
+    options = hostile_options(tmp_path, jobs=1, call_timeout_s=60.0)
+    me = os.getpid()
+    killed = []
+
+    def kill_the_init():
+        end = time.monotonic() + 60
+        while time.monotonic() < end and not killed:
+            for pid in _descendants({me}):
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                argv = cmd.split(b"\0")
+                if len(argv) > 3 and argv[3].endswith(b"sandbox_init.py") and b"torch.distributed.run" in cmd:  # not bwrap
+                    time.sleep(8)  # the ranks are up
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                    return
+            time.sleep(0.2)
+
+    t = threading.Thread(target=kill_the_init)
+    t.start()
+    rec = read_candidate(path)
+    evaluate([rec], options)
+    t.join()
+    assert killed
+    ev = rec.evaluation
+    assert ev["status"] == "not_run" and ev["reason"].startswith("environment:"), (ev["status"], ev["outcome"], ev["reason"])
+    with Store(options.store_path) as store:
+        assert not store.done(rec.sha256, ev["config_key"])  # a resume runs it again
+
+
 # ---- exit codes --------------------------------------------------------------------------------------
 
 
@@ -390,13 +539,11 @@ def test_no_input_reaches_the_candidate_at_an_address_it_saw_with_other_values(t
     candidate is handed sits at an address it has not seen with other contents, except the
     refresh probe's (new values at the old addresses, on every rank alike). Before inputs were
     kept alive, the allocator reused trial addresses on one rank and not the other."""
-    log_dir = tmp_path / "seen"
-    log_dir.mkdir()
-    body = f'''
+    body = '''
 import torch
 import torch.distributed as dist
 
-_seen = open(f"{log_dir}/rank{{dist.get_rank()}}.log", "a")
+_seen = open(f"seen_rank{dist.get_rank()}.log", "a")  # in its scratch folder: the only place it may write
 
 
 @torch.no_grad()
@@ -412,7 +559,9 @@ def solution(x):
     rec = read_candidate(path)
     evaluate([rec], hostile_options(tmp_path, trials=4, iters=2, groups=3, jobs=1))
     assert rec.evaluation["outcome"] in ("faster", "slower"), rec.evaluation.get("reason")
-    for log in sorted(log_dir.glob("rank*.log")):
+    logs = sorted(Path(rec.evaluation["job_dir"]).glob("scratch/rank*/seen_rank*.log"))
+    assert len(logs) == 2
+    for log in logs:
         contents: dict[int, set[float]] = {}
         for line in log.read_text().splitlines():
             ptr, total = line.split()

@@ -69,7 +69,7 @@ def emulate_records(records: Iterable[Any], world_size: int, options: Any, *, de
     from pkb.eval.store import Store
 
     dev = device or _default_device()
-    with Store(options.store_path) as store:
+    with Store(options.store_path, lock=True) as store:  # a second run on this store is refused
         ready: list[Prepared] = []
         for rec in records:
             prepared = prepare(rec, world_size, options, store, dev)

@@ -68,7 +68,7 @@ def evaluate(records: Iterable[Any], options: EvalOptions | None = None, on_resu
     options = options or EvalOptions()
     env = environment(options)
     slots = plan_slots(options, env)
-    store = Store(options.store_path)
+    store = Store(options.store_path, lock=True)  # a second run on this store is refused here
 
     def landed(rec: Any, evaluation: dict[str, Any], rank_results: list[Any]) -> None:
         rec.evaluation = evaluation
@@ -350,6 +350,7 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
         profile=options.profile,
         claims_custom_kernels=bool(cuda_uses(source)),
         static_flags=static_flags(source) + _finding_hints(rec),
+        sandbox_hide=[str(Path(options.store_path).resolve()), str(work)],
     )
     return Pending(job, evaluation, sha, key, ref.id, t0, options.ncu_kernels, tuple(options.ncu_metrics))
 

@@ -6,7 +6,8 @@ Exit status:
   1  some candidates could not be evaluated because of the harness or the environment (status
      not_run: no CUDA device for a CUDA candidate, a reference that failed, an unknown problem,
      too few GPUs) or the evaluation itself failed; the others are still in the store
-  2  usage error (bad options, a path that does not exist)
+  2  usage error (bad options, a path that does not exist), or a store this run cannot use (in use
+     by another run, of a newer schema version)
 """
 
 from __future__ import annotations
@@ -73,6 +74,22 @@ def main(argv: list[str] | None = None) -> int:
                 except (OSError, UnicodeDecodeError):
                     pass
             records.append(rec)
+    from pkb.eval.store import Store, StoreError
+
+    try:  # held for the whole run: a second run on this store is refused before anything launches
+        held = Store(options.store_path, lock=True)
+    except StoreError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _evaluate_all(records, options, args.json)
+    finally:
+        held.close()
+
+
+def _evaluate_all(records: list, options, as_json: bool) -> int:
+    from pkb.eval import evaluate
+
     not_evaluated = 0
     for rec in records:
         try:
@@ -82,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         ev = rec.evaluation
         if ev.get("status") not in ("ran", "skipped_cached"):
             not_evaluated += 1
-        if args.json:
+        if as_json:
             print(json.dumps({"path": rec.path, "sha256": rec.sha256, **ev}, default=str), flush=True)
         else:
             speed = f" {ev['speedup']:.3g}x" if ev.get("speedup") else ""

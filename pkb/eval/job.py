@@ -54,6 +54,8 @@ class JobSpec:
     # argv every rank's python runs under (an ncu command line: torchrun --no-python ncu ... python)
     rank_wrapper: list[str] = field(default_factory=list)
     claims_custom_kernels: bool = False
+    # Paths the candidate's sandbox hides (the store, the evaluation's work folder).
+    sandbox_hide: list[str] = field(default_factory=list)
     static_flags: list[dict[str, Any]] = field(default_factory=list)
     # A probe of the reference alone (no candidate is loaded): does it run at this world size?
     reference_only: bool = False

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pkb.eval import sandbox as sandboxing
 from pkb.eval.job import (
     HARNESS_FILE_PATTERNS,
     PROFILE_DIR,
@@ -78,6 +79,7 @@ class LaunchResult:
     command: list[str] = field(default_factory=list)
     phase_timeout: dict[str, Any] | None = None  # {rank, phase, limit_s} when a phase limit killed it
     strays: list[dict[str, Any]] = field(default_factory=list)  # processes left behind, killed
+    sandbox: dict[str, Any] = field(default_factory=dict)  # pkb.eval.sandbox: which one, what its init saw
     unexpected_files: list[str] = field(default_factory=list)  # in the job dir, not the harness's
 
     @property
@@ -173,18 +175,33 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
     marker = secrets.token_hex(8)
     env[MARKER_ENV] = marker
 
+    # The one place the launch enters its sandbox (pkb.eval.sandbox): own PID namespace, the tree
+    # read-only, the work folder and the store hidden, only this job's folders writable.
+    box = sandboxing.for_job(
+        # the build root is shared by every candidate (prebuilt there, locked there by the ranks):
+        # writable, so one candidate could tamper with another's build (a known gap)
+        writable=[str(job_dir), *(p for p in (job.extensions_dir, job.build_root) if p)],
+        readonly=[repo, str(Path(job.candidate_path).parent), *job.extra_sys_path, *env.get("PYTHONPATH", "").split(os.pathsep),
+                  *(str(job.problem[k]) for k in ("path", "root") if job.problem.get(k))],  # a problem file, a PKB checkout
+        hidden=job.sandbox_hide, name=Path(job_dir).name[-40:],
+    )
+    if box.kind != "none":
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback is the only interface inside
+        env.setdefault("NCCL_SOCKET_IFNAME", "lo")
     log = open(launcher_log_path(job_dir), "wb")
     t0 = time.monotonic()
     proc = subprocess.Popen(
-        cmd,
+        box.wrap(cmd, python or sys.executable, str(scratch)),
         cwd=scratch,
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        pass_fds=box.pass_fds,
+        preexec_fn=box.preexec if sys.platform.startswith("linux") else None,
     )
+    box.started()
     log.close()
     deadline = t0 + job.timeout_s
     timed_out = False
@@ -206,15 +223,17 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
                     break
             time.sleep(POLL_S)
     except BaseException:
-        kill_job(proc, job, known)  # interrupted evaluator: leave no ranks behind
+        kill_job(proc, job, known, root=box.root_pid(proc))  # interrupted evaluator: leave no ranks behind
+        box.finish(proc)
         sweep_strays(marker, {proc.pid} | known)
         raise
     if timed_out:
         known |= set(_descendants({proc.pid}))
-        kill_job(proc, job, known)
+        kill_job(proc, job, known, root=box.root_pid(proc))
         clear_stale_build_locks(job.extensions_dir, older_than_s=0.0)
     wall = time.monotonic() - t0
-    strays = sweep_strays(marker, {proc.pid} | known)
+    boxed = box.finish(proc, known)
+    strays = boxed.pop("strays", []) + sweep_strays(marker, {proc.pid} | known)
     for r in range(job.world_size):  # a rank that never started leaves its key behind
         try:
             key_path(job_dir, r).unlink()
@@ -235,6 +254,7 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
         command=cmd,
         phase_timeout=phase_timeout,
         strays=strays,
+        sandbox=boxed,
         unexpected_files=unexpected_files(job_dir, allowed=(PROFILE_DIR,) if job.profile else ()),
     )
 
@@ -324,9 +344,11 @@ def torchrun_exits(log: str) -> dict[int, dict[str, Any]]:
     return out
 
 
-def kill_job(proc: subprocess.Popen, job: JobSpec, known: set[int] | None = None) -> None:
-    """SIGTERM then SIGKILL to torchrun's group and to each rank's own group."""
-    groups = {proc.pid} | set(_rank_pids(job, proc.pid, known or set()))
+def kill_job(proc: subprocess.Popen, job: JobSpec, known: set[int] | None = None, root: int | None = None) -> None:
+    """SIGTERM then SIGKILL to torchrun's group and to each rank's own group (`root`: torchrun's
+    pid when `proc` is its sandbox)."""
+    root = root or proc.pid
+    groups = {root} | set(_rank_pids(job, root, known or set()))
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pgid in groups:
             try:

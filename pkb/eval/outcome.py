@@ -59,6 +59,20 @@ def decide(launch: LaunchResult, job: Any = None) -> dict[str, Any]:
     static = list(getattr(job, "static_flags", None) or [])
     if static:
         details_pre["static_flags"] = static
+    boxed = dict(getattr(launch, "sandbox", None) or {})
+    if boxed:
+        details_pre["sandbox"] = boxed
+    if boxed.get("init_killed") and not launch.timed_out:
+        # Only the harness or something outside the sandbox can kill its init, and the harness
+        # did not: not the candidate's outcome; not stored as done, so a resume runs it again.
+        return _result("not_run", "", "", {**details_pre, "environment_failure": "sandbox init killed from outside"},
+                       reason=f"environment: the sandbox of this launch was killed from outside it (exit {boxed.get('init_returncode')}); evaluated again on resume")
+    oom = _oom_evidence(launch, boxed)
+    if oom:
+        details_pre["oom_evidence"] = oom
+        killed = ", ".join(f"rank {c['rank']}" for c in oom.get("ranks", [])) or "a process of the launch"
+        return _result("ran", "runtime_error", "out_of_memory", details_pre,
+                       reason=f"{killed} killed by SIGKILL from the kernel's OOM killer ({oom['source']})")
     forged = [f for r in ranks for f in getattr(r, "forged", [])] + [f for r in ranks if r.result for f in r.result.get("forged_files", [])]
     unexpected = list(getattr(launch, "unexpected_files", None) or [])
     if forged or unexpected:
@@ -156,6 +170,12 @@ def _decide(launch: LaunchResult, job: Any, ranks: list[Any]) -> dict[str, Any]:
                 return f"rank {c['rank']} exited with code {c['exit_code']} in {c['phase'] or 'start-up'}"
             return f"rank {c['rank']} in {c['phase'] or 'start-up'}"
         where = ", ".join(how(c) for c in crashed)
+        if (getattr(launch, "sandbox", None) or {}).get("init_exit") == -9:
+            # a SIGKILL the harness did not send, most likely from a rank (torchrun is in its reach);
+            # the sandbox's init then killed the ranks left without their launcher
+            details.setdefault("signal", "SIGKILL")
+            details["launcher_killed"] = True
+            where += "; torchrun itself was killed by SIGKILL inside the sandbox"
         return _result("ran", "runtime_error", subtype, details, reason=f"died without a report: {where}")
 
     trials = {r.rank: r.result.get("trials", []) for r in ranks}  # type: ignore[union-attr]
@@ -214,6 +234,22 @@ def _output_reuse(ranks: list[Any], details: dict[str, Any], outcome: str) -> bo
                    "why": "a returned output is overwritten by the candidate's next call"},
     }
     return True
+
+
+def _oom_evidence(launch: LaunchResult, boxed: dict[str, Any]) -> dict[str, Any] | None:
+    """SIGKILLed ranks plus the kernel's word that the OOM killer ran in this launch: the launch's
+    cgroup OOM-kill counter, or the kernel log naming one of its pids."""
+    killed = [{"rank": r.rank, "phase": r.phase} for r in launch.ranks
+              if not r.finished and (getattr(r, "exit", None) or {}).get("signal") == "SIGKILL"]
+    init_exit = boxed.get("init_exit")
+    if not killed and init_exit != -9:
+        return None
+    if boxed.get("oom_kills"):
+        return {"source": f"{boxed['oom_kills']} OOM kill(s) counted in the launch's memory cgroup", "ranks": killed,
+                "cgroup": boxed.get("cgroup")}
+    if boxed.get("kernel_oom"):
+        return {"source": "the kernel log", "ranks": killed, "kernel_log": boxed["kernel_oom"][:4]}
+    return None
 
 
 def wrong_result_subtype(trials: dict[int, list[dict[str, Any]]]) -> str:

@@ -4,13 +4,23 @@ One transaction per launch writes that candidate's trial rows, timings and outco
 run killed at any moment leaves each candidate either fully recorded or not at all: a rerun
 redoes exactly the unfinished ones and never duplicates an outcome. Rows are keyed by the
 candidate's content (sha256) and a config key, so an edited file is evaluated again.
+
+Misuse it survives: a second run on the same store is refused (an flock on `<store>.lock`, held
+while the store is open for a run and released by the kernel when its owner dies, so it never goes
+stale); a store SQLite cannot read is renamed aside with a timestamp and a fresh one started; the
+schema version lives in `PRAGMA user_version`, and an older store is migrated one step at a time
+(MIGRATIONS) while a newer one is refused, all before anything is launched.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
+import os
 import sqlite3
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -82,21 +92,104 @@ CREATE TABLE IF NOT EXISTS outcomes (
 """
 
 
+# The schema this code writes. A store without a version (user_version 0) holding the tables is
+# one written before versions were kept. Version 1: the tables of that time; 2: outcomes.emulated.
+SCHEMA_VERSION = 2
+
+
+def _migrate_0_to_1(conn: sqlite3.Connection) -> None:
+    """Unversioned stores: the tables, created where missing (an empty file has none)."""
+    conn.executescript(SCHEMA)
+
+
+def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
+    """Emulated results are kept beside real ones, marked (outcomes.emulated)."""
+    cols = {row[1] for row in conn.execute("PRAGMA table_info(outcomes)")}
+    if "emulated" not in cols:  # absent from a store made before; present in one made by step 0->1
+        conn.execute("ALTER TABLE outcomes ADD COLUMN emulated INTEGER DEFAULT 0")
+
+
+# from_version -> the step to from_version + 1, run in one transaction with the version bump.
+MIGRATIONS = {0: _migrate_0_to_1, 1: _migrate_1_to_2}
+
+
+class StoreError(RuntimeError):
+    """A store that cannot be used as asked; the message says why and what to do."""
+
+
+class StoreLocked(StoreError):
+    pass
+
+
+class StoreVersionError(StoreError):
+    pass
+
+
 class Store:
-    def __init__(self, path: str | Path) -> None:
+    """The results store. `lock=True` (an evaluation run) holds the store's lock for as long as it
+    is open, and may set a corrupt store aside; readers (reports) take no lock and never move it.
+    Both bring an older store to this version (each step one transaction, safe beside a run)."""
+
+    def __init__(self, path: str | Path, *, lock: bool = False) -> None:
         self.path = str(path)
+        self.set_aside: str | None = None  # where a corrupt store was moved
+        self._lock: _RunLock | None = None
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        self.conn = sqlite3.connect(self.path, timeout=30.0)
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable at checkpoints, never corrupt
-        self.conn.executescript(SCHEMA)
-        cols = {row[1] for row in self.conn.execute("PRAGMA table_info(outcomes)")}
-        if "emulated" not in cols:  # a store written before emulated results were kept
-            self.conn.execute("ALTER TABLE outcomes ADD COLUMN emulated INTEGER DEFAULT 0")
-        self.conn.commit()
+        if lock:
+            self._lock = _RunLock.acquire(self.path + ".lock", what=f"the store {self.path}")
+        try:
+            self.conn = self._open()
+        except BaseException:
+            self._release()
+            raise
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            return self._connect_and_migrate()
+        except sqlite3.DatabaseError as exc:
+            # Only damage is set aside: a busy, unreadable or full disk is an error the user fixes.
+            if self._lock is None or isinstance(exc, sqlite3.OperationalError):
+                raise StoreError(f"{self.path}: cannot use this store ({exc})") from exc
+            self.set_aside = _set_aside(self.path, exc)
+            print(f"pkb-analyze: the store {self.path} is corrupt ({exc}); moved to {self.set_aside}, "
+                  "starting a fresh store (its candidates are evaluated again)", file=sys.stderr)
+            return self._connect_and_migrate()
+
+    def _connect_and_migrate(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=30.0)
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StoreVersionError(
+                    f"{self.path} has store schema version {version}; this pkb-analyze writes version "
+                    f"{SCHEMA_VERSION} and cannot use it: upgrade pkb-analyze, or pass another --store/--out"
+                )
+            # quick_check reads every page: a truncated or overwritten file fails here, not mid-run
+            problems = [r[0] for r in conn.execute("PRAGMA quick_check").fetchall()]
+            if problems != ["ok"]:
+                raise sqlite3.DatabaseError("; ".join(problems[:3]))
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable at checkpoints, never corrupt
+            while version < SCHEMA_VERSION:
+                with conn:
+                    MIGRATIONS[version](conn)
+                    conn.execute(f"PRAGMA user_version={version + 1}")
+                version += 1
+            return conn
+        except BaseException:
+            conn.close()
+            raise
 
     def close(self) -> None:
-        self.conn.close()
+        try:
+            self.conn.close()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def __enter__(self) -> Store:
         return self
@@ -118,6 +211,7 @@ class Store:
         """Trials, timings and the outcome of one candidate, in one transaction."""
         rank_results = rank_results or []
         with self.conn:
+            self._drop_foreign_objects()
             self.conn.execute("DELETE FROM trials WHERE sha256=? AND config_key=?", (sha256, config_key))
             self.conn.execute("DELETE FROM timings WHERE sha256=? AND config_key=?", (sha256, config_key))
             for res in rank_results:
@@ -160,6 +254,13 @@ class Store:
                     int(bool(evaluation.get("emulated"))),
                 ),
             )
+
+    def _drop_foreign_objects(self) -> None:
+        """This store defines no triggers: one found was planted (a candidate that reached the file
+        where no sandbox hid it) and would rewrite what the harness writes; it goes, loudly."""
+        for (name,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type='trigger'").fetchall():
+            self.conn.execute(f'DROP TRIGGER IF EXISTS "{name}"')
+            print(f"pkb-analyze: dropped trigger {name!r} from the store {self.path}: not written by pkb-analyze", file=sys.stderr)
 
     # ---- reads ----------------------------------------------------------------------------------
 
@@ -204,6 +305,71 @@ class Store:
         cur = self.conn.execute(sql, params)
         cols = [d[0] for d in cur.description]
         return pd.DataFrame(cur.fetchall(), columns=cols)
+
+
+def _set_aside(path: str, exc: BaseException) -> str:
+    """Rename a store SQLite cannot read (and its WAL files) to `<name>.corrupt-<UTC time>`."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    dest = f"{path}.corrupt-{stamp}"
+    n = 1
+    while os.path.exists(dest):
+        n += 1
+        dest = f"{path}.corrupt-{stamp}-{n}"
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.replace(path + suffix, dest + suffix)
+    return dest
+
+
+class _RunLock:
+    """An exclusive flock on a lock file, shared by every user in this process (one evaluation run
+    opens the store many times) and refused to any other process while held. The kernel drops it
+    when the holder dies, so a killed run never leaves a stale lock; the pid written inside is
+    only for the message."""
+
+    _held: dict[str, _RunLock] = {}
+    _guard = threading.Lock()
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path, self.fd, self.users = path, fd, 1
+
+    @classmethod
+    def acquire(cls, path: str, what: str) -> _RunLock:
+        key = os.path.realpath(path)
+        with cls._guard:
+            held = cls._held.get(key)
+            if held is not None:
+                held.users += 1
+                return held
+            fd = os.open(key, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                owner = os.pread(fd, 200, 0).decode("utf-8", "replace").strip()
+                os.close(fd)
+                raise StoreLocked(
+                    f"{what} is in use by another pkb-analyze run ({owner or 'pid unknown'}); "
+                    "wait for it to finish, or give this run another --out (or --store)"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}".encode(), 0)
+            lock = cls(key, fd)
+            cls._held[key] = lock
+            return lock
+
+    def release(self) -> None:
+        with self._guard:
+            self.users -= 1
+            if self.users > 0:
+                return
+            self._held.pop(self.path, None)
+            os.close(self.fd)  # closing the last descriptor drops the flock
+
+
+def run_lock(folder: str | Path) -> _RunLock:
+    """The lock of an output folder: one run writes it at a time (release() when done)."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return _RunLock.acquire(str(Path(folder) / ".pkb-analyze.lock"), what=f"the output folder {folder}")
 
 
 def _test_pause(var: str) -> None:

@@ -1,0 +1,404 @@
+"""A sandbox around one candidate launch, built on bubblewrap (Debian's `bubblewrap` package).
+
+Inside it the launch (torchrun and its ranks) has:
+    its own PID namespace     the harness, other jobs and every other process are invisible and
+                              out of signal reach; its init is pkb/eval/sandbox_init.py, which the
+                              candidate cannot signal or trace, and which names and kills whatever
+                              the launch left behind when torchrun exits
+    a read-only filesystem    the whole tree read-only; the evaluation's work folder (other
+                              candidates' jobs and builds) and the store hidden under empty tmpfs;
+                              writable only its job folder (scratch, result files), its own build
+                              cache and a private /tmp; no capabilities (it cannot remount)
+    loopback only             its own network namespace (the ranks rendezvous on 127.0.0.1)
+    the GPU device nodes      /dev/nvidia* passed through, a fresh minimal /dev otherwise
+    no inherited descriptors  but stdin/stdout/stderr and the init's report pipe
+and a memory cgroup of its own where the machine lets us make one: its OOM-kill counter is the
+evidence that a SIGKILL came from the OOM killer, and every process in it is killed at the end.
+
+Where bubblewrap is missing or refused, `unshare` (util-linux) gives the PID namespace alone; where
+that fails too, the plain process runs as before. The record says which (details.sandbox), and
+PKB_SANDBOX=bwrap|unshare|none forces one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+INIT_SCRIPT = str(Path(__file__).with_name("sandbox_init.py"))
+# What each kind keeps from the candidate (said in every record).
+ISOLATES = {
+    "bwrap": "own PID and network namespaces; tree read-only, store and other jobs hidden; no capabilities",
+    "unshare": "own PID namespace only; the filesystem, network and capabilities are shared",
+    "none": "no namespaces: the launcher's process groups, its sweep and the launch cgroup where one is made",
+}
+END_WAIT_S = 10.0  # for the init to name and kill what is left, after torchrun exited
+
+
+@lru_cache(maxsize=None)
+def choose() -> tuple[str, str]:
+    """(kind, why not a stronger one): the strongest sandbox that starts on this machine."""
+    forced = os.environ.get("PKB_SANDBOX", "").strip().lower()
+    if forced == "none":
+        return "none", "PKB_SANDBOX=none"
+    reasons = []
+    if forced in ("", "bwrap"):
+        why = _try([*_bwrap_flags(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--", "true"], "bwrap")
+        if not why:
+            return "bwrap", ""
+        reasons.append(why)
+    if forced in ("", "bwrap", "unshare"):
+        why = _try(["unshare", *_UNSHARE_FLAGS, "true"], "unshare")
+        if not why:
+            return "unshare", "; ".join(reasons) or "PKB_SANDBOX=unshare"
+        reasons.append(why)
+    return "none", "; ".join(reasons) or f"PKB_SANDBOX={forced}: unknown kind"
+
+
+def _try(cmd: list[str], name: str) -> str:
+    if not shutil.which(cmd[0]):
+        return f"{name} not installed" + (" (apt-get install bubblewrap)" if name == "bwrap" else "")
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{name} failed to start: {exc}"
+    if res.returncode != 0:
+        return f"{name} refused here: {(res.stderr or res.stdout).strip()[-300:]}"
+    return ""
+
+
+def _bwrap_flags() -> list[str]:
+    return ["bwrap", "--die-with-parent", "--unshare-pid", "--unshare-net", "--new-session", "--as-pid-1", "--cap-drop", "ALL"]
+
+
+_UNSHARE_FLAGS = ["--pid", "--fork", "--mount-proc", "--kill-child"]
+
+
+@dataclass
+class Sandbox:
+    """One launch's sandbox: wrap() its command, start it with pass_fds/preexec, finish() after."""
+
+    kind: str
+    reason: str = ""
+    writable: list[str] = field(default_factory=list)
+    readonly: list[str] = field(default_factory=list)
+    hidden: list[str] = field(default_factory=list)
+    cgroup: LaunchCgroup | None = None
+    _report: tuple[int, int] | None = None
+    _oom_before: int | None = None
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        return (self._report[1],) if self._report else ()
+
+    def wrap(self, cmd: list[str], python: str, cwd: str) -> list[str]:
+        """The command that runs `cmd` inside this sandbox (unchanged for kind none)."""
+        if self.kind == "none":
+            return cmd
+        self._report = os.pipe()
+        os.set_inheritable(self._report[1], True)
+        init = [python, "-I", "-S", INIT_SCRIPT, str(self._report[1]), "--", *cmd]
+        if self.kind == "unshare":
+            return ["unshare", *_UNSHARE_FLAGS, *init]
+        return [*_bwrap_flags(), *self._bwrap_mounts(python), "--chdir", cwd, "--", *init]
+
+    def _bwrap_mounts(self, python: str) -> list[str]:
+        """Order matters (later mounts cover earlier ones): the tree read-only, a private /tmp,
+        what the ranks need from under /tmp, then the hidden paths, then what the ranks need
+        from under those, then the job's writable folders."""
+        args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        for node in sorted(Path("/dev").glob("nvidia*")):
+            args += ["--dev-bind", str(node), str(node)]
+        needed = sorted({str(Path(p).resolve()) for p in (*self.readonly, sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(python))) if p})
+        hidden_dirs = [p for p in self.hidden if Path(p).is_dir()]
+        under_hidden = [p for p in needed if any(_under(p, h) for h in hidden_dirs)]
+        for p in needed:
+            if _under(p, "/tmp") and p not in under_hidden and os.path.exists(p):
+                args += ["--ro-bind", p, p]
+        for path in self.hidden:
+            p = Path(path)
+            if p.is_dir():
+                args += ["--tmpfs", str(p)]
+            else:
+                for f in (p, *(Path(f"{p}{s}") for s in ("-wal", "-shm", ".lock"))):
+                    if f.exists():
+                        args += ["--ro-bind", "/dev/null", str(f)]
+        for p in under_hidden:
+            if os.path.exists(p):
+                args += ["--ro-bind", p, p]
+        for p in self.writable:
+            os.makedirs(p, exist_ok=True)
+            args += ["--bind", p, p]
+        return args
+
+    def preexec(self) -> None:
+        """In the launched process, before exec: join the launch's cgroup; die with the harness."""
+        if self.cgroup is not None:
+            self.cgroup.join_self()
+        _die_with_parent()
+
+    def started(self) -> None:
+        if self.cgroup is not None:
+            self._oom_before = self.cgroup.oom_kills()
+        if self._report:
+            os.close(self._report[1])
+
+    def root_pid(self, proc: subprocess.Popen) -> int:
+        """torchrun's pid as this process sees it (the first child of the sandbox's init)."""
+        if self.kind == "none":
+            return proc.pid
+        init = _children(proc.pid)
+        kids = _children(init[0]) if init else []
+        return min(kids, key=_ns_pid) if kids else proc.pid
+
+    def finish(self, proc: subprocess.Popen, known: set[int] | None = None) -> dict[str, Any]:
+        """After torchrun ended (or was killed): let the init name and kill the leftovers, end the
+        sandbox, kill anything still in the cgroup, and say what happened."""
+        out: dict[str, Any] = {"kind": self.kind, "isolates": ISOLATES[self.kind]}
+        if self.reason:
+            out["fallback_reason" if self.kind != "bwrap" else "note"] = self.reason
+        if self.kind != "none":
+            try:
+                proc.wait(timeout=END_WAIT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()  # the init dies with it (die-with-parent / kill-child): so does the namespace
+                proc.wait()
+                out["init_unresponsive"] = True
+            report = _read_all(self._report[0]) if self._report else ""
+            lines = [json.loads(x) for x in report.splitlines() if x.startswith("{")]
+            merged = {k: v for line in lines for k, v in line.items()}
+            out["init_exit"] = merged.get("exit")
+            out["strays"] = [{**s, "where": "sandbox"} for s in merged.get("strays") or []]
+            # The init reports torchrun's end before it exits: without that line it was killed
+            # from outside the sandbox (nothing inside can signal it).
+            out["init_killed"] = "exit" not in merged and not out.get("init_unresponsive")
+            out["init_returncode"] = proc.returncode
+        if self.cgroup is not None:
+            left = self.cgroup.kill_all()
+            if left:
+                out.setdefault("strays", []).extend({"pid": p, "cmdline": c, "where": "cgroup"} for p, c in left)
+            after = self.cgroup.oom_kills()
+            if after is not None and self._oom_before is not None:
+                out["oom_kills"] = after - self._oom_before
+                out["cgroup"] = self.cgroup.path
+            self.cgroup.remove()
+        if out.get("oom_kills") is None and known:
+            lines = oom_killed_in_kernel_log(set(known))
+            if lines:
+                out["kernel_oom"] = lines
+        return out
+
+
+def for_job(writable: list[str], readonly: list[str], hidden: list[str], name: str) -> Sandbox:
+    kind, reason = choose()
+    return Sandbox(kind, reason, [str(Path(p).resolve()) for p in writable], [str(Path(p).resolve()) for p in readonly],
+                   [str(Path(p).resolve()) for p in hidden], LaunchCgroup.create(name))
+
+
+def processes_of_job(job_dir: str | Path) -> list[int]:
+    """Pids (as this process sees them) of the job's torchrun and ranks: their command lines name
+    the job's file. Inside a sandbox the ranks' own pids are their namespace's, so this is how a
+    process outside looks for them."""
+    needle = str(Path(job_dir) / "job.json").encode()
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmd = (entry / "cmdline").read_bytes()
+                state = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if needle in cmd and state not in (b"Z", b"X"):
+                out.append(int(entry.name))
+    return out
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _read_all(fd: int) -> str:
+    chunks = []
+    try:
+        while True:
+            b = os.read(fd, 65536)
+            if not b:
+                break
+            chunks.append(b)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+def _ns_pid(pid: int) -> int:
+    """The pid in the innermost namespace (the last field of NSpid)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    except (OSError, ValueError):
+        pass
+    return 1 << 30
+
+
+def _die_with_parent() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+class LaunchCgroup:
+    """A memory cgroup for one launch, under the one this process is in (v1 or v2): every process
+    of the launch stays in it (the sandbox's /sys is read-only), and its OOM-kill counter counts
+    the kills of the OOM killer among them, global or not."""
+
+    def __init__(self, path: str, version: int) -> None:
+        self.path, self.version = path, version
+
+    @classmethod
+    def create(cls, name: str) -> LaunchCgroup | None:
+        if os.environ.get("PKB_SANDBOX_CGROUP", "1") == "0":
+            return None
+        base = _own_memory_cgroup()
+        if base is None:
+            return None
+        path, version = base
+        _remove_orphaned(path)
+        target = os.path.join(path, f"pkb-{name}-{os.getpid()}-{time.monotonic_ns() % 10**9}")
+        try:
+            os.mkdir(target)
+        except OSError:
+            return None
+        cg = cls(target, version)
+        if cg.oom_kills() is None:
+            cg.remove()
+            return None
+        limit = os.environ.get("PKB_SANDBOX_MEMORY_MAX", "")  # bytes for the whole launch (tests)
+        if limit:
+            try:
+                Path(target, "memory.limit_in_bytes" if version == 1 else "memory.max").write_text(limit)
+            except OSError:
+                cg.remove()
+                return None
+        return cg
+
+    def join_self(self) -> None:
+        fd = os.open(os.path.join(self.path, "cgroup.procs"), os.O_WRONLY)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+
+    def oom_kills(self) -> int | None:
+        name = "memory.oom_control" if self.version == 1 else "memory.events"
+        try:
+            text = Path(self.path, name).read_text()
+        except OSError:
+            return None
+        m = re.search(r"^oom_kill (\d+)", text, re.M)
+        return int(m.group(1)) if m else None
+
+    def pids(self) -> list[int]:
+        try:
+            return [int(x) for x in Path(self.path, "cgroup.procs").read_text().split()]
+        except OSError:
+            return []
+
+    def kill_all(self) -> list[tuple[int, str]]:
+        killed: dict[int, str] = {}
+        for _ in range(50):
+            pids = [p for p in self.pids() if p != os.getpid()]
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+                    os.kill(pid, signal.SIGKILL)
+                except (OSError, ProcessLookupError):
+                    continue
+                killed.setdefault(pid, cmd[:200])
+            time.sleep(0.02)
+        return list(killed.items())
+
+    def remove(self) -> None:
+        for _ in range(50):
+            try:
+                os.rmdir(self.path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.02)  # the last killed process is still leaving
+
+
+def _remove_orphaned(parent: str) -> None:
+    """Empty launch cgroups of evaluators that died (kill -9) before removing them."""
+    for entry in Path(parent).glob("pkb-*"):
+        m = re.search(r"-(\d+)-\d+$", entry.name)
+        if m and not Path(f"/proc/{m.group(1)}").exists():
+            try:
+                os.rmdir(entry)  # refused while a process is still in it
+            except OSError:
+                pass
+
+
+def _own_memory_cgroup() -> tuple[str, int] | None:
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, rel = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            path = f"/sys/fs/cgroup/memory{rel}"
+            if os.path.isdir(path):
+                return path, 1
+    for line in lines:
+        if line.startswith("0::"):
+            root = "/sys/fs/cgroup"
+            try:
+                if "memory" not in Path(root, "cgroup.controllers").read_text().split():
+                    return None
+            except OSError:
+                return None
+            return root + line[3:].rstrip("/"), 2
+    return None
+
+
+_DMESG_KILLED = re.compile(r"(?:Out of memory|Memory cgroup out of memory)[^\n]*?Killed process (\d+)")
+
+
+def oom_killed_in_kernel_log(pids: set[int]) -> list[str]:
+    """The kernel log's OOM-kill lines of these pids, where the log is readable here."""
+    try:
+        res = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if res.returncode != 0:
+        return []
+    return [line.strip()[:300] for line in res.stdout.splitlines() if (m := _DMESG_KILLED.search(line)) and int(m.group(1)) in pids]
