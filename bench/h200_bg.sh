@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# A GPU run longer than one device call (10 minutes): the run goes on in its own session while the
+# machine stays warm (it is given back 30 s after a call ends), and later calls wait on it.
+#
+#   bash bench/h200_bg.sh start NAME 'COMMAND'   start COMMAND (it writes under $BG_OUT), return at once
+#   bash bench/h200_bg.sh wait NAME SECONDS      wait up to SECONDS for it; print its log's end;
+#                                                copy what it wrote under $BG_OUT (top level) to $OUT
+# The environment keeps multicast off (NCCL_NVLS_ENABLE=0 ...) and puts carried wheels (.whl) and the
+# working tree on PYTHONPATH.
+set -u
+verb=$1 name=$2
+dir=/tmp/pkb_bg/$name
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+case "$verb" in
+  start)
+    mkdir -p "$dir/out"
+    if ls .whl/*.whl >/dev/null 2>&1 && [ ! -d /tmp/site ]; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >"$dir/pip.log" 2>&1
+    fi
+    export PYTHONPATH=/tmp/site:$PWD BG_OUT=$dir/out
+    setsid bash -c "$3; echo \$? > $dir/rc" >"$dir/log" 2>&1 </dev/null &
+    echo "started $name (pid $!), log $dir/log"
+    ;;
+  wait)
+    end=$(( $(date +%s) + $3 ))
+    while [ ! -f "$dir/rc" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 5; done
+    if [ -f "$dir/rc" ]; then echo "$name finished, rc $(cat "$dir/rc")"; else echo "$name still running"; fi
+    tail -n 60 "$dir/log"
+    find "$dir/out" -name 'eval*.jsonl' -exec wc -l {} \; 2>/dev/null  # progress of evaluations inside
+    [ -n "${OUT:-}" ] && find "$dir/out" -maxdepth 1 -type f -size -16M -exec cp {} "$OUT/" \; 2>/dev/null
+    ;;
+  *) echo "usage: $0 start NAME 'COMMAND' | wait NAME SECONDS"; exit 2 ;;
+esac
