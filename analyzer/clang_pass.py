@@ -17,6 +17,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from analyzer import kittens
 from analyzer.facts import (
     PEER_KINDS,
     ApiCall,
@@ -1663,6 +1664,7 @@ def analyze_cuda(src: CudaSource, file: str, seeds: dict[str, list[str]] | None 
         facts.missing_headers = missing
         facts.status = "partial"
         facts.message = f"libclang unavailable or failed ({type(e).__name__}: {e}); regex scan only"
+    kittens.augment(facts, src, text)  # ThunderKittens kernels and parallel layouts (headers absent)
     facts.seconds = time.perf_counter() - t0
     return facts
 

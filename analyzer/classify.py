@@ -96,7 +96,7 @@ class Classifier:
         engine_lines = {asm.line for asm in k.cuda.asm if asm.function in k.reach and any(
             m.startswith(("cp.async.bulk", "cp.reduce.async.bulk", "multimem.")) for m in asm.mnemonics)}
         for a in inside:
-            if a.via == "asm" and a.line in engine_lines:
+            if (a.via == "asm" and a.line in engine_lines) or a.via == "tma":
                 continue
             if a.pointer_kind in PEER_KINDS:
                 value = {"load": "sm_load", "store": "sm_store", "atomic": "sm_atomic"}[a.kind]

@@ -220,6 +220,8 @@ class MemAccess:
     pointer: str  # the pointer expression's base variable
     pointer_kind: str  # POINTER_KINDS
     via: str = "subscript"  # subscript | deref | member | asm | intrinsic | memcpy_async
+    #                          | tma (a bulk copy through a library call) | library (a library's
+    #                          own barrier or signal, which manages its flags itself)
     width_bits: int = 0
     scope: str = ""  # atomics and asm: system | gpu | cta | ''
     order: str = ""  # relaxed | acquire | release | acq_rel | seq_cst | volatile | ''

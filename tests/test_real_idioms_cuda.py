@@ -1,0 +1,208 @@
+"""CUDA-side idioms of real model output, each on a small candidate file of our own.
+
+ThunderKittens / ParallelKittens kernels (headers absent), launches through
+`kittens::py::launch_kernel`, cuBLAS on peer pointers, hand-written flags in a symmetric buffer,
+and a kernel branch on `multicast_ptr == 0` (a fallback on the run, where multicast exists).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from analyzer.pipeline import StaticAnalyzer, StaticOptions
+from pkb.corpus import read_candidate
+
+
+def analyze(tmp_path: Path, name: str, body: str):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    rec = read_candidate(path, tmp_path)
+    StaticAnalyzer(StaticOptions(ptx=False, use_cache=False)).analyze(rec)
+    return rec
+
+
+def line_of(rec, needle: str) -> int:
+    return next(i + 1 for i, ln in enumerate(rec.source.splitlines()) if needle in ln)
+
+
+def evidence_lines(rec, axis: str, value: str) -> set[int]:
+    lab = next(lab for lab in rec.labels.get(axis, []) if lab.value == value)
+    return {e.line for e in lab.evidence}
+
+
+TK_HEAD = '''
+import torch
+import torch.distributed as dist
+from utils.cuda_helpers import compile_cuda_extension
+
+CUDA_SRC = r"""
+#include "kittens.cuh"
+#include "pyutils/torchutils.cuh"
+using namespace kittens;
+'''
+
+TK_TAIL = '''
+"""
+
+_ext = None
+
+
+def solution(x: torch.Tensor) -> torch.Tensor:
+    global _ext
+    if _ext is None:
+        _ext = compile_cuda_extension("tk_ext", CUDA_SRC)
+    out = torch.empty_like(x)
+    _ext.tk_run(x, out)
+    return out
+'''
+
+TK_ALLREDUCE = TK_HEAD + r'''
+namespace reduce_ns {
+struct config { static constexpr int NUM_THREADS = 256; };
+struct globals {
+    using parallel_layout = pgl<gl<bf16, -1, -1, -1, -1>, 8, true>;
+    parallel_layout tensor;
+    const int dev_idx;
+};
+__device__ inline void kernel(const globals &G) {
+    bf16_2 tmp;
+    size_t idx = 2 * (blockIdx.x * blockDim.x + threadIdx.x);
+    multimem<bf16_2>::ld_reduce<reduce_op::ADD>(tmp, reinterpret_cast<bf16_2*>(&G.tensor.mc_ptr[idx]));
+    multimem<bf16_2>::st(reinterpret_cast<bf16_2*>(&G.tensor.mc_ptr[idx]), tmp);
+}
+}  // namespace reduce_ns
+
+namespace bar_ns {
+struct config { static constexpr int NUM_THREADS = 1; };
+struct globals { barrier_t<8> barrier; const int dev_idx; };
+__device__ inline void kernel(const globals &G) {
+    barrier_all(G.barrier, {0}, G.dev_idx);
+}
+}  // namespace bar_ns
+
+void entrypoint(kittens::py::TKParallelTensor &t, kittens::py::TKParallelTensor &b) {
+    reduce_ns::globals rg { .tensor = kittens::py::parallel_tensor_to_pgl<typename reduce_ns::globals::parallel_layout>(t), .dev_idx = t.local_rank_ };
+    bar_ns::globals bg { .barrier = kittens::py::parallel_tensor_to_pgl<barrier_t<8>>(b), .dev_idx = b.local_rank_ };
+    kittens::py::launch_kernel<bar_ns::config, bar_ns::globals, bar_ns::kernel>(bg);
+    kittens::py::launch_kernel<reduce_ns::config, reduce_ns::globals, reduce_ns::kernel>(rg);
+}
+
+#include <torch/csrc/utils/pybind.h>
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    BIND_TK_PARALLEL_TENSOR(m);
+    m.def("tk_run", &entrypoint);
+}
+''' + TK_TAIL
+
+
+def test_kittens_multimem_is_nvls_and_barrier_all_is_device_flags(tmp_path):
+    rec = analyze(tmp_path, "1_allreduce_parallelkittens.py", TK_ALLREDUCE)
+    assert rec.label_values("mechanism") == ["nvls"]
+    assert evidence_lines(rec, "mechanism", "nvls") >= {line_of(rec, "multimem<bf16_2>::ld_reduce"), line_of(rec, "multimem<bf16_2>::st")}
+    assert rec.label_values("sync") == ["device_flags"]
+    assert line_of(rec, "barrier_all(G.barrier") in evidence_lines(rec, "sync", "device_flags")
+    assert rec.label_values("ordering") == ["release_acquire"]
+    # the library's barrier manages its own flags: not a flag that is never reset
+    assert not [f for f in rec.findings if f.rule == "PKB002"]
+
+
+TK_ALLTOALL = TK_HEAD + r'''
+namespace a2a {
+struct config { static constexpr int NUM_THREADS = 128; };
+struct globals {
+    using shared_tile = st_bf<64, 64>;
+    using parallel_layout = pgl<gl<bf16, -1, -1, -1, -1, shared_tile>, 8, false>;
+    parallel_layout output, input;
+    const int dev_idx;
+};
+template <int AXIS>
+__device__ inline void kernel(const globals &G) {
+    extern __shared__ int smem[];
+    shared_tile &tile = *reinterpret_cast<shared_tile*>(smem);
+    __shared__ semaphore arrived;
+    tma::load_async(tile, G.input[G.dev_idx], {0, 0, blockIdx.x, 0}, arrived);
+    int dst_dev_idx = blockIdx.y;
+    tma::store_async(G.output[dst_dev_idx], tile, {0, 0, blockIdx.x, AXIS});
+}
+}  // namespace a2a
+
+void entrypoint(kittens::py::TKParallelTensor &out, kittens::py::TKParallelTensor &in) {
+    a2a::globals g { .output = kittens::py::parallel_tensor_to_pgl<typename a2a::globals::parallel_layout>(out),
+                     .input = kittens::py::parallel_tensor_to_pgl<typename a2a::globals::parallel_layout>(in),
+                     .dev_idx = in.local_rank_ };
+    kittens::py::launch_kernel<a2a::config, a2a::globals, a2a::kernel<1>>(g);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("tk_run", &entrypoint); }
+''' + TK_TAIL
+
+
+def test_kittens_tma_store_to_a_peer_is_tma_and_local_load_is_not_peer_traffic(tmp_path):
+    rec = analyze(tmp_path, "8_alltoall_parallelkittens.py", TK_ALLTOALL)
+    assert rec.label_values("mechanism") == ["tma"]
+    assert evidence_lines(rec, "mechanism", "tma") == {line_of(rec, "tma::store_async(G.output[dst_dev_idx]")}
+
+
+TK_ELEMENTS = TK_HEAD + r'''
+namespace gather_ns {
+struct config { static constexpr int NUM_THREADS = 256; };
+struct globals {
+    using layout = pgl<gl<bf16, -1, -1, -1, -1>, 8, false>;
+    layout src, dst;
+    const int dev_idx;
+};
+__device__ inline void kernel(const globals &G) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    for (int peer = 0; peer < 8; ++peer) {
+        bf16 *peer_ptr = (bf16*)&G.src[peer](0, 0, 0, 0);
+        G.dst[G.dev_idx].raw_ptr[peer * 1024 + idx] = peer_ptr[idx];
+    }
+}
+}  // namespace gather_ns
+
+namespace opaque_ns {
+struct config { static constexpr int NUM_THREADS = 256; };
+struct globals {
+    using layout = pgl<gl<bf16, -1, -1, -1, -1>, 8, false>;
+    layout buf;
+    const int dev_idx;
+};
+__device__ inline void kernel(const globals &G) {
+    some_library_helper(G.buf, G.dev_idx);
+}
+}  // namespace opaque_ns
+
+void entrypoint(kittens::py::TKParallelTensor &a, kittens::py::TKParallelTensor &b) {
+    gather_ns::globals g { .src = kittens::py::parallel_tensor_to_pgl<typename gather_ns::globals::layout>(a),
+                           .dst = kittens::py::parallel_tensor_to_pgl<typename gather_ns::globals::layout>(b),
+                           .dev_idx = a.local_rank_ };
+    kittens::py::launch_kernel<gather_ns::config, gather_ns::globals, gather_ns::kernel>(g);
+}
+
+void opaque_entry(kittens::py::TKParallelTensor &a) {
+    opaque_ns::globals g { .buf = kittens::py::parallel_tensor_to_pgl<typename opaque_ns::globals::layout>(a), .dev_idx = a.local_rank_ };
+    kittens::py::launch_kernel<opaque_ns::config, opaque_ns::globals, opaque_ns::kernel>(g);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.def("tk_run", &entrypoint);
+    m.def("tk_opaque", &opaque_entry);
+}
+''' + TK_TAIL
+
+
+def test_kittens_element_access_on_a_peer_copy_is_sm_load(tmp_path):
+    rec = analyze(tmp_path, "6_gather_parallelkittens.py", TK_ELEMENTS)
+    assert rec.label_values("mechanism") == ["sm_load"]
+    assert evidence_lines(rec, "mechanism", "sm_load") == {line_of(rec, "bf16 *peer_ptr = (bf16*)&G.src[peer]")}
+
+
+def test_kittens_parallel_layout_used_out_of_sight_is_unknown_not_none(tmp_path):
+    src = TK_ELEMENTS.replace("_ext.tk_run(x, out)", "_ext.tk_opaque(x)")
+    rec = analyze(tmp_path, "6_gather_parallelkittens.py", src)
+    assert rec.label_values("mechanism") == ["unknown"]
+    note = rec.labels["mechanism"][0].evidence[0].note
+    assert "kittens.cuh" in note
