@@ -53,7 +53,8 @@ MODELED_HEADERS = {
     "nvshmem.h", "nvshmemx.h", "torch/extension.h", "torch/torch.h", "torch/all.h", "torch/python.h",
     "torch/types.h", "ATen/ATen.h", "ATen/cuda/CUDAContext.h", "ATen/cuda/CUDAEvent.h", "ATen/Dispatch.h",
     "c10/cuda/CUDAStream.h", "c10/cuda/CUDAGuard.h", "c10/cuda/CUDAException.h", "c10/util/Half.h",
-    "c10/util/BFloat16.h", "pybind11/pybind11.h", "pybind11/stl.h",
+    "c10/util/BFloat16.h", "pybind11/pybind11.h", "pybind11/stl.h", "torch/csrc/utils/pybind.h",
+    "cublas_v2.h", "cublas_api.h", "cublasLt.h", "ATen/cuda/CUDABlas.h",
     "cstdint", "stdint.h", "cstdio", "stdio.h", "cstdlib", "stdlib.h", "vector", "array", "algorithm",
     "cmath", "math.h", "string", "cstring", "string.h", "cassert", "assert.h", "type_traits", "utility",
     "memory", "mutex", "unordered_map", "map", "optional", "stdexcept", "limits", "climits", "cfloat",
@@ -89,6 +90,7 @@ _ALLOC = {"cudaMalloc", "cudaMallocAsync", "cudaMallocManaged", "cudaMallocHost"
           "nvshmem_align", "nvshmem_calloc"}
 _TORCH_ALLOC = {"empty", "empty_like", "zeros", "zeros_like", "ones", "full", "empty_strided"}
 _MEMCPY_RE = re.compile(r"^(cudaMemcpy\w*|cuMemcpy\w*)$")
+_BLAS_GEMM_RE = re.compile(r"^(cublas\w*[Gg]emm\w*|cublasLtMatmul)$")
 _NVSHMEM_SYNC_RE = re.compile(r"^nvshmemx?_(\w+_)?(barrier\w*|sync_all\w*|team_sync|quiet\w*|fence|"
                               r"signal_wait_until\w*|wait_until\w*|wait\w*)$")
 _NVSHMEM_XFER_RE = re.compile(r"^nvshmemx?_\w*(put|get|_p|_g|ptr|signal_op)\w*$")
@@ -1067,6 +1069,14 @@ class _ClangPass:
             return
         if _MEMCPY_RE.match(name):
             self.add_memcpy(f, n, args)
+            return
+        if _BLAS_GEMM_RE.match(name):
+            # a GEMM operand that points into a peer's buffer is read by the library's kernel
+            # over NVLink: an SM load of peer memory, issued from host code
+            for a in args:
+                kind = self.eval(a)[0]
+                if kind in PEER_KINDS:
+                    self.record(f, n, "load", a, kind, "library")
             return
         if name in _HOST_SYNC:
             self.api(f, n, name, "host_sync")

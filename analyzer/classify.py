@@ -262,6 +262,14 @@ class Classifier:
                     rec.add_label(Label("mechanism", "copy_engine", ev))
                 if m.host:
                     rec.add_label(Label("mechanism", "host_staging", [self.ev(m.line, "clang", f"{m.api} {m.kind_arg}")]))
+        # A library GEMM (cuBLAS, cuBLASLt) issued from host code on a peer's buffer reads it.
+        ext_timed = bool(self.timed("ext_kernel"))
+        for cuda in self.facts.cuda:
+            hosts = {f.name for f in cuda.functions if f.kind in ("host", "host_device")}
+            for a in cuda.accesses:
+                if a.via == "library" and a.pointer_kind in PEER_KINDS and a.function in hosts and (
+                        not ext_timed or self._host_fn_timed(cuda, a.function)):
+                    rec.add_label(Label("mechanism", "sm_load", [self.ev(a.line, "clang", f"library GEMM reads {a.pointer} ({a.pointer_kind})")]))
         self._host_cuda_calls()
         for c in self.timed("host_transfer"):
             rec.add_label(Label("mechanism", "host_staging", [self.ev(c.line, "python", c.qualname)]))

@@ -206,3 +206,71 @@ def test_kittens_parallel_layout_used_out_of_sight_is_unknown_not_none(tmp_path)
     assert rec.label_values("mechanism") == ["unknown"]
     note = rec.labels["mechanism"][0].evidence[0].note
     assert "kittens.cuh" in note
+
+
+CUBLAS_PEER = r'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+CPP = r"""
+#include <torch/extension.h>
+#include <cublas_v2.h>
+#include <ATen/cuda/CUDABlas.h>
+
+static void gemm(cublasHandle_t h, const at::BFloat16* A, const at::BFloat16* B, float* C, int M, int N, int K) {
+    float alpha = 1.0f, beta = 1.0f;
+    cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha,
+                 reinterpret_cast<const void*>(B), CUDA_R_16BF, N,
+                 reinterpret_cast<const void*>(A), CUDA_R_16BF, K,
+                 &beta, reinterpret_cast<void*>(C), CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+void gemm_over_peers(std::vector<int64_t> x_ptrs, torch::Tensor w, torch::Tensor out, int64_t M, int64_t K) {
+    cublasHandle_t h = at::cuda::getCurrentCUDABlasHandle();
+    for (size_t r = 0; r < x_ptrs.size(); ++r) {
+        const at::BFloat16* x_remote = reinterpret_cast<const at::BFloat16*>(x_ptrs[r]);
+        gemm(h, x_remote, w.data_ptr<at::BFloat16>() + r * K, out.data_ptr<float>(), M, out.size(1), K);
+    }
+}
+
+void gemm_local(torch::Tensor x, torch::Tensor w, torch::Tensor out, int64_t M, int64_t K) {
+    cublasHandle_t h = at::cuda::getCurrentCUDABlasHandle();
+    gemm(h, x.data_ptr<at::BFloat16>(), w.data_ptr<at::BFloat16>(), out.data_ptr<float>(), M, out.size(1), K);
+}
+"""
+
+_ext = load_inline("peer_gemm", cpp_sources=CPP, functions=["gemm_over_peers", "gemm_local"])
+_cache = {}
+
+
+def solution(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    buf = _cache.get("buf")
+    if buf is None:
+        buf = symm_mem.empty(x.shape, device=x.device, dtype=x.dtype)
+        _cache["buf"] = buf
+        _cache["hdl"] = symm_mem.rendezvous(buf, dist.group.WORLD)
+    hdl = _cache["hdl"]
+    buf.copy_(x)
+    hdl.barrier(channel=0)
+    out = torch.zeros(x.shape[0], w.shape[1], device=x.device, dtype=torch.float32)
+    _ext.gemm_over_peers([int(p) for p in hdl.buffer_ptrs], w, out, x.shape[0], x.shape[1])
+    hdl.barrier(channel=0)
+    return out
+'''
+
+
+def test_cublas_fed_a_peer_pointer_reads_peer_memory(tmp_path):
+    rec = analyze(tmp_path, "15_combined_sharded_gemms_cuda.py", CUBLAS_PEER)
+    assert "sm_load" in rec.label_values("mechanism")
+    assert line_of(rec, "cublasGemmEx(h,") in evidence_lines(rec, "mechanism", "sm_load")
+
+
+def test_cublas_on_local_tensors_is_not_peer_traffic(tmp_path):
+    peers_fn = CUBLAS_PEER[CUBLAS_PEER.index("void gemm_over_peers"):CUBLAS_PEER.index("void gemm_local")]
+    src = (CUBLAS_PEER.replace(peers_fn, "")
+           .replace('functions=["gemm_over_peers", "gemm_local"]', 'functions=["gemm_local"]')
+           .replace("_ext.gemm_over_peers([int(p) for p in hdl.buffer_ptrs], w, out,", "_ext.gemm_local(buf, w, out,"))
+    rec = analyze(tmp_path, "15_combined_sharded_gemms_cuda.py", src)
+    assert "sm_load" not in rec.label_values("mechanism")

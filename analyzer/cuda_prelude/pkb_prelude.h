@@ -699,3 +699,58 @@ namespace py = pybind11;
 #define TORCH_EXTENSION_NAME pkb_extension
 #define TORCH_LIBRARY(ns, m) void pkb_torch_library_##ns(::pybind11::module_& m)
 #define TORCH_LIBRARY_IMPL(ns, k, m) void pkb_torch_library_impl_##ns##_##k(::pybind11::module_& m)
+
+// ---- cuBLAS / cuBLASLt (what a GEMM call needs to parse; operands stay typed pointers) ----
+typedef struct cublasContext* cublasHandle_t;
+typedef struct cublasLtContext* cublasLtHandle_t;
+typedef struct cublasLtMatmulDescOpaque_t* cublasLtMatmulDesc_t;
+typedef struct cublasLtMatrixLayoutOpaque_t* cublasLtMatrixLayout_t;
+typedef struct cublasLtMatmulPreferenceOpaque_t* cublasLtMatmulPreference_t;
+struct cublasLtMatmulAlgo_t { uint64_t data[8]; };
+struct cublasLtMatmulHeuristicResult_t { cublasLtMatmulAlgo_t algo; size_t workspaceSize; int state; float wavesCount; int reserved[4]; };
+enum cublasStatus_t { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_INITIALIZED = 1, CUBLAS_STATUS_NOT_SUPPORTED = 15 };
+enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 };
+enum cublasGemmAlgo_t { CUBLAS_GEMM_DEFAULT = -1, CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99 };
+enum cublasMath_t { CUBLAS_DEFAULT_MATH = 0, CUBLAS_TENSOR_OP_MATH = 1, CUBLAS_TF32_TENSOR_OP_MATH = 3 };
+enum cublasComputeType_t { CUBLAS_COMPUTE_16F = 64, CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_TF32 = 77,
+                           CUBLAS_COMPUTE_32F_FAST_16BF = 75 };
+enum cublasPointerMode_t { CUBLAS_POINTER_MODE_HOST = 0, CUBLAS_POINTER_MODE_DEVICE = 1 };
+enum cublasLtMatmulDescAttributes_t { CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4,
+                                      CUBLASLT_MATMUL_DESC_EPILOGUE = 7, CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8 };
+enum cublasLtMatmulPreferenceAttributes_t { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 };
+typedef int cudaDataType; typedef int cudaDataType_t;
+enum pkb_cublas_data_type { CUDA_R_16F = 2, CUDA_R_32F = 0, CUDA_R_64F = 1, CUDA_R_16BF = 14, CUDA_R_8F_E4M3 = 28,
+                            CUDA_R_8F_E5M2 = 29, CUDA_R_8I = 3, CUDA_R_32I = 10 };
+cublasStatus_t cublasCreate(cublasHandle_t*); cublasStatus_t cublasDestroy(cublasHandle_t);
+cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t); cublasStatus_t cublasSetMathMode(cublasHandle_t, int);
+cublasStatus_t cublasSetPointerMode(cublasHandle_t, cublasPointerMode_t);
+cublasStatus_t cublasSetWorkspace(cublasHandle_t, void*, size_t);
+// enum-typed arguments are plain int here: models pass CUDA_R_32F where a compute type is due.
+cublasStatus_t cublasGemmEx(cublasHandle_t, int, int, int, int, int, const void*, const void*, int, int,
+                            const void*, int, int, const void*, void*, int, int, int, int);
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, int, int, int, int, int, const void*, const void*, int, int,
+                                          long long, const void*, int, int, long long, const void*, void*, int, int,
+                                          long long, int, int, int);
+cublasStatus_t cublasGemmBatchedEx(cublasHandle_t, int, int, int, int, int, const void*, const void* const*, int, int,
+                                   const void* const*, int, int, const void*, void* const*, int, int, int, int, int);
+cublasStatus_t cublasSgemm(cublasHandle_t, int, int, int, int, int, const float*, const float*, int, const float*, int,
+                           const float*, float*, int);
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, int, int, int, int, int, const float*, const float*, int,
+                                         long long, const float*, int, long long, const float*, float*, int, long long, int);
+cublasStatus_t cublasLtCreate(cublasLtHandle_t*); cublasStatus_t cublasLtDestroy(cublasLtHandle_t);
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t*, int, int);
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t);
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t, int, const void*, size_t);
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t*, int, uint64_t, uint64_t, int64_t);
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t);
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t*);
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t);
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, int, const void*, size_t);
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatmulPreference_t, int, cublasLtMatmulHeuristicResult_t*, int*);
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t, const void*, const void*, cublasLtMatrixLayout_t,
+                              const void*, cublasLtMatrixLayout_t, const void*, const void*, cublasLtMatrixLayout_t,
+                              void*, cublasLtMatrixLayout_t, const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t);
+const char* cublasGetStatusString(cublasStatus_t);
+namespace at { namespace cuda { cublasHandle_t getCurrentCUDABlasHandle(); cublasLtHandle_t getCurrentCUDABlasLtHandle(); } }
