@@ -98,7 +98,9 @@ class Classifier:
         for a in inside:
             if (a.via == "asm" and a.line in engine_lines) or a.via == "tma":
                 continue
-            if a.pointer_kind in PEER_KINDS:
+            if a.pointer_kind in PEER_KINDS and _is_flag_access(a):
+                add("sync", "device_flags", self.ev(a.line, "clang", f"flag {a.kind} ({a.order}.{a.scope or 'gpu'}) through {a.pointer}, a peer's symmetric buffer"))
+            elif a.pointer_kind in PEER_KINDS:
                 value = {"load": "sm_load", "store": "sm_store", "atomic": "sm_atomic"}[a.kind]
                 add("mechanism", value, self.ev(a.line, "clang", f"{a.kind} through {a.pointer} ({a.pointer_kind})"))
                 if a.pointer_kind == "nvshmem_ptr":
@@ -148,7 +150,8 @@ class Classifier:
         if not labels.get("mechanism"):
             peer_params = [p for p in k.fn.params if p.pointer_kind in PEER_KINDS]
             hidden = k.cuda.missing_headers or k.cuda.status in ("partial", "failed")
-            if peer_params and hidden:
+            seen_peer = any(a.pointer_kind in PEER_KINDS for a in inside)  # e.g. only its flags
+            if peer_params and hidden and not seen_peer:
                 add("mechanism", "unknown", self.ev(k.fn.line, "clang", f"peer pointer {peer_params[0].name} reaches the kernel, but its use is not visible ({', '.join(k.cuda.missing_headers) or k.cuda.message})"))
             else:
                 add("mechanism", "none", self.ev(k.fn.line, "clang", "no access through a peer, multicast or NVSHMEM address"))
@@ -399,6 +402,20 @@ class Classifier:
         if not rec.labels.get("overlap"):
             line = (compute_calls[0].line if compute_calls else (matmul_lines[0] if matmul_lines else py.solution_line or 1))
             rec.add_label(Label("overlap", "none", [self.ev(line, "python", "communication and computation run one after another")]))
+
+
+_FLAG_NAME = re.compile(r"flag|signal|sync|barrier|sem|ready|done|epoch", re.I)
+
+
+def _is_flag_access(a) -> bool:
+    """A release/acquire atomic, store or load on a peer pointer is a hand-written flag in the
+    candidate's own symmetric buffer (data moves with plain or relaxed accesses), and so is a
+    system-scope atomic on a pointer named as a flag (sync_ptrs, flags, ...)."""
+    if a.via in ("library", "tma"):
+        return False
+    ordered = a.order in ("acquire", "release", "acq_rel") and a.scope in ("system", "")
+    named = a.kind == "atomic" and a.scope == "system" and bool(_FLAG_NAME.search(a.pointer))
+    return ordered or named
 
 
 def _ptx_entry(ptx: PtxFacts, name: str):

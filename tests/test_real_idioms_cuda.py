@@ -274,3 +274,73 @@ def test_cublas_on_local_tensors_is_not_peer_traffic(tmp_path):
            .replace("_ext.gemm_over_peers([int(p) for p in hdl.buffer_ptrs], w, out,", "_ext.gemm_local(buf, w, out,"))
     rec = analyze(tmp_path, "15_combined_sharded_gemms_cuda.py", src)
     assert "sm_load" not in rec.label_values("mechanism")
+
+
+SYMM_FLAGS = r'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+#include <torch/extension.h>
+
+__device__ void signal_peer(uint32_t* addr) {
+    asm volatile("atom.global.release.sys.exch.b32 _, [%0], 1;" :: "l"(addr) : "memory");
+}
+
+__global__ void gather_kernel(const int64_t* data_ptrs, const int64_t* sync_ptrs, float* out, int rank, int world, int n) {
+    if (threadIdx.x < world) {
+        uint32_t* remote_flag = reinterpret_cast<uint32_t*>(sync_ptrs[threadIdx.x]) + rank;
+        signal_peer(remote_flag);
+    }
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    for (int p = 0; p < world; ++p) {
+        const float* src = reinterpret_cast<const float*>(data_ptrs[p]);
+        if (i < n) out[p * n + i] = src[i];
+    }
+}
+
+void gather(torch::Tensor data_ptrs, torch::Tensor sync_ptrs, torch::Tensor out, int64_t rank, int64_t world, int64_t n) {
+    gather_kernel<<<(n + 255) / 256, 256>>>(data_ptrs.data_ptr<int64_t>(), sync_ptrs.data_ptr<int64_t>(),
+                                           out.data_ptr<float>(), rank, world, n);
+}
+"""
+
+_ext = load_inline("flags_ext", cpp_sources="", cuda_sources=CUDA, functions=["gather"])
+_cache = {}
+
+
+def solution(x: torch.Tensor) -> torch.Tensor:
+    st = _cache.get("st")
+    if st is None:
+        buf = symm_mem.empty(x.numel(), device=x.device, dtype=x.dtype)
+        hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+        sync = symm_mem.empty(64, device=x.device, dtype=torch.int32)
+        sync_hdl = symm_mem.rendezvous(sync, dist.group.WORLD)
+        ptrs = torch.tensor(hdl.buffer_ptrs, device=x.device, dtype=torch.int64)
+        sync_ptrs = torch.tensor(sync_hdl.buffer_ptrs, device=x.device, dtype=torch.int64)
+        st = (buf, hdl, ptrs, sync_ptrs)
+        _cache["st"] = st
+    buf, hdl, ptrs, sync_ptrs = st
+    buf.copy_(x)
+    out = torch.empty(dist.get_world_size() * x.numel(), device=x.device, dtype=x.dtype)
+    _ext.gather(ptrs, sync_ptrs, out, dist.get_rank(), dist.get_world_size(), x.numel())
+    return out
+'''
+
+
+def test_release_atomic_in_a_users_symmetric_buffer_is_a_flag_not_sm_atomic(tmp_path):
+    rec = analyze(tmp_path, "2_allgather_cuda.py", SYMM_FLAGS)
+    assert "sm_atomic" not in rec.label_values("mechanism")
+    assert rec.label_values("mechanism") == ["sm_load"]
+    assert "device_flags" in rec.label_values("sync")
+    assert line_of(rec, "atom.global.release.sys.exch.b32") in evidence_lines(rec, "sync", "device_flags")
+
+
+def test_relaxed_atomic_reduction_into_a_peer_is_still_sm_atomic(tmp_path):
+    src = SYMM_FLAGS.replace("atom.global.release.sys.exch.b32 _, [%0], 1;", "red.global.add.f32 [%0], 1.0;")
+    src = src.replace("uint32_t* remote_flag = reinterpret_cast<uint32_t*>(sync_ptrs", "uint32_t* remote_acc = reinterpret_cast<uint32_t*>(data_ptrs")
+    src = src.replace("signal_peer(remote_flag);", "signal_peer(remote_acc);")
+    rec = analyze(tmp_path, "2_allgather_cuda.py", src)
+    assert "sm_atomic" in rec.label_values("mechanism")
