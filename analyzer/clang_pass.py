@@ -17,7 +17,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from analyzer import kittens
+from analyzer import cuda_branches, kittens
 from analyzer.facts import (
     PEER_KINDS,
     ApiCall,
@@ -1675,6 +1675,7 @@ def analyze_cuda(src: CudaSource, file: str, seeds: dict[str, list[str]] | None 
         facts.status = "partial"
         facts.message = f"libclang unavailable or failed ({type(e).__name__}: {e}); regex scan only"
     kittens.augment(facts, src, text)  # ThunderKittens kernels and parallel layouts (headers absent)
+    facts.fallback_ranges = cuda_branches.fallback_line_ranges(text, src.file_line)
     facts.seconds = time.perf_counter() - t0
     return facts
 

@@ -90,7 +90,7 @@ class Classifier:
             elif len(lab.evidence) < 6 and ev not in lab.evidence:
                 lab.evidence.append(ev)
 
-        inside = [a for a in k.cuda.accesses if a.function in k.reach]
+        inside = [a for a in k.cuda.accesses if a.function in k.reach and not _in_fallback(k.cuda, a.line)]
         # A bulk copy or multimem op written in inline asm is TMA / NVLS, not an SM load of the
         # same address: those asm lines do not count as SM traffic.
         engine_lines = {asm.line for asm in k.cuda.asm if asm.function in k.reach and any(
@@ -232,6 +232,16 @@ class Classifier:
         reports = [self.classify_kernel(k) for k in k_facts] + self.classify_triton()
         rec.kernels = reports
         launched = self._launched_kernels(k_facts)
+        # Kernels whose every launch sits in a branch the run does not take (multicast missing):
+        # what they do is a fallback, not the candidate's mechanism.
+        fb_kernels = _fallback_launched(self.facts.cuda)
+        if fb_kernels:
+            launched = (launched if launched is not None else {k.fn.name for k in k_facts}) - fb_kernels
+            for rep in reports:
+                if rep.name in fb_kernels:
+                    for lab in rep.labels.get("mechanism", []):
+                        if lab.value not in ("none", "unknown"):
+                            rec.add_label(Label("fallback", lab.value, [Evidence(e.file, e.line, e.snippet, e.pass_name, ("fallback: " + e.note).strip()) for e in lab.evidence]))
         for rep in reports:
             if rep.language == "cuda" and launched is not None and rep.name not in launched:
                 continue  # defined but never launched from a timed entry point
@@ -402,6 +412,19 @@ class Classifier:
         if not rec.labels.get("overlap"):
             line = (compute_calls[0].line if compute_calls else (matmul_lines[0] if matmul_lines else py.solution_line or 1))
             rec.add_label(Label("overlap", "none", [self.ev(line, "python", "communication and computation run one after another")]))
+
+
+def _in_fallback(cuda: CudaFacts, line: int) -> bool:
+    return any(a <= line <= b for a, b in cuda.fallback_ranges)
+
+
+def _fallback_launched(cudas: list[CudaFacts]) -> set[str]:
+    """Kernels launched, and launched only inside fallback branches."""
+    where: dict[str, list[bool]] = {}
+    for cuda in cudas:
+        for launch in cuda.launches:
+            where.setdefault(launch.kernel, []).append(_in_fallback(cuda, launch.line))
+    return {k for k, flags in where.items() if flags and all(flags)}
 
 
 _FLAG_NAME = re.compile(r"flag|signal|sync|barrier|sem|ready|done|epoch", re.I)

@@ -308,6 +308,9 @@ class CudaFacts:
     bounds_checked: list[str] = field(default_factory=list)
     # kernels indexing by a tile with no guard against the element count
     unguarded_tiles: list[int] = field(default_factory=list)  # file lines
+    # [first, last] file lines of branches that do not run on PKB's run (the multicast-missing
+    # or unaligned path of an `if (multicast_ptr != 0) ... else ...`)
+    fallback_ranges: list[list[int]] = field(default_factory=list)
     seconds: float = 0.0
 
 

@@ -157,7 +157,7 @@ class CandidateRecord:
 
         def axes(labels: dict[str, list[Label]]) -> dict[str, Any]:
             out: dict[str, Any] = {}
-            for axis in (*taxonomy.AXES, "ordering"):
+            for axis in (*taxonomy.AXES, "ordering", "fallback"):
                 out[axis] = [
                     {"label": lab.value, "evidence": [to_data(e) for e in lab.evidence]}
                     for lab in labels.get(axis, [])

@@ -40,6 +40,9 @@ OVERLAP = ("none", "multi_stream", "chunked_pipeline", "fused_kernel", "n/a")
 
 VOCABULARY = {
     "mechanism": MECHANISM,
+    # Mechanisms that run only on a branch PKB's run does not take (a world_size == 1 shortcut, a
+    # float32 or multicast-missing fallback): reported beside the axes, never in them.
+    "fallback": MECHANISM,
     "sync": SYNC,
     "overlap": OVERLAP,
     "ordering": ORDERING,

@@ -344,3 +344,74 @@ def test_relaxed_atomic_reduction_into_a_peer_is_still_sm_atomic(tmp_path):
     src = src.replace("signal_peer(remote_flag);", "signal_peer(remote_acc);")
     rec = analyze(tmp_path, "2_allgather_cuda.py", src)
     assert "sm_atomic" in rec.label_values("mechanism")
+
+
+MC_BRANCH = r'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+#include <torch/extension.h>
+
+__global__ void push_multimem(const uint4* src, uint64_t mc, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        uint4 v = src[i];
+        asm volatile("multimem.st.relaxed.sys.global.v4.f32 [%0], {%1, %2, %3, %4};"
+                     :: "l"(reinterpret_cast<uint4*>(mc) + i), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+    }
+}
+
+__global__ void push_p2p(const uint4* src, const uint64_t* peers, int world, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        for (int p = 0; p < world; ++p) reinterpret_cast<uint4*>(peers[p])[i] = src[i];
+    }
+}
+
+void push(torch::Tensor src, int64_t multicast_ptr, torch::Tensor peer_ptrs, int64_t n) {
+    const uint4* s = reinterpret_cast<const uint4*>(src.data_ptr());
+    bool use_multimem = (multicast_ptr != 0) && (n % 8 == 0);
+    if (use_multimem) {
+        push_multimem<<<(n + 255) / 256, 256>>>(s, (uint64_t)multicast_ptr, n);
+    } else {
+        push_p2p<<<(n + 255) / 256, 256>>>(s, reinterpret_cast<const uint64_t*>(peer_ptrs.data_ptr<int64_t>()),
+                                          peer_ptrs.size(0), n);
+    }
+}
+"""
+
+_ext = load_inline("mc_ext", cpp_sources="", cuda_sources=CUDA, functions=["push"])
+_cache = {}
+
+
+def solution(x: torch.Tensor) -> torch.Tensor:
+    st = _cache.get("st")
+    if st is None:
+        buf = symm_mem.empty(x.numel(), device=x.device, dtype=x.dtype)
+        hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+        st = (buf, hdl, torch.tensor(hdl.buffer_ptrs, device=x.device, dtype=torch.int64))
+        _cache["st"] = st
+    buf, hdl, ptrs = st
+    hdl.barrier(channel=0)
+    _ext.push(x, hdl.multicast_ptr, ptrs, x.numel() // 8)
+    hdl.barrier(channel=0)
+    return buf.clone()
+'''
+
+
+def test_kernel_launched_only_when_multicast_is_missing_is_a_fallback(tmp_path):
+    rec = analyze(tmp_path, "3_broadcast_cuda.py", MC_BRANCH)
+    assert rec.label_values("mechanism") == ["nvls"]
+    assert rec.label_values("fallback") == ["sm_store"]
+    assert all(e.note.startswith("fallback") for e in rec.labels["fallback"][0].evidence)
+
+
+def test_a_branch_that_also_tests_something_else_is_not_decided(tmp_path):
+    # `|| force_p2p`: the peer-store kernel may run on the run too
+    src = MC_BRANCH.replace("bool use_multimem = (multicast_ptr != 0) && (n % 8 == 0);",
+                            "bool use_multimem = (multicast_ptr != 0) || (n < 1024);")
+    rec = analyze(tmp_path, "3_broadcast_cuda.py", src)
+    assert set(rec.label_values("mechanism")) == {"nvls", "sm_store"}
