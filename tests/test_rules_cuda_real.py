@@ -92,3 +92,46 @@ def test_pkb017_cast_first_or_scaled_offset_is_aligned(tmp_path):
         "    uint32_t* send_addr = reinterpret_cast<uint32_t*>(remote_base + off);")
     for src in (cast_first, scaled):
         assert lines_of(analyze(tmp_path, candidate(src)), "PKB017") == []
+
+
+PARTIAL_WAIT = r"""
+__device__ void wait_flag(const uint32_t* flag, uint32_t epoch) {
+    uint32_t v;
+    do {
+        asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+    } while (v < epoch);
+}
+
+__global__ void gather(const int64_t* peer_ptrs, const uint32_t* flags, float* out, int world_size, int n, uint32_t epoch) {
+    if (blockIdx.x == 0 && threadIdx.x < world_size) {
+        wait_flag(flags + threadIdx.x, epoch);
+    }
+    __syncthreads();
+    int stride = gridDim.x * blockDim.x;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        for (int p = 0; p < world_size; ++p) {
+            const float* peer = reinterpret_cast<const float*>(peer_ptrs[p]);
+            out[p * n + i] = peer[i];
+        }
+    }
+}
+
+void run(torch::Tensor peer_ptrs, torch::Tensor flags, torch::Tensor out, int64_t world_size, int64_t n, int64_t epoch) {
+    int blocks = (n + 255) / 256;
+    gather<<<blocks, 256>>>(peer_ptrs.data_ptr<int64_t>(), reinterpret_cast<const uint32_t*>(flags.data_ptr<int>()),
+                            out.data_ptr<float>(), world_size, n, epoch);
+}
+"""
+PARTIAL_LAUNCH = "_ext.run(torch.tensor(hdl.buffer_ptrs, device=x.device), _cache['flags'], buf, dist.get_world_size(), x.numel(), 1)"
+
+
+def test_pkb020_block_zero_waits_and_every_block_reads(tmp_path):
+    rec = analyze(tmp_path, candidate(PARTIAL_WAIT, PARTIAL_LAUNCH))
+    assert lines_of(rec, "PKB020") == [line_of(rec, "if (blockIdx.x == 0 && threadIdx.x < world_size)")]
+
+
+def test_pkb020_every_block_waits_or_one_block_grid(tmp_path):
+    every_block = PARTIAL_WAIT.replace("if (blockIdx.x == 0 && threadIdx.x < world_size)", "if (threadIdx.x < world_size)")
+    one_block = PARTIAL_WAIT.replace("int blocks = (n + 255) / 256;", "int blocks = 1;")
+    for src in (every_block, one_block):
+        assert lines_of(analyze(tmp_path, candidate(src, PARTIAL_LAUNCH)), "PKB020") == []
