@@ -135,3 +135,38 @@ def test_pkb020_every_block_waits_or_one_block_grid(tmp_path):
     one_block = PARTIAL_WAIT.replace("int blocks = (n + 255) / 256;", "int blocks = 1;")
     for src in (every_block, one_block):
         assert lines_of(analyze(tmp_path, candidate(src, PARTIAL_LAUNCH)), "PKB020") == []
+
+
+VEC_COPY = r"""
+__global__ void copy_vec(const char* __restrict__ src, char* __restrict__ dst, int64_t nbytes) {
+    int64_t nvec = nbytes >> 4;
+    int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    const uint4* s4 = reinterpret_cast<const uint4*>(src);
+    uint4* d4 = reinterpret_cast<uint4*>(dst);
+    for (int64_t i = tid; i < nvec; i += stride) d4[i] = s4[i];
+}
+
+void run(torch::Tensor src, torch::Tensor dst, int64_t nbytes) {
+    copy_vec<<<64, 256>>>((const char*)src.data_ptr(), (char*)dst.data_ptr(), nbytes);
+}
+"""
+VEC_LAUNCH = "_ext.run(x, buf, x.numel() * x.element_size())"
+
+
+def test_pkb006_vector_copy_with_no_tail(tmp_path):
+    rec = analyze(tmp_path, candidate(VEC_COPY, VEC_LAUNCH))
+    assert line_of(rec, "const uint4* s4 = reinterpret_cast<const uint4*>(src);") in lines_of(rec, "PKB006")
+
+
+def test_pkb006_tail_copied_in_the_kernel_or_guarded_in_python(tmp_path):
+    masked_tail = VEC_COPY.replace(
+        "    for (int64_t i = tid; i < nvec; i += stride) d4[i] = s4[i];\n",
+        "    for (int64_t i = tid; i < nvec; i += stride) d4[i] = s4[i];\n"
+        "    int rem = (int)(nbytes & 15);\n"
+        "    if (tid < rem) dst[(nvec << 4) + tid] = src[(nvec << 4) + tid];\n")
+    rec = analyze(tmp_path, candidate(masked_tail, VEC_LAUNCH))
+    assert lines_of(rec, "PKB006") == []
+    guarded = "if (x.numel() * x.element_size()) % 16 == 0:\n        " + VEC_LAUNCH + "\n    else:\n        buf.copy_(x)"
+    rec = analyze(tmp_path, candidate(VEC_COPY, guarded))
+    assert lines_of(rec, "PKB006") == []
