@@ -170,3 +170,53 @@ def test_pkb006_tail_copied_in_the_kernel_or_guarded_in_python(tmp_path):
     guarded = "if (x.numel() * x.element_size()) % 16 == 0:\n        " + VEC_LAUNCH + "\n    else:\n        buf.copy_(x)"
     rec = analyze(tmp_path, candidate(VEC_COPY, guarded))
     assert lines_of(rec, "PKB006") == []
+
+
+PUSH = r"""
+__device__ void barrier_all(const uint64_t* signal_pad_ptrs, int rank, int world_size, uint32_t epoch) {
+    int t = threadIdx.x;
+    if (t < world_size) {
+        uint32_t* remote = reinterpret_cast<uint32_t*>(signal_pad_ptrs[t]) + rank;
+        uint32_t* local = reinterpret_cast<uint32_t*>(signal_pad_ptrs[rank]) + t;
+        asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(remote), "r"(epoch) : "memory");
+        uint32_t v;
+        do {
+            asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(local) : "memory");
+        } while (v < epoch);
+    }
+    __syncthreads();
+}
+
+__global__ void push(const float* src, const int64_t* out_ptrs, const uint64_t* signal_pad_ptrs,
+                     int64_t n, int rank, int world_size, uint32_t epoch) {
+    for (int p = 0; p < world_size; ++p) {
+        float* dst = reinterpret_cast<float*>(out_ptrs[p]) + rank * n;
+        for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dst[i] = src[i];
+    }
+    __threadfence_system();
+    BARRIER_AT_END
+}
+
+void run(torch::Tensor src, torch::Tensor out_ptrs, torch::Tensor signal_pad_ptrs, int64_t rank, int64_t world_size, int64_t epoch) {
+    push<<<1, 256>>>(src.data_ptr<float>(), out_ptrs.data_ptr<int64_t>(),
+                     reinterpret_cast<const uint64_t*>(signal_pad_ptrs.data_ptr<int64_t>()),
+                     src.numel(), rank, world_size, epoch);
+}
+"""
+PUSH_LAUNCH = ("_cache['epoch'] = _cache.get('epoch', 0) + 1\n"
+               "    _ext.run(x, torch.tensor(hdl.buffer_ptrs, device=x.device), torch.tensor(hdl.signal_pad_ptrs, device=x.device), "
+               "dist.get_rank(), dist.get_world_size(), _cache['epoch'])")
+
+
+def test_pkb004_push_into_peers_with_no_ack(tmp_path):
+    rec = analyze(tmp_path, candidate(PUSH.replace("BARRIER_AT_END", ""), PUSH_LAUNCH), "2_allgather_cuda.py")
+    assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.run(x, torch.tensor(hdl.buffer_ptrs")]
+
+
+def test_pkb004_kernel_ending_in_a_barrier_or_an_entry_barrier_is_safe(tmp_path):
+    acked = PUSH.replace("BARRIER_AT_END", "barrier_all(signal_pad_ptrs, rank, world_size, epoch);")
+    rec = analyze(tmp_path, candidate(acked, PUSH_LAUNCH), "2_allgather_cuda.py")
+    assert lines_of(rec, "PKB004") == []
+    entry = PUSH_LAUNCH.replace("_cache['epoch'] = _cache.get('epoch', 0) + 1\n", "_cache['epoch'] = _cache.get('epoch', 0) + 1\n    hdl.barrier(channel=0)\n")
+    rec = analyze(tmp_path, candidate(PUSH.replace("BARRIER_AT_END", ""), entry).replace("    buf.copy_(x)\n", ""), "2_allgather_cuda.py")
+    assert lines_of(rec, "PKB004") == []
