@@ -1,5 +1,6 @@
 import re
 
+from analyzer import cuda_waits
 from analyzer.facts import PEER_KINDS
 from analyzer.rules.base import Rule
 
@@ -96,15 +97,7 @@ class PartialBlockWait(Rule):
             for i in range(len(lines)):
                 text_line.setdefault(src.file_line(i + 1), i)
             by_name = {f.name: f for f in cuda.functions}
-            # functions that wait: a spin loop the clang pass saw, or an acquire / volatile poll
-            # in a loop (an asm `ld.acquire` inside `do { } while`)
-            waiters = {s.function for s in cuda.spin_loops}
-            for a in cuda.accesses:
-                fn = by_name.get(a.function)
-                if fn is not None and a.kind in ("load", "atomic") and a.order in ("acquire", "acq_rel", "volatile"):
-                    fn_text = "\n".join(lines[fn.text_line - 1 : fn.text_end_line])
-                    if re.search(r"\bwhile\s*\(", fn_text):
-                        waiters.add(fn.name)
+            waiters = cuda_waits.waiting_functions(cuda, src)
             for f in cuda.functions:
                 if f.kind != "global":
                     continue
