@@ -220,3 +220,35 @@ def test_pkb004_kernel_ending_in_a_barrier_or_an_entry_barrier_is_safe(tmp_path)
     entry = PUSH_LAUNCH.replace("_cache['epoch'] = _cache.get('epoch', 0) + 1\n", "_cache['epoch'] = _cache.get('epoch', 0) + 1\n    hdl.barrier(channel=0)\n")
     rec = analyze(tmp_path, candidate(PUSH.replace("BARRIER_AT_END", ""), entry).replace("    buf.copy_(x)\n", ""), "2_allgather_cuda.py")
     assert lines_of(rec, "PKB004") == []
+
+
+FLAG_CONST = r"""
+__global__ void signal_and_wait(const int64_t* signal_ptrs, int rank, int world_size, uint32_t want) {
+    int t = threadIdx.x;
+    if (t < world_size) {
+        uint32_t* remote = reinterpret_cast<uint32_t*>(signal_ptrs[t]) + rank;
+        uint32_t* local = reinterpret_cast<uint32_t*>(signal_ptrs[rank]) + t;
+        asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(remote), "r"(VALUE) : "memory");
+        uint32_t v;
+        do {
+            asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(local) : "memory");
+        } while (v != VALUE);
+    }
+}
+
+void run(torch::Tensor signal_ptrs, int64_t rank, int64_t world_size, int64_t want) {
+    signal_and_wait<<<1, 32>>>(signal_ptrs.data_ptr<int64_t>(), rank, world_size, want);
+}
+"""
+FLAG_LAUNCH = ("_cache['n'] = _cache.get('n', 0) + 1\n"
+               "    _ext.run(torch.tensor(hdl.signal_pad_ptrs, device=x.device), dist.get_rank(), dist.get_world_size(), _cache['n'])")
+
+
+def test_pkb002_constant_flag_never_reset(tmp_path):
+    rec = analyze(tmp_path, candidate(FLAG_CONST.replace("VALUE", "1u"), FLAG_LAUNCH))
+    assert lines_of(rec, "PKB002") == [line_of(rec, "st.release.sys.global.u32")]
+
+
+def test_pkb002_value_advanced_every_call_is_not_flagged(tmp_path):
+    rec = analyze(tmp_path, candidate(FLAG_CONST.replace("VALUE", "want"), FLAG_LAUNCH))
+    assert lines_of(rec, "PKB002") == []
