@@ -252,3 +252,41 @@ def test_pkb002_constant_flag_never_reset(tmp_path):
 def test_pkb002_value_advanced_every_call_is_not_flagged(tmp_path):
     rec = analyze(tmp_path, candidate(FLAG_CONST.replace("VALUE", "want"), FLAG_LAUNCH))
     assert lines_of(rec, "PKB002") == []
+
+
+GROWING = '''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+
+_CACHE = {}
+
+
+def _get_buf(rows: int, hidden: int, device):
+    entry = _CACHE.get(hidden)
+    if entry is not None and entry[2] >= rows:
+        return entry
+    buf = symm_mem.empty((rows, hidden), device=device, dtype=torch.bfloat16)
+    hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+    entry = (buf, hdl, rows)
+    _CACHE[hidden] = entry
+    return entry
+
+
+def solution(x: torch.Tensor, input_splits: list) -> torch.Tensor:
+    n_in = ROWS
+    buf, hdl, cap = _get_buf(n_in, x.shape[1], x.device)
+    buf[:x.shape[0]].copy_(x)
+    hdl.barrier(channel=0)
+    return buf[:x.shape[0]].clone()
+'''
+
+
+def test_pkb007_rendezvous_only_where_this_ranks_count_outgrows_the_cache(tmp_path):
+    rec = analyze(tmp_path, GROWING.replace("ROWS", "int(sum(input_splits))"), "27_moe_all2all_primitive_cuda.py")
+    assert lines_of(rec, "PKB007") == [line_of(rec, "hdl = symm_mem.rendezvous(buf, dist.group.WORLD)")]
+
+
+def test_pkb007_capacity_from_a_size_every_rank_shares(tmp_path):
+    rec = analyze(tmp_path, GROWING.replace("ROWS", "x.shape[0] * dist.get_world_size()"), "27_moe_all2all_primitive_cuda.py")
+    assert lines_of(rec, "PKB007") == []
