@@ -27,7 +27,7 @@ from analyzer.facts import ApiCall, CudaFacts, CudaSource, Function, MemAccess, 
 
 _LAUNCH_RE = re.compile(r"\blaunch_kernel\s*<")
 _NAMESPACE_RE = re.compile(r"\bnamespace\s+([A-Za-z_]\w*)\s*\{")
-_DEVICE_FN_RE = re.compile(r"__(?:device|global)__[^;{()]*?\b([A-Za-z_]\w*)\s*\(\s*(?:const\s+)?([A-Za-z_][\w:]*)\s*&?\s*([A-Za-z_]\w*)\s*\)\s*\{")
+_DEVICE_FN_RE = re.compile(r"__(?:device|global)__[^;{()]*?\b([A-Za-z_]\w*)\s*\(\s*(?:const\s+)?([A-Za-z_][\w:]*(?:\s*<[^<>()]*>)?)\s*&?\s*([A-Za-z_]\w*)\s*\)\s*\{")
 _PGL_ALIAS_RE = re.compile(r"\busing\s+([A-Za-z_]\w*)\s*=\s*(?:kittens::)?pgl\s*<")
 _FIELD_RE = re.compile(r"^\s*(?:kittens::)?([A-Za-z_][\w:]*)\s*(<[^;]*>)?\s+([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*)\s*;", re.M)
 _PTR_ARRAY_RE = re.compile(r"^\s*(?:const\s+)?[\w:]+\s*\*\s*([A-Za-z_]\w*)\s*\[[^\]]+\]\s*;", re.M)

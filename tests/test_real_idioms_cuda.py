@@ -415,3 +415,10 @@ def test_a_branch_that_also_tests_something_else_is_not_decided(tmp_path):
                             "bool use_multimem = (multicast_ptr != 0) || (n < 1024);")
     rec = analyze(tmp_path, "3_broadcast_cuda.py", src)
     assert set(rec.label_values("mechanism")) == {"nvls", "sm_store"}
+
+
+def test_kittens_kernel_taking_a_templated_globals(tmp_path):
+    src = (TK_ALLTOALL.replace("struct globals {", "template <int D> struct globals {")
+           .replace("__device__ inline void kernel(const globals &G)", "__device__ inline void kernel(const globals<64> &G)"))
+    rec = analyze(tmp_path, "8_alltoall_parallelkittens.py", src)
+    assert rec.label_values("mechanism") == ["tma"]
