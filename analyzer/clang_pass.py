@@ -54,7 +54,8 @@ MODELED_HEADERS = {
     "torch/types.h", "ATen/ATen.h", "ATen/cuda/CUDAContext.h", "ATen/cuda/CUDAEvent.h", "ATen/Dispatch.h",
     "c10/cuda/CUDAStream.h", "c10/cuda/CUDAGuard.h", "c10/cuda/CUDAException.h", "c10/util/Half.h",
     "c10/util/BFloat16.h", "pybind11/pybind11.h", "pybind11/stl.h", "torch/csrc/utils/pybind.h",
-    "cublas_v2.h", "cublas_api.h", "cublasLt.h", "ATen/cuda/CUDABlas.h",
+    "cublas_v2.h", "cublas_api.h", "cublasLt.h", "ATen/cuda/CUDABlas.h", "mma.h", "c10/util/Float8_e4m3fn.h",
+    "c10/util/Float8_e5m2.h", "c10/util/complex.h", "ATen/cuda/Atomic.cuh", "math_constants.h", "cuda_fp8.hpp",
     "cstdint", "stdint.h", "cstdio", "stdio.h", "cstdlib", "stdlib.h", "vector", "array", "algorithm",
     "cmath", "math.h", "string", "cstring", "string.h", "cassert", "assert.h", "type_traits", "utility",
     "memory", "mutex", "unordered_map", "map", "optional", "stdexcept", "limits", "climits", "cfloat",
@@ -77,7 +78,7 @@ _ELEMENT_OF = {"peer_ptr_array": "peer_ptr", "signal_ptr_array": "signal_ptr"}
 _ARRAY_OF = {"peer_ptr": "peer_ptr_array", "symm_local": "peer_ptr_array", "nvshmem_ptr": "peer_ptr_array",
              "signal_ptr": "signal_ptr_array", "peer_tensor": "peer_ptr_array"}
 
-_ATOMIC_RE = re.compile(r"^atomic(Add|Sub|Exch|Max|Min|And|Or|Xor|Inc|Dec|CAS)(_system|_block)?$")
+_ATOMIC_RE = re.compile(r"^(?:gpuA|a)tomic(Add|Sub|Exch|Max|Min|And|Or|Xor|Inc|Dec|CAS)(_system|_block)?$")
 _ATOMIC_REF_METHODS = {"load", "store", "exchange", "compare_exchange_strong", "compare_exchange_weak",
                        "fetch_add", "fetch_sub", "fetch_or", "fetch_and", "fetch_xor", "fetch_max",
                        "fetch_min", "wait"}

@@ -1341,7 +1341,7 @@ if __name__ == "__main__":  # pragma: no cover - manual use: python -m analyzer.
 
 # Headers whose device code the clang prelude does not stand in for: templates in them can emit
 # multimem / bulk-copy / system-scope instructions the source pass cannot see.
-_DEVICE_HEADER_RE = re.compile(r"^(cuda/ptx|cuda/(?!atomic|std/atomic|barrier|pipeline|std/cstdint)|cub/|cute/|cutlass/|cooperative_groups/|nvshmem|mma\.h|cuda_pipeline|cuda_awbarrier)")
+_DEVICE_HEADER_RE = re.compile(r"^(cuda/ptx|cuda/(?!atomic|std/atomic|barrier|pipeline|std/cstdint)|cub/|cute/|cutlass/|cooperative_groups/|nvshmem|cuda_pipeline|cuda_awbarrier)")
 _HOST_HEADER_RE = re.compile(r"^(torch|ATen|c10|caffe2|pybind11|Python\.h|THC|cublas|cublasLt|cusparse|cufft|curand|nccl|cuda_runtime|cuda\.h|std|[a-z_]+(\.h)?$)")
 
 

@@ -94,6 +94,7 @@ PKB_HD int abs(int); PKB_HD long long llabs(long long); PKB_HD int __mul24(int, 
 PKB_HD unsigned __umulhi(unsigned, unsigned); PKB_HD unsigned __brev(unsigned); PKB_HD int __clzll(long long);
 PKB_HD int __ffsll(long long); PKB_HD unsigned __byte_perm(unsigned, unsigned, unsigned);
 PKB_HD unsigned __funnelshift_l(unsigned, unsigned, unsigned); PKB_HD unsigned __funnelshift_r(unsigned, unsigned, unsigned);
+template <class T, class U> PKB_HD void gpuAtomicAdd(T*, U);  // ATen/cuda/Atomic.cuh
 #define CUDART_INF_F __int_as_float(0x7f800000)
 #define CUDART_NAN_F __int_as_float(0x7fffffff)
 #define CUDART_INF __longlong_as_double(0x7ff0000000000000LL)
