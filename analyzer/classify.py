@@ -452,7 +452,7 @@ def _ptx_entry(ptx: PtxFacts, name: str):
 
 def _matmul_lines(rec: CandidateRecord, py) -> list[int]:
     tree = rec.syntax_tree()
-    if tree is None:
+    if tree is None or not re.search(r"[\w)\]][ \t]*@=?[ \t]*[\w(]", rec.source):  # no `a @ b` anywhere (decorators are not one)
         return []
     timed = {c.function for c in py.calls if c.path == "timed"} | {"solution"}
     out = []

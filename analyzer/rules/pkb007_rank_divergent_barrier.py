@@ -63,30 +63,44 @@ class RankDivergentBarrier(Rule):
         """A rendezvous behind `if cached_capacity >= param: return`, where the timed caller
         passes a size counted from its own rank's data."""
         tree = ctx.rec.syntax_tree()
-        if tree is None:
+        if tree is None or "rendezvous" not in ctx.rec.source:
             return
-        fns = {f.name: f for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)}
-        for name, fn in fns.items():
-            rdv = [n for n in ast.walk(fn) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "rendezvous"]
+        # one walk per function: its rendezvous calls, guarded early returns, assignments, calls
+        info = {}
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            rdv, ifs, assigned, calls = [], [], {}, []
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Call):
+                    if isinstance(n.func, ast.Attribute) and n.func.attr == "rendezvous":
+                        rdv.append(n)
+                    elif isinstance(n.func, ast.Name):
+                        calls.append(n)
+                elif isinstance(n, ast.If) and any(isinstance(b, ast.Return) for b in n.body):
+                    ifs.append(n)
+                elif isinstance(n, ast.Assign):
+                    for t in n.targets:
+                        if isinstance(t, ast.Name):
+                            assigned[t.id] = ast.unparse(n.value)
+            info[fn.name] = (fn, rdv, ifs, assigned, calls)
+        timed_fns = {c.function for c in ctx.py.calls if c.path == "timed"}
+        for name, (fn, rdv, ifs, _, _) in info.items():
             if not rdv:
                 continue
             params = [a.arg for a in fn.args.args]
             guarded = set()
-            for st in ast.walk(fn):
-                if isinstance(st, ast.If) and any(isinstance(b, ast.Return) for b in st.body):
-                    for cmp in ast.walk(st.test):
-                        if isinstance(cmp, ast.Compare) and any(isinstance(op, (ast.GtE, ast.Gt, ast.LtE, ast.Lt)) for op in cmp.ops):
-                            guarded |= {n.id for n in ast.walk(cmp) if isinstance(n, ast.Name) and n.id in params}
+            for st in ifs:
+                for cmp in ast.walk(st.test):
+                    if isinstance(cmp, ast.Compare) and any(isinstance(op, (ast.GtE, ast.Gt, ast.LtE, ast.Lt)) for op in cmp.ops):
+                        guarded |= {n.id for n in ast.walk(cmp) if isinstance(n, ast.Name) and n.id in params}
             if not guarded:
                 continue
-            for caller in fns.values():
-                assigned = {t.id: ast.unparse(a.value) for a in ast.walk(caller) if isinstance(a, ast.Assign)
-                            for t in a.targets if isinstance(t, ast.Name)}
-                for call in ast.walk(caller):
-                    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == name):
-                        continue
-                    if not any(c.line == call.lineno and c.path == "timed" for c in ctx.py.calls) and not any(
-                            c.function == caller.name and c.path == "timed" for c in ctx.py.calls):
+            for caller, (_, _, _, assigned, calls) in info.items():
+                if caller not in timed_fns and caller != "solution":
+                    continue
+                for call in calls:
+                    if call.func.id != name:
                         continue
                     for i, arg in enumerate(call.args):
                         if i < len(params) and params[i] in guarded and _per_rank_count(arg, assigned):
