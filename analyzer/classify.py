@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from analyzer.facts import PEER_KINDS, SIGNAL_KINDS, CallSite, CudaFacts, CudaSource, Function, PtxFacts
+from analyzer.python_pass import is_metadata_collective
 from pkb.record import CandidateRecord, Evidence, KernelReport, Label
 
 ORDER_STRENGTH = ("release_acquire", "fence_system", "volatile_only", "relaxed")
@@ -79,7 +80,9 @@ class Classifier:
 
     def classify_kernel(self, k: _KernelFacts) -> KernelReport:
         rep = KernelReport(name=k.fn.name, language="cuda", line=k.fn.line, source_index=k.cuda.source_index)
-        self.computes[k.fn.name] = _kernel_computes(self.lines[k.fn.line - 1 : k.fn.end_line])
+        # The kernel computes if it, or a device function it calls, does arithmetic.
+        self.computes[k.fn.name] = any(_kernel_computes(self.lines[f.line - 1 : f.end_line])
+                                       for f in k.cuda.functions if f.name in k.reach)
         labels: dict[str, list[Label]] = {}
 
         def add(axis: str, value: str, ev: Evidence) -> None:
@@ -195,6 +198,8 @@ class Classifier:
     def classify_triton(self) -> list[KernelReport]:
         out = []
         for t in self.facts.python.triton_kernels:
+            body = self.lines[t.line - 1 : t.end_line]
+            self.computes[t.name] = any(re.search(r"tl\.(dot|exp2?|log2?|sqrt|rsqrt|sigmoid|fma)\(", ln) or _line_computes(ln) for ln in body)
             rep = KernelReport(name=t.name, language="triton", line=t.line)
             labels: dict[str, list[Label]] = {}
             signal = {p for p, kind in t.peer_params.items() if kind in SIGNAL_KINDS}
@@ -232,27 +237,39 @@ class Classifier:
         reports = [self.classify_kernel(k) for k in k_facts] + self.classify_triton()
         rec.kernels = reports
         launched = self._launched_kernels(k_facts)
-        # Kernels whose every launch sits in a branch the run does not take (multicast missing):
-        # what they do is a fallback, not the candidate's mechanism.
+        fallback_only = self._launched_kernels(k_facts, paths=("fallback",)) or set()
+        # Kernels whose every launch sits in a CUDA branch the run does not take (multicast
+        # missing, unaligned sizes): fallbacks too, not the candidate's mechanism.
         fb_kernels = _fallback_launched(self.facts.cuda)
         if fb_kernels:
             launched = (launched if launched is not None else {k.fn.name for k in k_facts}) - fb_kernels
-            for rep in reports:
-                if rep.name in fb_kernels:
+            fallback_only |= fb_kernels
+        triton_timed = {c.target for c in self.timed("triton_launch")}
+        triton_other = {c.target for c in self.facts.python.calls if c.category == "triton_launch" and c.path != "timed"}
+        for rep in reports:
+            off_run = (rep.language == "cuda" and launched is not None and rep.name not in launched) or (
+                rep.language == "triton" and rep.name in triton_other and rep.name not in triton_timed)
+            if off_run:
+                # Launched only on a branch the run does not take: its mechanism is a fallback.
+                # (Launched only from set-up, or never: neither the mechanism nor a fallback.)
+                if rep.name in fallback_only or (rep.language == "triton" and any(
+                        c.target == rep.name and c.path == "fallback" for c in self.facts.python.calls)):
                     for lab in rep.labels.get("mechanism", []):
                         if lab.value not in ("none", "unknown"):
-                            rec.add_label(Label("fallback", lab.value, [Evidence(e.file, e.line, e.snippet, e.pass_name, ("fallback: " + e.note).strip()) for e in lab.evidence]))
-        for rep in reports:
-            if rep.language == "cuda" and launched is not None and rep.name not in launched:
-                continue  # defined but never launched from a timed entry point
+                            rec.add_label(Label("fallback", lab.value, [self._tagged(e) for e in lab.evidence]))
+                continue
             for axis, labs in rep.labels.items():
                 for lab in labs:
                     if lab.value == "none":
                         continue
                     rec.add_label(Label(axis, lab.value, list(lab.evidence)))
+        for c in self.facts.python.calls:
+            if c.path == "fallback" and c.category in ("collective", "p2p"):
+                rec.add_label(Label("fallback", "nccl", [self.ev(c.line, "python", f"fallback: {c.qualname}")]))
 
         for c in self.timed("collective", "p2p"):
-            rec.add_label(Label("mechanism", "nccl", [self.ev(c.line, "python", c.qualname)]))
+            if not is_metadata_collective(c):  # split sizes and counts are not the payload
+                rec.add_label(Label("mechanism", "nccl", [self.ev(c.line, "python", c.qualname)]))
             rec.add_label(Label("sync", "nccl_implicit", [self.ev(c.line, "python", c.qualname)]))
         for c in self.timed("symm_mem"):
             for key, mech in SYMM_OPS.items():
@@ -333,16 +350,25 @@ class Classifier:
 
     def _compute_line(self, k: KernelReport) -> int:
         """First line of a kernel that does arithmetic beyond moving data (dot, fma, rsqrt...)."""
-        pattern = re.compile(r"tl\.dot\(|tl\.sum\(|fmaf|rsqrt|wmma|mma\.sync|acc\s*\+=|sum\s*\+=")
         for i in range(k.line, min(k.line + 300, len(self.lines) + 1)):
-            if pattern.search(self.lines[i - 1]):
+            if re.search(r"tl\.(dot|exp2?|log2?|sqrt|rsqrt|sigmoid|fma)\(", self.lines[i - 1]) or _line_computes(self.lines[i - 1]):
                 return i
         return 0
 
-    def _launched_kernels(self, k_facts: list[_KernelFacts]) -> set[str] | None:
-        """Kernels reachable from host functions the timed path calls; None when unknown."""
-        timed_ext = {c.target for c in self.facts.python.calls if c.category in ("ext_kernel", "cupy_launch") and c.path in ("timed", "setup")}
+    @staticmethod
+    def _tagged(e: Evidence) -> Evidence:
+        return Evidence(e.file, e.line, e.snippet, e.pass_name, ("fallback: " + e.note).strip())
+
+    def _launched_kernels(self, k_facts: list[_KernelFacts], paths: tuple[str, ...] = ("timed",)) -> set[str] | None:
+        """Kernels reachable from host functions called on `paths` (by default: every call of
+        solution(), not its cached set-up); None when no such call is known."""
+        calls = self.facts.python.calls
+        timed_ext = {c.target for c in calls if c.category in ("ext_kernel", "cupy_launch") and c.path in paths}
         if not timed_ext:
+            if paths == ("timed",) and any(c.category in ("ext_kernel", "cupy_launch") for c in calls):
+                # Launches seen, none per call: the kernels run in set-up or on a fallback only.
+                other = self._launched_kernels(k_facts, ("setup", "fallback")) or set()
+                return {k.fn.name for k in k_facts if k.fn.name not in other} if other else None
             return None
         out: set[str] = set()
         for cuda in self.facts.cuda:
@@ -369,6 +395,45 @@ class Classifier:
                 return True
         return False
 
+    def _side_stream_blocks(self) -> list[tuple[str, int, int, int]]:
+        """(function, with line, first body line, last body line) of each `with torch.cuda.stream(s):`
+        on the timed path whose stream is not the current one."""
+        tree = self.rec.syntax_tree()
+        timed = {c.line for c in self.timed("stream") if c.qualname.endswith("stream")}
+        out = []
+        for node in ast.walk(tree) if tree else []:
+            if not isinstance(node, (ast.With, ast.AsyncWith)) or node.lineno not in timed:
+                continue
+            for item in node.items:
+                text = ast.unparse(item.context_expr)
+                if re.search(r"\bstream\(", text) and not re.search(r"current_stream|default_stream", text):
+                    fn = next((c.function for c in self.timed("stream") if c.line == node.lineno), "")
+                    out.append((fn, node.lineno, node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno))
+        return out
+
+    def _side_stream_overlaps(self, block: tuple[str, int, int, int], matmul_lines: list[int]) -> bool:
+        """Work on a side stream overlaps only if other work is issued between the side-stream
+        block and the point where the streams are joined (`wait_stream`, a synchronize, a wait on
+        the event recorded in that block). A side stream joined before the compute it should hide
+        is serial."""
+        calls = self.facts.python.calls
+        fn, _, first, last = block
+        mine = [c for c in calls if first <= c.line <= last]
+        recorded = {m.group(1) for c in mine for m in [re.search(r"([\w\[\]+\-. ]+)\.record\(", c.snippet)] if m}
+        joins = [c.line for c in calls if c.path == "timed" and c.function == fn and c.line > last
+                 and ("wait_stream" in c.qualname or c.category == "cuda_sync" and "synchronize" in c.qualname
+                      or "wait_event" in c.qualname and any(a.text in recorded for a in c.args))]
+        if not joins:
+            return True  # joined elsewhere (the caller, the next iteration): work can run between
+        end = min(joins)
+        for i in range(last + 1, end):
+            code = self.lines[i - 1].split("#")[0].strip()
+            if "(" in code and not re.search(r"\b(wait_stream|wait_event|record|synchronize|Event|stream)\(", code) \
+                    and not code.startswith(("def ", "return", "if ", "for ", "with ", "elif ")):
+                return True
+        # A matmul written as `@` between the block and the join counts as other work.
+        return any(last < m < end for m in matmul_lines)
+
     def _host_cuda_calls(self) -> None:
         for cuda in self.facts.cuda:
             for call in cuda.api_calls:
@@ -390,17 +455,15 @@ class Classifier:
             rec.add_label(Label("overlap", "n/a", [self.ev(py.solution_line or 1, "python", "the problem is a bare collective")]))
             return
         mover = [r for r in reports if any(l.value not in ("none", "unknown") for l in r.labels.get("mechanism", []))]
-        side_stream = [c for c in py.calls if c.path == "timed" and c.stream_context]
-        if side_stream and (py.streams or self.timed("event", "stream")):
-            first = side_stream[0]
-            evidence = [self.ev(first.line, "python", f"issued under {first.stream_context}")]
-            with_line = next((i for i in range(first.line, 0, -1) if "with " in self.lines[i - 1] and first.stream_context.split("(")[0].split(".")[-1] in self.lines[i - 1]), 0)
-            if with_line and with_line != first.line:
-                evidence.insert(0, self.ev(with_line, "python", "a side stream for communication"))
+        overlapping = [b for b in self._side_stream_blocks() if self._side_stream_overlaps(b, matmul_lines)]
+        if overlapping and (py.streams or self.timed("event", "stream")):
+            _, with_line, first, _ = overlapping[0]
+            evidence = [self.ev(with_line, "python", "a side stream for communication"),
+                        self.ev(first, "python", "issued on the side stream")]
             rec.add_label(Label("overlap", "multi_stream", evidence))
         if py.chunk_loops:
             rec.add_label(Label("overlap", "chunked_pipeline", [self.ev(py.chunk_loops[0], "python", "a loop over chunks issues transfers and compute")]))
-        fused = [r for r in mover if r.language == "triton" or self.computes.get(r.name, False)]
+        fused = [r for r in mover if self.computes.get(r.name, False)]
         if fused and not has_torch_compute:
             k = fused[0]
             pass_name = "clang" if k.language == "cuda" else "python"
@@ -464,11 +527,62 @@ def _matmul_lines(rec: CandidateRecord, py) -> list[int]:
     return sorted(out)
 
 
+# Arithmetic beyond a collective's own reduction: products, transcendental functions, tensor-core
+# instructions. `sum += peer[i]` (adding peers' values) is the collective itself, not computation,
+# and neither is index arithmetic (`idx += blockDim.x * gridDim.x`).
+_COMPUTE_RE = re.compile(
+    r"\bfmaf?\s*\(|__fmaf?_|__fmul|__hmul|__hfma|rsqrtf?\s*\(|sqrtf?\s*\(|\bexpf?\s*\(|__expf|exp2f\s*\(|\blogf?\s*\(|__logf"
+    r"|\btanhf?\s*\(|\b(sin|cos)f?\s*\(|__(sin|cos)f|wmma|mma\.sync|wgmma|\bmma\b|cublas"
+)
+_INDEX_WORDS = re.compile(r"blockIdx|blockDim|threadIdx|gridDim|sizeof|stride|offset|\bidx\b|\btid\b|lane|warp|"
+                          r"\b(int|int64_t|int32_t|uint32_t|uint64_t|size_t|long|unsigned)\b|_ptrs?\b|\bptr\b|\bn_|num_|rank|world|"
+                          r"\bpid|BLOCK|program_id|arange|_SIZE|\bstart\b|\bbase\b")
+_VALUE_PRODUCT = re.compile(r"[\w\])]\s*[*/]\s*[\w(]")
+
+
+def _line_computes(line: str) -> bool:
+    code = line.split("//")[0]
+    if _COMPUTE_RE.search(code):
+        return True
+    # A product or quotient of values (`acc += a * b`, `float y = x * inv_rms`), not of indices.
+    return "=" in code and bool(_VALUE_PRODUCT.search(code.split("=", 1)[1])) and not _INDEX_WORDS.search(code) \
+        and not code.strip().startswith(("#", "for", "if", "return"))
+
+
 def _kernel_computes(body_lines: list[str]) -> bool:
-    """A kernel body with multiply-accumulate or normalisation arithmetic, not only copies/adds."""
-    body = "\n".join(body_lines)
-    markers = ("fmaf", "rsqrt", "wmma", "mma.sync", "wgmma", "expf", "acc +=", "sum +=", "acc[", "* w", "sqrtf", "__fmul", "+= a", "*b[", "* b[")
-    return sum(m in body for m in markers) >= 1 and ("for" in body or "acc" in body)
+    """A kernel body with multiply-accumulate, normalisation or tensor-core arithmetic."""
+    return any(_line_computes(line) for line in body_lines)
+
+
+def problem_has_compute(rec: CandidateRecord) -> bool | None:
+    """Whether the problem the record answers computes beyond its collective, for every PKB
+    problem: the catalog's entry (matched by name; PKB's files numbered 34 and up answer problem
+    id - 1), else our own spec of it; None where neither says."""
+    from problems import catalog
+    from problems import spec as problem_spec
+
+    table = catalog.entries()
+    entry = None
+    matched = getattr(rec, "matched_problem", None)  # the evaluation's match, where it set one
+    if isinstance(matched, int):
+        entry = table.get(matched)
+    name = rec.problem_name or ""
+    if entry is None and name:
+        entry = catalog.by_name(name) or max(
+            (e for e in table.values() if name.startswith(e.name + "_")), key=lambda e: len(e.name), default=None)
+    if entry is None and rec.problem_id is not None:
+        stem = rec.path.rsplit("/", 1)[-1]
+        for pid in (rec.problem_id, rec.problem_id - 1):
+            e = table.get(pid)
+            if e is not None and e.name in stem:
+                entry = e
+                break
+    if entry is None:
+        return None
+    if entry.has_compute is not None:
+        return entry.has_compute
+    spec = problem_spec(entry.id)
+    return spec.has_compute if spec is not None and spec.name == entry.name else None
 
 
 def classify(rec: CandidateRecord, has_compute: bool | None) -> None:

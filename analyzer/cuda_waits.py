@@ -30,10 +30,10 @@ def waiting_functions(cuda: CudaFacts, src: CudaSource) -> set[str]:
             if _LOOP.search("\n".join(lines[fn.text_line - 1 : fn.text_end_line])):
                 out.add(fn.name)
     changed = True
-    while changed:  # callers of waiters wait too
+    while changed:  # device callers of waiters wait too (a host launch is not a wait in a kernel)
         changed = False
         for f in cuda.functions:
-            if f.name not in out and any(c in out for c in f.calls):
+            if f.kind != "host" and f.name not in out and any(c in out for c in f.calls):
                 out.add(f.name)
                 changed = True
     return out
@@ -47,7 +47,7 @@ def wait_lines(cuda: CudaFacts, src: CudaSource, functions: set[str]) -> list[in
     out += [a.line for a in cuda.accesses if a.function in functions and a.via == "library"
             and a.pointer_kind in ("signal_ptr", "signal_ptr_array")]
     for f in cuda.functions:
-        if f.name not in functions:
+        if f.name not in functions or f.kind == "host":
             continue
         own_poll = f.name in waiters and not any(c in waiters for c in f.calls)
         for i in range(f.text_line - 1, min(f.text_end_line, len(text))):

@@ -82,6 +82,8 @@ class ArgInfo:
     text: str = ""  # source text of the argument expression
     pointer_kind: str = "unknown"  # one of POINTER_KINDS
     origin_line: int = 0  # where the pointer came from (e.g. the buffer_ptrs line)
+    value_type: str = ""  # int (an address: hdl.buffer_ptrs_dev, multicast_ptr, data_ptr()) | tensor | ''
+    line: int = 0  # where the argument is written (a call may span lines)
 
 
 @dataclass
@@ -143,6 +145,16 @@ class ConstantFact:
 
 
 @dataclass
+class ReusedReturn:
+    """A value solution() returns that lives on after the call and is overwritten by the next."""
+
+    line: int  # the return statement
+    name: str  # the returned expression's base name
+    reason: str  # symmetric | cached
+    origin_line: int = 0  # where the buffer was made or read from the cache
+
+
+@dataclass
 class PythonFacts:
     status: str = "ok"  # ok | failed
     message: str = ""
@@ -162,6 +174,11 @@ class PythonFacts:
     host_tensors: list[str] = field(default_factory=list)
     # ext function name -> kinds of its positional args seen at call sites (for the C++ pass)
     ext_arg_kinds: dict[str, list[str]] = field(default_factory=dict)
+    # ext function name -> its parameters' C++ types as the binding declares them
+    # ('torch::Tensor', 'int64_t', ...; from the source's declaration or TORCH_LIBRARY schema)
+    ext_signatures: dict[str, list[str]] = field(default_factory=dict)
+    # solution() returning a buffer it keeps (a cached or symmetric one, or a view of it)
+    reused_returns: list[ReusedReturn] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------

@@ -19,11 +19,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from analyzer.classify import classify
+from analyzer.classify import classify, problem_has_compute
 from analyzer.facts import CudaFacts, PtxFacts, StaticFacts
-from analyzer.python_pass import analyze_python
+from analyzer.python_pass import analyze_python, run_context
 from analyzer.rules import Rule, run_rules, select_rules
 from pkb.record import CandidateRecord, PassStatus
+from pkb.suppress import split_suppressed
 from pkb.serde import from_data, to_data
 
 
@@ -36,6 +37,7 @@ class StaticOptions:
     select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
     jobs: int = 0  # threads for nvcc; 0: one per core
+    processes: int = 1  # processes for the passes of uncached files (analyze --jobs)
 
 
 def default_cache_dir() -> Path:
@@ -60,6 +62,7 @@ class FactCache:
 
     def __init__(self, path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -121,7 +124,8 @@ class StaticAnalyzer:
 
     def cache_key(self, rec: CandidateRecord) -> str:
         ptx = f"ptx:{self.nvcc}" if self.ptx is not None and self.nvcc else "ptx:off"
-        return f"{rec.sha256}:{analyzer_version()}:{ptx}"
+        # The run (precision, hardware) decides which branches are fallbacks: part of the key.
+        return f"{rec.sha256}:{rec.precision}:{rec.hardware}:{analyzer_version()}:{ptx}"
 
     # ---- one record -------------------------------------------------------------------------
 
@@ -151,7 +155,7 @@ class StaticAnalyzer:
 
     def _compute_source_passes(self, rec: CandidateRecord) -> None:
         t0 = time.perf_counter()
-        py = analyze_python(rec.source, rec.path, rec.syntax_tree())
+        py = analyze_python(rec.source, rec.path, rec.syntax_tree(), run_context(rec.precision, rec.hardware))
         rec.facts = StaticFacts(python=py)
         rec.passes = [PassStatus("python", "ok" if py.status == "ok" else "failed", py.message, time.perf_counter() - t0)]
         if py.status != "ok":
@@ -192,43 +196,152 @@ class StaticAnalyzer:
             rec.passes.append(_combined("ptx", [(p.source_index, p.status, p.message) for p in rec.facts.ptx], time.perf_counter() - t0))
 
     def label(self, rec: CandidateRecord) -> None:
-        rec.labels, rec.kernels, rec.findings = {}, [], []
+        rec.labels, rec.kernels, rec.findings, rec.suppressed = {}, [], [], []
         if rec.parse_status != "ok" or rec.facts.python.status != "ok":
             return
-        from problems import spec as problem_spec
-
-        spec = problem_spec(rec.problem_id) if rec.problem_id is not None else None
-        classify(rec, spec.has_compute if spec is not None else None)
-        rec.findings = run_rules(rec, self.rules)
+        classify(rec, problem_has_compute(rec))
+        rec.findings, rec.suppressed = split_suppressed(run_rules(rec, self.rules), rec.source)
 
     def analyze(self, rec: CandidateRecord) -> CandidateRecord:
         self.facts(rec)
         self.label(rec)
         return rec
 
-    def analyze_all(self, records: Iterable[CandidateRecord]) -> Iterator[CandidateRecord]:
-        """Analyze records, yielding each as soon as it is done, in input order.
+    def analyze_all(self, records: Iterable[CandidateRecord], processes: int | None = None) -> Iterator[CandidateRecord]:
+        """Analyze records, yielding each in input order as soon as it and those before it are done.
 
-        The Python and clang passes run here, one file after another (libclang's index is not
-        shared across threads); nvcc runs in a thread pool, since it is a separate process.
+        `processes` (default StaticOptions.processes) > 1: records go to a process pool as they
+        are read (reading overlaps the passes); a worker takes a record's facts from the cache or
+        computes them, and labels it; every computed result is stored in the cache the moment it
+        lands (this process is the cache's only writer; workers only read), so an interrupted run
+        loses nothing done. The records are those of one process, in the same order. Otherwise
+        the Python and clang passes run here, one file after another (libclang's index is not
+        shared across threads), and nvcc in a thread pool, since it is a separate process.
         """
-        records = list(records)
+        procs = self.options.processes if processes is None else processes
+        if procs > 1:
+            yield from self._analyze_in_pool(records, procs)
+        else:
+            yield from self._analyze_here(records)
+
+    def _analyze_here(self, records: Iterable[CandidateRecord]) -> Iterator[CandidateRecord]:
+        from collections import deque
+
         jobs = self.options.jobs or max(1, os.cpu_count() or 1)
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            pending = []
+            pending: deque = deque()
+
+            def ready(block: bool) -> Iterator[CandidateRecord]:
+                while pending and (block or pending[0][1] is None or pending[0][1].done()):
+                    rec, fut = pending.popleft()
+                    if fut is not None:
+                        fut.result()
+                        self._store(rec)
+                    self.label(rec)
+                    yield rec
+
             for rec in records:
                 if self._from_cache(rec):
                     pending.append((rec, None))
-                    continue
-                self._compute_source_passes(rec)
-                pending.append((rec, pool.submit(self._compute_ptx, rec)))
-            for rec, fut in pending:
+                else:
+                    self._compute_source_passes(rec)
+                    pending.append((rec, pool.submit(self._compute_ptx, rec)))
+                yield from ready(block=False)
+            yield from ready(block=True)
+
+    def _analyze_in_pool(self, records: Iterable[CandidateRecord], processes: int) -> Iterator[CandidateRecord]:
+        import multiprocessing as mp
+        from collections import deque
+        from concurrent.futures import ProcessPoolExecutor
+
+        # fork: the workers start in milliseconds with the analyzer's modules already imported
+        # (spawn re-imports them in each, about a second).
+        ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+        worker_options = StaticOptions(**{**self.options.__dict__, "nvcc": self.nvcc, "processes": 1, "jobs": 1})
+        cache_path = self.cache.path if self.cache is not None else None
+        pool = ProcessPoolExecutor(max_workers=processes, mp_context=ctx, initializer=_worker_init, initargs=(worker_options, cache_path))
+        pending: deque = deque()
+
+        def ready(block: bool) -> Iterator[CandidateRecord]:
+            while pending and (block or pending[0][1] is None or pending[0][1].done()):
+                rec, fut = pending.popleft()
                 if fut is not None:
-                    fut.result()
-                    self._store(rec)
-                self.label(rec)
+                    done, _ = fut.result()
+                    rec.facts, rec.passes = done.facts, done.passes
+                    rec.labels, rec.kernels, rec.findings, rec.suppressed = done.labels, done.kernels, done.findings, done.suppressed
                 yield rec
+
+        try:
+            for rec in records:
+                if rec.parse_status != "ok":
+                    self._from_cache(rec)  # the skipped passes, nothing to compute
+                    pending.append((rec, None))
+                else:
+                    tree, rec.tree = rec.tree, None  # the worker parses again; an AST is costly to pickle
+                    fut = pool.submit(_worker_analyze, rec)
+                    rec.tree = tree
+                    fut.add_done_callback(self._store_landed)
+                    pending.append((rec, fut))
+                yield from ready(block=False)
+            yield from ready(block=True)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _store_landed(self, fut) -> None:
+        """Cache a worker's computed result as soon as it lands (in the pool's result thread)."""
+        if fut.cancelled() or fut.exception() is not None:
+            return
+        rec, from_cache = fut.result()
+        if not from_cache:
+            self._store(rec)
 
     def close(self) -> None:
         if self.cache is not None:
             self.cache.close()
+
+
+# ---- the pool's workers (module level: what a process pool can call) ---------------------------
+
+_WORKER: StaticAnalyzer | None = None
+
+
+class _ReadOnlyCache:
+    """A worker's view of the fact cache: reads only (the parent is the one writer)."""
+
+    def __init__(self, path: Path) -> None:
+        self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+
+    def get(self, key: str) -> dict | None:
+        try:
+            row = self._db.execute("SELECT data FROM facts WHERE key = ?", (key,)).fetchone()
+        except sqlite3.Error:
+            return None
+        return json.loads(row[0]) if row else None
+
+    def put(self, key: str, data: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def _worker_init(options: StaticOptions, cache_path: Path | None) -> None:
+    import signal
+
+    global _WORKER
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _WORKER = StaticAnalyzer(StaticOptions(**{**options.__dict__, "use_cache": False}))
+    if cache_path is not None:
+        _WORKER.cache = _ReadOnlyCache(cache_path)  # type: ignore[assignment]
+
+
+def _worker_analyze(rec: CandidateRecord) -> tuple[CandidateRecord, bool]:
+    """(the analyzed record, whether its facts came from the cache)."""
+    assert _WORKER is not None
+    from_cache = _WORKER._from_cache(rec)
+    if not from_cache:
+        _WORKER._compute_source_passes(rec)
+        _WORKER._compute_ptx(rec)
+    _WORKER.label(rec)
+    rec.tree = None
+    return rec, from_cache

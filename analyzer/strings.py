@@ -9,6 +9,7 @@ line of the Python file it came from, so evidence can point at the real line.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 
 
@@ -203,3 +204,58 @@ class StringResolver:
             out.append(ch)
             i += 1
         return "".join(out)
+
+
+# ---- C++ binding signatures ------------------------------------------------------------------
+
+_COMMENT_RE = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_PYBIND_RE = re.compile(r'\bm\.def\(\s*"(\w+)"\s*,\s*&?\s*([\w:]+)')
+_SCHEMA_RE = re.compile(r'\.def\(\s*"(\w+)\(((?:[^"()]|\([^()]*\))*)\)\s*->')
+_SIGNATURE_RE = re.compile(r"([\w:<>,\s\*&]+?)\b(\w+)\s*\(((?:[^()]|\([^()]*\))*)\)\s*(?:const\s*)?(?:;|\{)")
+_SCHEMA_TYPES = {"Tensor": "torch::Tensor", "int": "int64_t", "float": "double", "bool": "bool", "SymInt": "int64_t"}
+
+
+def _split_params(text: str) -> list[str]:
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "<([":
+            depth += 1
+        elif ch in ">)]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur)
+    return [p.strip() for p in out if p.strip() and p.strip() != "void"]
+
+
+def _param_type(param: str) -> str:
+    """`const torch::Tensor& x = {}` -> 'const torch::Tensor&'; a lone type stays as it is."""
+    param = param.split("=")[0].strip()
+    m = re.match(r"(.*?[\w>\*&\]])\s*\b(\w+)$", param)
+    if m and m.group(1).strip() and not m.group(1).strip().endswith(("::", "unsigned", "long", "short", "signed")):
+        return m.group(1).strip()
+    return param
+
+
+def cpp_signatures(texts: list[str], names: set[str]) -> dict[str, list[str]]:
+    """Parameter types of the bound functions `names` (Python names), read from the C++ sources:
+    `m.def("py", &cpp)` maps a Python name to its C++ function, whose declaration or definition
+    gives the types; a TORCH_LIBRARY schema `m.def("py(Tensor x, int n) -> ()")` gives them too.
+    A simple parse: a name it cannot find is left out."""
+    code = "\n".join(_COMMENT_RE.sub("", t) for t in texts)
+    cpp_of = {py: cpp.split("::")[-1] for py, cpp in _PYBIND_RE.findall(code)}
+    out: dict[str, list[str]] = {}
+    for py, params in _SCHEMA_RE.findall(code):
+        if py in names:
+            out[py] = [_SCHEMA_TYPES.get(p.strip().split()[0].split("(")[0].rstrip("?"), p.strip().split()[0]) for p in _split_params(params)]
+    wanted = {cpp_of.get(n, n): n for n in names if n not in out}
+    for m in _SIGNATURE_RE.finditer(code):
+        ret, name, params = m.group(1), m.group(2), m.group(3)
+        if name not in wanted or "__global__" in ret or "__device__" in ret or re.search(r"\b(return|if|while|for|switch)\b", ret):
+            continue
+        out.setdefault(wanted[name], [_param_type(p) for p in _split_params(params)])
+    return out

@@ -7,18 +7,22 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pkb import __version__
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Explain multi-GPU kernel candidates of ParallelKernelBench.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Explain multi-GPU kernel candidates of ParallelKernelBench.",
+                  context_settings={"help_option_names": ["-h", "--help"]})
 err = Console(stderr=True, soft_wrap=True)
 COMMANDS = ("analyze", "rules", "eval", "report", "explain")
 
@@ -44,27 +48,31 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def run_static(path: Path, out: Path, options, quiet: bool):
-    """Static passes over PATH; writes static.jsonl as records finish, then the tables and SARIF."""
+def run_static(path, out: Path, options, quiet: bool, max_bytes: int | None = None):
+    """Static passes over one path or several; writes static.jsonl as records finish, then the
+    tables and SARIF. Record paths are relative to the corpus root (pkb.roots)."""
     from analyzer.pipeline import StaticAnalyzer
     from pkb.corpus import discover, read_candidate
-    from reports import sarif, tables
+    from pkb.roots import corpus_root
 
-    if not path.exists():
-        err.print(f"[red]error:[/] {path}: no such file or folder")
+    paths = list(path) if isinstance(path, (list, tuple)) else [path]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        err.print(f"[red]error:[/] {', '.join(missing)}: no such file or folder")
         raise typer.Exit(2)
     try:
         analyzer = StaticAnalyzer(options)
     except ValueError as exc:  # an unknown rule id
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2)
-    files = discover(path)
-    base = path if path.is_dir() else path.parent
+    base = corpus_root(paths)
+    seen: set[Path] = set()
+    files = [f for p in paths for f in discover(p) if not (f.resolve() in seen or seen.add(f.resolve()))]
     out.mkdir(parents=True, exist_ok=True)
     records = []
     jsonl_path = out / "static.jsonl"
     with jsonl_path.open("w", encoding="utf-8") as jsonl, _progress(len(files), quiet) as (progress, task):
-        for rec in analyzer.analyze_all(read_candidate(f, base) for f in files):
+        for rec in analyzer.analyze_all(read_candidate(f, base, max_bytes) for f in files):
             # Written as it comes: a killed run keeps what it had finished.
             jsonl.write(json.dumps(rec.to_json_line()) + "\n")
             jsonl.flush()
@@ -72,8 +80,15 @@ def run_static(path: Path, out: Path, options, quiet: bool):
             progress.advance(task)
     analyzer.close()
     write_tables(records, out)
-    (out / "findings.sarif").write_text(json.dumps(sarif.to_sarif(records, analyzer.rules, __version__), indent=1), encoding="utf-8")
+    write_sarif(records, out, analyzer.rules, base)
     return records
+
+
+def write_sarif(records, out: Path, rules, root: Path, exit_code: int = 0) -> None:
+    from reports import sarif
+
+    doc = sarif.to_sarif(records, rules, __version__, root=root, exit_code=exit_code)
+    (out / "findings.sarif").write_text(json.dumps(doc, indent=1), encoding="utf-8")
 
 
 def write_tables(records, out: Path) -> None:
@@ -97,61 +112,126 @@ def _progress(total: int, quiet: bool):
 
 
 def run_eval(records, out: Path, options, quiet: bool) -> None:
-    """Evaluate records (one launch each), writing eval.jsonl as results land."""
+    """Evaluate records (builds first, then launches in slots), writing eval.jsonl as results land,
+    and saying each outcome as it lands: above a progress bar at a terminal, a plain line otherwise
+    (piped output shows progress too). Ctrl-C says what was saved and how to resume."""
     from pkb.eval import evaluate
     from reports import console
 
     path = out / "eval.jsonl"
-    with path.open("w", encoding="utf-8") as jsonl, _progress(len(records), quiet) as (progress, task):
-        for rec in records:
-            evaluate([rec], options)
-            jsonl.write(json.dumps(rec.to_json_line(), default=str) + "\n")
-            jsonl.flush()
-            progress.advance(task)
+    done = 0
+    lines_out = not sys.stdout.isatty()
+    try:
+        with path.open("w", encoding="utf-8") as jsonl, _progress(len(records), quiet) as (progress, task):
+
+            def landed(rec, evaluation, rank_results) -> None:
+                nonlocal done
+                jsonl.write(json.dumps(rec.to_json_line(), default=str) + "\n")
+                jsonl.flush()
+                done += 1
+                line = console.eval_line(rec, done, len(records))
+                if lines_out:
+                    print(line, flush=True)
+                elif not quiet:
+                    progress.console.print(escape(line), highlight=False)
+                progress.advance(task)
+
+            evaluate(records, options, on_result=landed)
+    except KeyboardInterrupt:
+        err.print(f"interrupted: {done} of {len(records)} candidates were evaluated and saved (the store {escape(str(options.store_path))}, "
+                  f"{escape(str(path))}); the same command resumes: stored results are not run again (--force runs them again)")
+        raise typer.Exit(130)
     typer.echo(console.eval_table(records))
     typer.echo(console.eval_totals(records))
     typer.echo(f"wrote {path} and the store {options.store_path}")
 
 
-def run_emulated(records, out: Path, world_size: int, *, trials: int, dtype, scale: str, quiet: bool) -> None:
-    """Emulated ranks: protocol bugs on one device. Results are labeled emulated and not stored
-    beside real evaluations (they carry no timing and say nothing about NVLink)."""
-    from pkb.emulate import evaluate_record
+def parse_jobs(value: str) -> int:
+    """`auto` (or 0): as many as the machine allows; else a positive count."""
+    if value in ("auto", "0", ""):
+        return 0
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 1:
+        err.print(f"[red]error:[/] --jobs {value!r}: a positive number or auto")
+        raise typer.Exit(2)
+    return n
+
+
+def run_emulated(records, out: Path, world_size: int, options, quiet: bool) -> None:
+    """Emulated ranks: protocol bugs on one device, each candidate in a process of its own.
+    Results are marked emulated (no timing, nothing about NVLink) and stored under keys of their
+    own, beside real evaluations, never over them."""
+    from pkb.emulate.records import emulate_records
     from reports import console
 
     path = out / "eval_emulated.jsonl"
     with path.open("w", encoding="utf-8") as jsonl, _progress(len(records), quiet) as (progress, task):
-        for rec in records:
-            if rec.parse_status == "ok":
-                rec.evaluation = evaluate_record(rec, world_size, trials=trials, dtype=dtype, scale=scale)
-            else:
-                rec.evaluation = {"emulated": True, "status": "not_run", "reason": f"file not read: {rec.parse_status}"}
+        def done(rec) -> None:
             jsonl.write(json.dumps(rec.to_json_line(), default=str) + "\n")
             jsonl.flush()
             progress.advance(task)
+
+        emulate_records(records, world_size, options, on_result=done)
     typer.echo(console.eval_table(records))
     typer.echo(console.eval_totals(records) + f" (EMULATED: {world_size} virtual ranks, correctness only, no timing)")
-    typer.echo(f"wrote {path}")
+    typer.echo(f"wrote {path} and the store {options.store_path}")
 
 
-def _static_options(ptx, cache, cache_dir, select, ignore):
+def _static_options(ptx, cache, cache_dir, select, ignore, processes: int = 0):
     from analyzer.pipeline import StaticOptions
 
-    return StaticOptions(ptx=ptx, use_cache=cache, cache_dir=cache_dir, select=_split(select), ignore=_split(ignore))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    n = processes or cores
+    # --jobs N means N things at once: N pass processes, and N nvcc at a time where one process runs them
+    return StaticOptions(ptx=ptx, use_cache=cache, cache_dir=cache_dir, select=_split(select), ignore=_split(ignore),
+                         processes=n, jobs=n)
+
+
+class Backend(str, Enum):
+    auto = "auto"
+    nccl = "nccl"
+    gloo = "gloo"
+
+
+class Scale(str, Enum):
+    small = "small"
+    large = "large"
+
+
+class Dtype(str, Enum):
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+    float64 = "float64"
+
+
+class OutputFormat(str, Enum):
+    text = "text"
+    json = "json"
+    jsonl = "jsonl"
+    sarif = "sarif"
+    github = "github"
 
 
 @app.command()
 def analyze(
-    path: Path = typer.Argument(..., help="a candidate file, a folder of .py files, or a PKB tree"),
+    paths: list[Path] = typer.Argument(..., help="candidate files, folders of .py files, or PKB trees (several allowed)"),
     out: Path = typer.Option(Path("pkb-out"), "--out", "-o", help="folder for the files it writes"),
     static_only: bool = typer.Option(False, "--static-only", help="run the static passes only, even where GPUs are present"),
-    select: Optional[list[str]] = typer.Option(None, "--select", help="rule ids or prefixes to run (PKB001,PKB01)"),
+    select: Optional[list[str]] = typer.Option(None, "--select", help="rule ids, prefixes or names to run (PKB001,PKB01; ALL for every rule)"),
     ignore: Optional[list[str]] = typer.Option(None, "--ignore", help="rule ids or prefixes to skip"),
     ptx: bool = typer.Option(True, "--ptx/--no-ptx", help="run the PTX pass where nvcc exists"),
     cache: bool = typer.Option(True, "--cache/--no-cache", help="reuse pass facts of unchanged files"),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="where cached facts live (default $PKB_CACHE_DIR or ~/.cache/pkb-analyze)"),
-    trials: int = typer.Option(5, "--trials", help="evaluation trials per candidate (where GPUs are present)"),
+    trials: int = typer.Option(5, "--trials", min=1, help="evaluation trials per candidate (where GPUs are present)"),
     fail_on_error: bool = typer.Option(False, "--fail-on-error", help="exit 1 when a file could not be read or a rule of severity error fired"),
+    jobs: str = typer.Option("auto", "--jobs", "-j", help="processes for the static passes (auto: the cores); records identical and in the same order"),
+    output_format: OutputFormat = typer.Option(OutputFormat.text, "--output-format", help="what goes to standard output"),
+    statistics: bool = typer.Option(False, "--statistics", help="print the count of findings per rule instead of the records"),
+    config: Optional[Path] = typer.Option(None, "--config", help="a pyproject.toml whose tool.pkb-analyze table to use (default: the nearest one above the first path)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="print only the totals"),
 ) -> None:
     """Label every candidate (mechanism, sync, overlap) and raise rule findings, with file:line evidence.
@@ -159,72 +239,186 @@ def analyze(
     Where CUDA devices are present (and not --static-only), every candidate is also evaluated
     against its problem's reference on all of them, through torchrun with NCCL.
     """
-    from reports import console
+    from analyzer.pipeline import StaticOptions
+    from analyzer.rules import select_rules
+    from pkb.config import ConfigError, load_config, rule_choice
+    from pkb.roots import corpus_root
+    from reports import console, formats
 
-    records = run_static(path, out, _static_options(ptx, cache, cache_dir, select, ignore), quiet)
-    if not quiet:
-        typer.echo(console.summary_table(records))
-        typer.echo("")
-    typer.echo(console.totals(records))
-    typer.echo(f"wrote {out / 'static.jsonl'}, candidates/kernels/findings .csv and .parquet, findings.sarif in {out}/")
+    fmt = output_format.value
+    # Anything but the text format owns standard output; the rest of what is said goes to stderr.
+    say = typer.echo if fmt == "text" else (lambda text: typer.echo(text, err=True))
+    try:
+        conf = load_config(paths[0], config)
+        chosen, skipped = rule_choice(conf, _split(select), _split(ignore))
+        rules_run = select_rules(chosen or None, skipped or None)
+    except (ConfigError, ValueError) as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(2)
+    options = _static_options(ptx, cache, cache_dir, None, None, parse_jobs(jobs))
+    options.select, options.ignore = chosen, skipped
+    records = run_static(paths, out, options, quiet or fmt != "text", max_bytes=conf.max_file_size)
+    root = corpus_root(paths)
+    failures = _failures(records) if fail_on_error else []
+    exit_code = 1 if failures else 0
+    if exit_code:
+        write_sarif(records, out, rules_run, root, exit_code)
+    if fmt != "text" or statistics:
+        typer.echo(formats.render(records, fmt, root=root, rules=rules_run, version=__version__, exit_code=exit_code,
+                                  statistics=statistics))
+    else:
+        if not quiet:
+            say(console.summary_table(records))
+            say("")
+        say(console.totals(records))
+    say(f"wrote {out / 'static.jsonl'}, candidates/kernels/findings .csv and .parquet, findings.sarif in {out}/"
+        + (f" (configuration: {conf.source})" if conf.source else ""))
     n_gpu = 0 if static_only else gpu_count()
     if static_only:
-        typer.echo("evaluation: not run (--static-only)")
+        say("evaluation: not run (--static-only)")
     elif n_gpu == 0:
-        typer.echo("evaluation: not run (no CUDA device here; static passes only; `pkb-analyze eval` runs pure-PyTorch candidates on CPU)")
+        say("evaluation: not run (no CUDA device here; static passes only; `pkb-analyze eval` runs pure-PyTorch candidates on CPU)")
     else:
         from pkb.eval import EvalOptions
 
-        typer.echo(f"evaluation: {n_gpu} CUDA device(s), world size {n_gpu}")
-        run_eval(records, out, EvalOptions(world_size=n_gpu, trials=trials, store_path=str(out / "pkb_eval.sqlite"),
-                                           work_dir=str(out / "eval_work")), quiet)
+        import contextlib
+
+        say(f"evaluation: {n_gpu} CUDA device(s), world size {n_gpu}")
+        # standard output belongs to the chosen format: the evaluation's lines go to stderr then
+        with contextlib.redirect_stdout(sys.stderr) if fmt != "text" else contextlib.nullcontext():
+            run_eval(records, out, EvalOptions(world_size=n_gpu, trials=trials, store_path=str(out / "pkb_eval.sqlite"),
+                                               work_dir=str(out / "eval_work")), quiet)
         write_tables(records, out)
 
-    if fail_on_error:
-        bad_read = any(r.parse_status != "ok" for r in records)
-        errors = any(f.severity == "error" for r in records for f in r.findings)
-        if bad_read or errors:
-            raise typer.Exit(1)
+    if failures:
+        err.print(f"exit 1 (--fail-on-error): {len(failures)} problem(s):")
+        for line in failures[:50]:
+            err.print(f"  {escape(line)}")
+        if len(failures) > 50:
+            err.print(f"  ... and {len(failures) - 50} more (static.jsonl has them all)")
+        raise typer.Exit(1)
+
+
+def _failures(records) -> list[str]:
+    """What --fail-on-error fails on, one line each: files not read, findings of severity error."""
+    lines = [f"{r.path}: not read ({r.parse_status}: {r.parse_message})" for r in records if r.parse_status != "ok"]
+    lines += [f"{f.file or r.path}:{f.line}: {f.rule} [error] {f.message}" for r in records for f in r.findings if f.severity == "error"]
+    return lines
 
 
 @app.command("eval")
 def eval_command(
     path: Path = typer.Argument(..., help="a candidate file, a folder, or a PKB tree"),
     out: Path = typer.Option(Path("pkb-out"), "--out", "-o", help="folder for eval.jsonl, the tables and (by default) the store"),
-    world_size: Optional[int] = typer.Option(None, "--world-size", "-n", help="ranks (default: every GPU, or 2 on CPU)"),
-    trials: int = typer.Option(5, "--trials"),
-    backend: str = typer.Option("auto", "--backend", help="auto | nccl | gloo"),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="input dtype (default: the problem's first)"),
-    timeout: float = typer.Option(600.0, "--timeout", help="seconds for one candidate's whole launch"),
-    warmup: int = typer.Option(500, "--warmup"),
-    iters: int = typer.Option(100, "--iters", help="timed calls per side; 0 turns timing off"),
-    scale: str = typer.Option("small", "--scale", help="input sizes: small | large"),
+    world_size: Optional[int] = typer.Option(None, "--world-size", "-n", min=1, help="ranks (default: every GPU, or 2 on CPU)"),
+    trials: int = typer.Option(5, "--trials", min=1),
+    backend: Backend = typer.Option(Backend.auto, "--backend", help="process group backend"),
+    dtype: Optional[Dtype] = typer.Option(None, "--dtype", help="input dtype (default: the run tree's precision, else the problem's first)"),
+    timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="seconds for one candidate's whole launch"),
+    warmup: int = typer.Option(500, "--warmup", min=0),
+    iters: int = typer.Option(100, "--iters", min=0, help="timed calls per side; 0 turns timing off"),
+    scale: Scale = typer.Option(Scale.small, "--scale", help="input sizes"),
+    problem: Optional[int] = typer.Option(None, "--problem", min=1, help="the problem id of candidates whose file name has none (`<id>_<name>.py`); with one file, its problem"),
     store: Optional[Path] = typer.Option(None, "--store", help="SQLite store (default OUT/pkb_eval.sqlite)"),
     pkb_root: Optional[Path] = typer.Option(None, "--pkb-root", help="a PKB checkout: evaluate against its references and input factory"),
+    import_timeout: float = typer.Option(300.0, "--import-timeout", min=1.0, help="seconds for the candidate's import"),
+    compile_timeout: float = typer.Option(900.0, "--compile-timeout", min=1.0, help="seconds for one JIT build of its extension"),
+    call_timeout: float = typer.Option(120.0, "--call-timeout", min=1.0, help="seconds for one call of the candidate or the reference"),
+    force: bool = typer.Option(False, "--force", help="run again candidates the store already has results for"),
     ptx: bool = typer.Option(False, "--ptx/--no-ptx", help="run the PTX pass in the static stage"),
     emulate: Optional[int] = typer.Option(None, "--emulate", help="N virtual ranks in one process on one GPU (or CPU): correctness only, never timed"),
     profile: bool = typer.Option(False, "--profile", help="after timing, record a torch.profiler trace of a few candidate calls per rank (NVTX ranges too)"),
     ncu: bool = typer.Option(False, "--ncu", help="after a correct evaluation, one more launch with each rank under Nsight Compute (NVLink, peer-L2, TMA counters)"),
     ncu_kernel: Optional[list[str]] = typer.Option(None, "--ncu-kernel", help="kernel names for --ncu (default: the static pass's peer-moving kernels, else every kernel of one call)"),
     ncu_metric: Optional[list[str]] = typer.Option(None, "--ncu-metric", help="an ncu metric to read beside the defaults (repeatable)"),
+    jobs: str = typer.Option("auto", "--jobs", "-j", help="launches at a time (auto: GPU slots of the world size, or the cores on CPU); builds run first in a pool sized to cores and memory"),
+    timing: str = typer.Option("exclusive", "--timing", help="exclusive: timed launches alone on the node; shared: side by side in every slot (faster, less accurate; marked in the record)"),
+    pack: int = typer.Option(0, "--pack", help="untimed or shared launches per GPU slot (0: 4 at world size 1, else 1)"),
+    executor: str = typer.Option("none", "--executor", help="none: this machine; slurm: an array of shards through submitit; local: the same path on this machine (CI)"),
+    shards: int = typer.Option(0, "--shards", help="shards for --executor (0: one per node's worth, see README)"),
+    partition: Optional[str] = typer.Option(None, "--partition", help="Slurm partition (--executor slurm)"),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per Slurm node (--executor slurm)"),
+    cpus_per_task: int = typer.Option(16, "--cpus-per-task", help="CPU cores per shard (builds run there)"),
+    time_min: int = typer.Option(120, "--time-min", help="Slurm time limit of one shard, minutes"),
+    account: Optional[str] = typer.Option(None, "--account", help="Slurm account"),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
-    """Evaluate candidates against their references on every rank: one outcome each, stored, resumable."""
+    """Evaluate candidates against their references on every rank: one outcome each, stored, resumable.
+
+    Exit status: 0 when every candidate was evaluated (whatever its outcome), 1 when some could
+    not be (each reason is printed with what to do), 2 on a usage error.
+    """
     from pkb.eval import EvalOptions
 
+    backend, scale, dtype = backend.value, scale.value, dtype.value if dtype else None
+    if pkb_root is not None and not (pkb_root / "reference").is_dir():
+        err.print(f"[red]error:[/] --pkb-root {escape(str(pkb_root))}: no reference/ folder there (not a PKB checkout)")
+        raise typer.Exit(2)
+    if timing not in ("exclusive", "shared"):
+        err.print(f"[red]error:[/] --timing {timing!r}: exclusive or shared")
+        raise typer.Exit(2)
+    if executor not in ("none", "local", "slurm"):
+        err.print(f"[red]error:[/] --executor {executor!r}: none, local or slurm")
+        raise typer.Exit(2)
+    if executor == "slurm" and not partition:
+        err.print("[red]error:[/] --executor slurm needs --partition")
+        raise typer.Exit(2)
+    n_jobs = parse_jobs(jobs)
+
     records = run_static(path, out, _static_options(ptx, True, None, None, None), quiet=True)
-    if emulate:
-        run_emulated(records, out, emulate, trials=min(trials, 3), dtype=dtype, scale=scale, quiet=quiet)
-        write_tables(records, out)
-        return
+    if problem is not None:
+        _give_problem(records, problem, every=path.is_file())
     options = EvalOptions(
         world_size=world_size, trials=trials, backend=backend, dtype=dtype, timeout_s=timeout, warmup=warmup,
         iters=iters, scale=scale, store_path=str(store or out / "pkb_eval.sqlite"), work_dir=str(out / "eval_work"),
-        pkb_root=str(pkb_root) if pkb_root else None, profile=profile,
+        pkb_root=str(pkb_root) if pkb_root else None, problem=problem, profile=profile,
         ncu_kernels=list(ncu_kernel or []) if (ncu or ncu_kernel or ncu_metric) else None, ncu_metrics=list(ncu_metric or []),
+        jobs=n_jobs, timing_mode=timing, pack=pack,
+        import_timeout_s=import_timeout, compile_timeout_s=compile_timeout, call_timeout_s=call_timeout, force=force,
     )
+    if emulate:
+        options.trials = min(trials, 3)
+        run_emulated(records, out, emulate, options, quiet)
+        write_tables(records, out)
+        _exit_if_not_evaluated(records)
+        return
+    if executor != "none":
+        from pkb.eval.cluster import ClusterOptions, run_sharded
+        from reports import console
+
+        cluster = ClusterOptions(executor=executor, shards=shards, partition=partition, gpus_per_node=gpus_per_node,
+                                 cpus_per_task=cpus_per_task, time_min=time_min, account=account, folder=str(out / "shards"))
+        summary = run_sharded(records, options, cluster)
+        typer.echo(console.eval_table(records))
+        typer.echo(console.eval_totals(records))
+        typer.echo(f"{summary['submitted']} candidates in {summary['shards']} shards ({summary['skipped']} already stored); "
+                   f"merged {summary['merged']} results into {options.store_path}")
+        write_tables(records, out)
+        _exit_if_not_evaluated(records)
+        return
     run_eval(records, out, options, quiet)
     write_tables(records, out)
+    _exit_if_not_evaluated(records)
+
+
+def _give_problem(records, problem_id: int, every: bool) -> None:
+    """--problem: the problem of candidates whose file name gives none (of every one, for one file)."""
+    from pkb.corpus import assign_problem
+
+    for rec in records:
+        if every or rec.problem_id is None:
+            assign_problem(rec, problem_id)
+
+
+def _exit_if_not_evaluated(records) -> None:
+    """Exit 1, saying how many and why, when some candidate could not be evaluated (README's contract)."""
+    from pkb.eval.not_run import summary_lines
+
+    lines = summary_lines(records)
+    if lines:
+        for line in lines:
+            err.print(escape(line), highlight=False)
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -249,15 +443,28 @@ def rules(rule_id: Optional[str] = typer.Argument(None, help="a rule id (PKB001)
     typer.echo(rule.doc())
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"pkb-analyze {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", "-V", callback=_print_version, is_eager=True, help="print the version and exit"),
+) -> None:
+    """Explain multi-GPU kernel candidates of ParallelKernelBench.
+
+    `pkb-analyze PATH...` is `pkb-analyze analyze PATH...`.
+    """
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """Entry point: `pkb-analyze PATH` is `pkb-analyze analyze PATH`."""
     args = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args if not a.startswith("-")), None)
-    if first is not None and first not in COMMANDS and args and args[0] not in ("--help", "-h", "--version"):
+    if first is not None and first not in COMMANDS and args and args[0] not in ("--help", "-h", "--version", "-V"):
         args.insert(0, "analyze")
-    if args[:1] == ["--version"]:
-        typer.echo(f"pkb-analyze {__version__}")
-        return
     app(args=args, prog_name="pkb-analyze")
 
 

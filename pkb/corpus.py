@@ -84,16 +84,26 @@ def parse_candidate_name(stem: str, backend_hint: str = "") -> tuple[int | None,
     return pid, name, backend
 
 
-def _known_problem_name(pid: int | None, name: str) -> str:
-    """`allreduce_alias_input` is a variant of problem 1 `allreduce`: report the problem's name."""
-    if pid is None:
-        return name
-    from problems import names
+def match_record(rec: CandidateRecord, file_id: int | None, file_name: str) -> None:
+    """Set the record's problem from its file name and `solution()` parameters against PKB's catalog
+    (pkb.problem_match says how); the rule that decided is kept in `rec.problem_match`."""
+    from pkb.problem_match import catalog_references, match_problem, solution_params
 
-    known = names().get(pid)
-    if known and (name == known or name.startswith(known + "_")):
-        return known
-    return name
+    params = solution_params(rec.tree) if rec.tree is not None else None
+    match = match_problem(file_id, file_name, params, catalog_references(), "catalog")
+    rec.problem_match = match.to_data()
+    rec.problem_id = match.id
+    rec.problem_name = match.name or file_name
+
+
+def assign_problem(rec: CandidateRecord, problem_id: int) -> None:
+    """--problem ID: the user says which problem the file answers; the record keeps what its name said."""
+    from pkb.problem_match import catalog_references, given
+
+    old = rec.problem_match or {}
+    match = given(problem_id, catalog_references(), old.get("file_id", rec.problem_id), old.get("file_name", rec.problem_name), old.get("params"))
+    rec.problem_match = match.to_data()
+    rec.problem_id, rec.problem_name = problem_id, match.name or rec.problem_name
 
 
 def discover(root: Path) -> list[Path]:
@@ -121,10 +131,14 @@ def _is_candidate_like(path: Path) -> bool:
     return path.parent.name.startswith("solutions_") and path.suffix == ""
 
 
-def read_candidate(path: Path, root: Path | None = None) -> CandidateRecord:
-    """Read one file into a record; the record says how reading went."""
+def read_candidate(path: Path, root: Path | None = None, max_bytes: int | None = None) -> CandidateRecord:
+    """Read one file into a record; the record says how reading went. `path` is kept relative to
+    `root` (pkb.roots.corpus_root); `max_bytes` is the read limit (default MAX_BYTES)."""
+    from pkb.roots import relative_path
+
     path = Path(path)
-    rel = str(path.relative_to(root)) if root is not None and root in path.parents else str(path)
+    limit = max_bytes or MAX_BYTES
+    rel = relative_path(path, Path(root).resolve()) if root is not None else str(path)
     rec = CandidateRecord(path=rel)
     tree = parse_run_tree(path.parent.name)
     if tree is not None:
@@ -132,24 +146,27 @@ def read_candidate(path: Path, root: Path | None = None) -> CandidateRecord:
         rec.backend, rec.precision, rec.hardware = tree.backend, tree.precision, tree.hardware
         rec.provider, rec.model = tree.provider, tree.model
     pid, name, backend = parse_candidate_name(path.stem, rec.backend)
-    rec.problem_id, rec.problem_name = pid, _known_problem_name(pid, name)
+    rec.problem_id, rec.problem_name = pid, name
     if backend and not rec.backend:
         rec.backend = backend
 
     try:
         size = path.stat().st_size
         with path.open("rb") as fh:
-            data = fh.read(MAX_BYTES + 1)
+            data = fh.read(limit + 1)
     except OSError as exc:
         rec.parse_status, rec.parse_message = "unreadable", f"cannot read: {exc.strerror or exc}"
+        match_record(rec, pid, name)
         return rec
     rec.size = size
     rec.sha256 = content_hash(data)
-    if size > MAX_BYTES:
+    if size > limit:
         rec.parse_status = "too_large"
-        rec.parse_message = f"{size} bytes, over the {MAX_BYTES}-byte limit; not analyzed"
+        rec.parse_message = f"{size} bytes, over the {limit}-byte limit; not analyzed"
+        match_record(rec, pid, name)
         return rec
     rec.parse_status, rec.parse_message, rec.parse_line, rec.source, rec.tree = _decode(data)
+    match_record(rec, pid, name)
     return rec
 
 
@@ -187,6 +204,9 @@ def _decode(data: bytes) -> tuple[str, str, int, str, ast.Module | None]:
 
 
 def load_corpus(root: Path) -> list[CandidateRecord]:
+    """Every candidate under `root`, paths relative to its corpus root (pkb.roots)."""
+    from pkb.roots import corpus_root
+
     root = Path(root)
-    base = root if root.is_dir() else root.parent
+    base = corpus_root([root])
     return [read_candidate(p, base) for p in discover(root)]

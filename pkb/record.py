@@ -15,6 +15,10 @@ from analyzer.facts import StaticFacts
 from pkb import taxonomy
 from pkb.serde import from_data, to_data
 
+# The version of the public record shape (static.jsonl, eval.jsonl, docs/record.schema.json):
+# raised when a field changes meaning or is removed, not when one is added.
+SCHEMA_VERSION = 1
+
 # How reading the file went.
 PARSE_STATUSES = (
     "ok",
@@ -93,8 +97,11 @@ class CandidateRecord:
     hardware: str = ""
     provider: str = ""
     model: str = ""
-    problem_id: int | None = None
+    problem_id: int | None = None  # the problem it answers (pkb.problem_match), not always the file name's id
     problem_name: str = ""
+    # How the problem was found: rule, matched stem, the file name's id and name, solution()'s
+    # parameters (pkb.problem_match.ProblemMatch.to_data()).
+    problem_match: dict[str, Any] = field(default_factory=dict)
     # Reading and passes
     parse_status: str = "ok"
     parse_message: str = ""
@@ -105,6 +112,7 @@ class CandidateRecord:
     labels: dict[str, list[Label]] = field(default_factory=dict)  # candidate as a whole
     kernels: list[KernelReport] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    suppressed: list[Finding] = field(default_factory=list)  # findings a `noqa` comment silenced (pkb.suppress)
     # Later stages (evaluation, profile, diagnosis) add their own parts here, as plain data.
     evaluation: dict[str, Any] = field(default_factory=dict)
     profile: dict[str, Any] = field(default_factory=dict)
@@ -165,10 +173,12 @@ class CandidateRecord:
             return out
 
         return {
+            "schema_version": SCHEMA_VERSION,
             "path": self.path,
             "sha256": self.sha256,
             "problem_id": self.problem_id,
             "problem_name": self.problem_name,
+            "problem_match": self.problem_match,
             "run_tree": self.run_tree,
             "backend": self.backend,
             "precision": self.precision,
@@ -184,6 +194,7 @@ class CandidateRecord:
                 for k in self.kernels
             ],
             "findings": [to_data(f) for f in self.findings],
+            "suppressed": [to_data(f) for f in self.suppressed],
             "evaluation": self.evaluation,
             "profile": self.profile,
             "diagnosis": self.diagnosis,

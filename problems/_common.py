@@ -5,7 +5,6 @@ Kept free of any problem's math so each module stays readable on its own.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 import torch
@@ -100,28 +99,18 @@ def like(expected: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     return values.to(device=expected.device, dtype=expected.dtype)
 
 
-def moe_capacity(tokens: int, topk: int, num_experts: int, factor: float = 1.25) -> int:
-    """Slots per (source rank, expert) bucket: the mean load times a capacity factor (GShard)."""
-    return max(1, math.ceil(tokens * topk / num_experts * factor))
-
-
-def moe_slot_positions(expert_ids: torch.Tensor, num_experts: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """For routing [T, K], the flattened (token, k) assignments in token order:
-    (expert per assignment, token per assignment, position of the assignment inside its expert's
-    bucket counted in token order). A token picks each expert at most once, so flattening in
-    (token, k) order is token order within every expert."""
-    tokens, topk = expert_ids.shape
-    flat_expert = expert_ids.reshape(-1)
-    flat_token = torch.arange(tokens, device=expert_ids.device).repeat_interleave(topk)
-    one_hot = torch.nn.functional.one_hot(flat_expert, num_experts)
-    position = (one_hot.cumsum(0) - 1).gather(1, flat_expert[:, None]).squeeze(1)
-    return flat_expert, flat_token, position
-
-
-def moe_routing(
-    gen: torch.Generator, tokens: int, topk: int, num_experts: int, device: torch.device | str
-) -> torch.Tensor:
-    """Top-k distinct experts per token with a per-rank skew, so bucket counts vary across ranks."""
-    skew = torch.rand(num_experts, generator=gen)
-    scores = torch.rand(tokens, num_experts, generator=gen) + 0.75 * skew
-    return scores.topk(topk, dim=1).indices.to(device=device, dtype=torch.int64)
+def circulant_splits(gen: torch.Generator, world_size: int, per_peer: int) -> list[list[int]]:
+    """An uneven split matrix S[s][d] (rows rank s sends to rank d) whose rows and columns all sum
+    to world * per_peer: S[s][d] = per_peer + shift[(d - s) % world] with shifts that sum to 0 and
+    keep every block >= 0. Draw `gen` from rank 0's seed so every rank builds the same matrix."""
+    if world_size == 1:
+        return [[per_peer]]
+    shift = torch.randint(-per_peer, per_peer + 1, (world_size - 1,), generator=gen).tolist()
+    shift.append(-sum(shift))
+    while abs(shift[-1]) > per_peer:  # move the excess of the last shift onto the others
+        step = 1 if shift[-1] > 0 else -1
+        for i in range(world_size - 1):
+            if shift[-1] != 0 and abs(shift[i] + step) <= per_peer:
+                shift[i] += step
+                shift[-1] -= step
+    return [[per_peer + shift[(d - s) % world_size] for d in range(world_size)] for s in range(world_size)]

@@ -1,9 +1,21 @@
-"""ParallelKernelBench's 87 problems as committed facts: id, name, `solution()` parameters, compute.
+"""ParallelKernelBench's 87 problems as committed facts: id, name, `solution()` parameters, compute,
+category and minimum world size.
 
 The static slice and the evaluation need to know every PKB problem (not only the ones problems/
 implements): which reference a generated file answers, whether the problem computes (overlap is
 `n/a` for a bare collective) and which arguments its `solution()` takes. The facts were read from
 PKB's `reference/` folder and live in pkb_catalog.json, so no PKB checkout is needed at run time.
+
+How the judged fields were decided (pkb_catalog.json's "source" says it too):
+- has_compute: True when the reference computes something beyond moving or reducing data (GEMM,
+  norm, softmax, FFT, sort, RoPE, kNN, losses, optimizer steps, quantization); a collective's own
+  reduction, index bookkeeping (split sizes, counts) and row gathers/scatter-adds are not compute.
+- category: problems/__init__.py's CATEGORIES where one fits, plus "training" (optimizer steps,
+  gradient clipping, DDP/ZeRO/FSDP steps), "quantization" (FP8/int8 around a collective),
+  "embedding" (sharded embedding and jagged-tensor exchanges) and "apps" (workloads of named
+  application codebases: FFT, splatting, GNNs, vision, sorting).
+- min_world_size: the fewest ranks PKB's input factory and reference run at; > 1 only where they
+  fail below it (found by running them on CPU gloo ranks; `min_world_size_why` says how).
 """
 
 from __future__ import annotations
@@ -14,6 +26,8 @@ from functools import lru_cache
 from pathlib import Path
 
 CATALOG_PATH = Path(__file__).with_name("pkb_catalog.json")
+# categories beyond problems.CATEGORIES that PKB's wider set needs
+EXTRA_CATEGORIES = ("training", "quantization", "embedding", "apps")
 
 
 @dataclass(frozen=True)
@@ -23,6 +37,9 @@ class CatalogEntry:
     params: tuple[str, ...]  # solution()'s parameter names, in order
     required: int  # how many of them have no default
     has_compute: bool | None  # None: not classified
+    category: str | None = None  # problems.CATEGORIES or one of EXTRA_CATEGORIES
+    min_world_size: int = 1  # fewest ranks PKB's input factory and reference run at
+    min_world_size_why: str = ""
 
     @property
     def stem(self) -> str:
@@ -41,6 +58,9 @@ def entries() -> dict[int, CatalogEntry]:
             params=tuple(row["params"]),
             required=row["required"],
             has_compute=row.get("has_compute"),
+            category=row.get("category"),
+            min_world_size=row.get("min_world_size", 1),
+            min_world_size_why=row.get("min_world_size_why", ""),
         )
     return out
 

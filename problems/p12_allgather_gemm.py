@@ -33,14 +33,14 @@ SIZES = {
 
 
 @torch.no_grad()
-def solution(a_local: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def solution(A_local: torch.Tensor, B: torch.Tensor) -> torch.Tensor:  # noqa: N803 - PKB's names
     world_size = dist.get_world_size()
-    m, k_local = a_local.shape
-    gathered = torch.empty((world_size * m, k_local), dtype=a_local.dtype, device=a_local.device)
-    dist.all_gather_into_tensor(gathered, a_local.contiguous())
+    m, k_local = A_local.shape
+    gathered = torch.empty((world_size * m, k_local), dtype=A_local.dtype, device=A_local.device)
+    dist.all_gather_into_tensor(gathered, A_local.contiguous())
     # all_gather_into_tensor concatenates shards along dim 0; A's shards are column blocks
     a_full = gathered.view(world_size, m, k_local).permute(1, 0, 2).reshape(m, world_size * k_local)
-    return a_full @ b
+    return a_full @ B
 
 
 def make_inputs(rank, world_size, trial, device, dtype, scale: str = "small") -> tuple:

@@ -34,8 +34,8 @@ SIZES = {
 
 
 @torch.no_grad()
-def solution(a_local: torch.Tensor, b_local: torch.Tensor) -> torch.Tensor:
-    partial = a_local @ b_local
+def solution(A_local: torch.Tensor, B_local: torch.Tensor) -> torch.Tensor:  # noqa: N803 - PKB's names
+    partial = A_local @ B_local
     dist.all_reduce(partial, op=dist.ReduceOp.SUM)
     return partial
 

@@ -33,9 +33,9 @@ SIZES = {
 
 
 @torch.no_grad()
-def solution(a_local: torch.Tensor, b_local: torch.Tensor) -> torch.Tensor:
+def solution(A_local: torch.Tensor, B_local: torch.Tensor) -> torch.Tensor:  # noqa: N803 - PKB's names
     world_size = dist.get_world_size()
-    partial = a_local @ b_local
+    partial = A_local @ B_local
     out = torch.empty((partial.shape[0] // world_size, partial.shape[1]), dtype=partial.dtype, device=partial.device)
     dist.reduce_scatter_tensor(out, partial, op=dist.ReduceOp.SUM)
     return out

@@ -30,8 +30,8 @@ SIZES = {"small": {"rows": 64, "cols": 96}, "large": {"rows": 4096, "cols": 4096
 
 
 @torch.no_grad()
-def solution(x: torch.Tensor) -> torch.Tensor:
-    out = x.clone()
+def solution(tensor: torch.Tensor) -> torch.Tensor:
+    out = tensor.clone()
     dist.all_reduce(out, op=dist.ReduceOp.SUM)
     return out
 

@@ -1,18 +1,11 @@
-"""MoE token dispatch with a fixed-capacity layout (expert parallelism, top-k routing).
+"""MoE token exchange primitive: a variable-size all-to-all of token rows (PKB's signature).
 
-Experts: num_experts = world * E_local; global expert e lives on rank e // E_local as local expert
-e % E_local. Inputs per rank s:
-    tokens      [T, H]          this rank's tokens
-    expert_ids  [T, K] int64    top-k routing, K distinct experts per token (drawn from the
-                                generator with a per-rank skew, so bucket counts vary by rank)
-    num_experts int
-    capacity    int             C, slots per (expert, source rank) bucket
-Layout of the outputs on rank r:
-    recv        [E_local, world, C, H]  recv[e, s, c] is the c-th token (in token order) that rank s
-                                        routed to global expert r*E_local + e; tokens past C are
-                                        dropped (GShard-style); unused slots are zero.
-    recv_counts [E_local, world] int64  valid slots per bucket: min(tokens routed, C).
-Returned as (recv, recv_counts).
+Inputs per rank r: local_tensor [sum_d S[r][d], H] (the rows for destination d are the d-th block,
+in rank order), input_split_sizes = S[r] (rows sent to each rank), output_split_sizes = the column
+S[.][r] (rows received from each rank), group (None: the world). S is a split matrix shared by all
+ranks; its rows and columns all sum to the same token count, so every rank sends and receives as
+many rows as it holds, in uneven blocks. Output on rank r: [sum_s S[s][r], H] = the blocks sent to r,
+concatenated in source rank order. With no split sizes the blocks are equal.
 """
 
 from __future__ import annotations
@@ -21,114 +14,88 @@ import torch
 import torch.distributed as dist
 
 from problems import ProblemSpec
-from problems._common import (
-    check_scale,
-    hypothesis,
-    moe_capacity,
-    moe_routing,
-    moe_slot_positions,
-    randn,
-    seeded_generator,
-    symmetric,
-)
+from problems._common import alltoall_bytes, check_scale, circulant_splits, hypothesis, nbytes, randn, seeded_generator, symmetric
 
 PROBLEM = ProblemSpec(
     id=27,
     name="moe_all2all_primitive",
     category="moe",
-    description="Top-k MoE token dispatch into fixed-capacity [E_local, world, C, H] expert buffers via all-to-all.",
-    source="DeepEP / Megatron-LM MoE token dispatcher (all-to-all), GShard capacity layout",
+    description="Variable-size all-to-all of token rows with per-destination split sizes (MoE dispatch primitive).",
+    source="Megatron-LM / veScale MoE all_to_all with input/output split sizes",
     has_compute=False,
     dtypes=("bfloat16", "float32"),
-    tolerances={"float32": (1e-6, 1e-6), "bfloat16": (1e-6, 1e-6)},  # tokens are copied, not combined
-    notes="Capacity = ceil(1.25 * T * K / num_experts); overflow tokens are dropped in token order.",
+    tolerances={"float32": (1e-6, 1e-6), "bfloat16": (1e-6, 1e-6)},  # pure data movement
+    notes="Split sizes are uneven and change with the trial.",
 )
 
-SIZES = {
-    "small": {"tokens": 48, "hidden": 32, "topk": 2, "experts_per_rank": 2},
-    "large": {"tokens": 2048, "hidden": 4096, "topk": 2, "experts_per_rank": 4},
-}
+SIZES = {"small": {"tokens_per_peer": 6, "hidden": 32}, "large": {"tokens_per_peer": 512, "hidden": 4096}}
 
 
 @torch.no_grad()
-def solution(tokens: torch.Tensor, expert_ids: torch.Tensor, num_experts: int, capacity: int) -> tuple:
-    world_size = dist.get_world_size()
-    experts_per_rank = num_experts // world_size
-    hidden = tokens.shape[1]
-    flat_expert, flat_token, position = moe_slot_positions(expert_ids, num_experts)
-    kept = position < capacity
-    # send buffer grouped by destination rank: [world, E_local, C, H] == [num_experts, C, H]
-    send = tokens.new_zeros((num_experts, capacity, hidden))
-    send[flat_expert[kept], position[kept]] = tokens[flat_token[kept]]
-    send_counts = torch.bincount(flat_expert, minlength=num_experts).clamp(max=capacity)
-
-    recv = torch.empty_like(send)  # [source rank, E_local, C, H] after the exchange
-    dist.all_to_all_single(recv, send)
-    recv_counts = torch.empty_like(send_counts)
-    dist.all_to_all_single(recv_counts, send_counts)
-
-    recv = recv.view(world_size, experts_per_rank, capacity, hidden).transpose(0, 1).contiguous()
-    recv_counts = recv_counts.view(world_size, experts_per_rank).t().contiguous()
-    return recv, recv_counts
+def solution(local_tensor: torch.Tensor, input_split_sizes: list[int] | torch.Tensor | None = None,
+             output_split_sizes: list[int] | torch.Tensor | None = None,
+             group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    world_size = dist.get_world_size(group)
+    local_tensor = local_tensor.contiguous()
+    if world_size == 1:
+        return local_tensor
+    if output_split_sizes is None:
+        rows = local_tensor.shape[0]
+    else:
+        rows = int(sum(int(n) for n in output_split_sizes))
+    out = local_tensor.new_empty((rows, *local_tensor.shape[1:]))
+    dist.all_to_all_single(out, local_tensor, output_split_sizes=output_split_sizes,
+                           input_split_sizes=input_split_sizes, group=group)
+    return out
 
 
 def make_inputs(rank, world_size, trial, device, dtype, scale: str = "small") -> tuple:
     size = check_scale(scale, SIZES)
-    num_experts = size["experts_per_rank"] * world_size
-    gen = seeded_generator(PROBLEM.id, rank, trial)
-    tokens = randn(gen, (size["tokens"], size["hidden"]), device, dtype)
-    expert_ids = moe_routing(gen, size["tokens"], size["topk"], num_experts, device)
-    capacity = moe_capacity(size["tokens"], size["topk"], num_experts)
-    return tokens, expert_ids, num_experts, capacity
+    splits = circulant_splits(seeded_generator(PROBLEM.id, 0, trial), world_size, size["tokens_per_peer"])
+    send = splits[rank]
+    recv = [splits[s][rank] for s in range(world_size)]
+    local = randn(seeded_generator(PROBLEM.id, rank, trial), (sum(send), size["hidden"]), device, dtype)
+    return local, send, recv, None
 
 
 def traffic_bytes(inputs, world_size) -> dict:
-    # Only real (kept) tokens must cross; traffic_bytes does not know the rank, so the share bound
-    # for other ranks is taken as (world-1)/world of them (exact on average for uniform routing).
-    tokens, expert_ids, num_experts, capacity = inputs
-    counts = torch.bincount(expert_ids.reshape(-1).cpu(), minlength=num_experts).clamp(max=capacity)
-    kept = int(counts.sum())
-    row_bytes = tokens.shape[1] * tokens.element_size()
-    return symmetric(kept * row_bytes * (world_size - 1) // world_size + 8 * num_experts * (world_size - 1) // world_size)
+    return symmetric(alltoall_bytes(nbytes(inputs[0]), world_size))
+
+
+def _blocks(inputs):
+    local, send = inputs[0], inputs[1]
+    return list(local.split(list(send), dim=0))  # block d goes to rank d
 
 
 def global_reference(inputs_per_rank, world_size) -> list:
-    tokens0, _, num_experts, capacity = inputs_per_rank[0]
-    experts_per_rank = num_experts // world_size
-    hidden = tokens0.shape[1]
-    outs = []
-    for dest in range(world_size):
-        recv = tokens0.new_zeros((experts_per_rank, world_size, capacity, hidden))
-        counts = torch.zeros((experts_per_rank, world_size), dtype=torch.int64, device=tokens0.device)
-        for local_expert in range(experts_per_rank):
-            expert = dest * experts_per_rank + local_expert
-            for src, (tokens, expert_ids, _, _) in enumerate(inputs_per_rank):
-                routed = (expert_ids == expert).any(dim=1).nonzero().flatten()[:capacity]
-                recv[local_expert, src, : routed.numel()] = tokens[routed]
-                counts[local_expert, src] = routed.numel()
-        outs.append((recv, counts))
-    return outs
+    if world_size == 1:
+        return [inputs_per_rank[0][0].clone()]
+    blocks = [_blocks(inp) for inp in inputs_per_rank]  # blocks[src][dst]
+    return [torch.cat([blocks[src][dst] for src in range(world_size)], dim=0) for dst in range(world_size)]
 
 
 def hypotheses(inputs_per_rank, expected, got, rank, world_size) -> list[dict]:
-    recv, counts = expected
-    experts_per_rank, _, capacity, hidden = recv.shape
+    if world_size == 1:
+        return []
+    blocks = [_blocks(inp) for inp in inputs_per_rank]
+    recv = inputs_per_rank[rank][2]
     hyps = []
-
-    def without(sources):
-        r, c = recv.clone(), counts.clone()
-        r[:, sources] = 0
-        c[:, sources] = 0
-        return r, c
-
-    others = [s for s in range(world_size) if s != rank]
-    if others:
-        hyps.append(hypothesis("local_only", without(others), detail="only this rank's own tokens arrived"))
-    for peer in others:
-        hyps.append(hypothesis("missing_peer", without([peer]), peers=[peer]))
-    # buffer left in the exchange's [source, expert] order instead of [expert, source]
-    source_major = recv.transpose(0, 1).reshape(experts_per_rank, world_size, capacity, hidden)
-    source_major_counts = counts.t().reshape(experts_per_rank, world_size)
-    if experts_per_rank > 1 and world_size > 1:
-        hyps.append(hypothesis("source_major_layout", (source_major, source_major_counts)))
+    start = 0
+    for peer in range(world_size):
+        rows = recv[peer]
+        if peer != rank and rows:
+            missing = expected.clone()
+            missing[start:start + rows] = 0
+            hyps.append(hypothesis("missing_peer", missing, peers=[peer], rows=[start, start + rows]))
+        start += rows
+    # equal blocks assumed where the splits are uneven: rows land at the wrong offsets
+    local = inputs_per_rank[rank][0]
+    if local.shape[0] % world_size == 0 and list(inputs_per_rank[rank][1]) != [local.shape[0] // world_size] * world_size:
+        equal = [inp[0].chunk(world_size, dim=0)[rank] for inp in inputs_per_rank]
+        guess = torch.cat(equal, dim=0)
+        if guess.shape == expected.shape:
+            hyps.append(hypothesis("equal_splits_assumed", guess, detail="split sizes ignored"))
+    reversed_order = torch.cat([blocks[src][rank] for src in reversed(range(world_size))], dim=0)
+    if not torch.equal(reversed_order, expected):
+        hyps.append(hypothesis("wrong_order", reversed_order, order="reversed"))
     return hyps

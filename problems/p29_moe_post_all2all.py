@@ -1,18 +1,23 @@
-"""MoE combine: return expert outputs to their source ranks and sum them with the routing weights.
+"""MoE combine after the experts: reorder expert outputs by source rank, all-to-all them back, and
+sum each token's expert outputs weighted by its routing weights (PKB's signature and contract).
 
-The inverse of problem 27's fixed-capacity layout. Experts: num_experts = world * E_local; global
-expert e lives on rank e // E_local. Inputs per rank r:
-    expert_out      [E_local, world, C, H]  outputs of r's local experts; [e, s, c] belongs to the
-                                            c-th token (in token order) that rank s routed to
-                                            global expert r*E_local + e. Padding slots hold random
-                                            values: they must be ignored.
-    expert_ids      [T, K] int64            this rank's own routing (K distinct experts per token)
-    routing_weights [T, K] float32          this rank's combine weights
-    num_experts     int
-    capacity        int                     C; a token's k-th choice whose position in its
-                                            bucket is >= C was dropped and contributes nothing
-Output on rank r: out [T, H] (dtype of expert_out), out[t] = sum_k w[t,k] * (expert output for
-(t, k)), accumulated in float32.
+Experts: num_experts = world * L; rank r holds local experts 0..L-1. Inputs per rank r:
+    expert_outputs [T*K, H]       rows grouped by (local expert l, source rank s), l-major, in blocks
+                                  of num_global_tokens_per_local_expert[s][l] rows
+    routing_weights [T, K]        this rank's combine weights (softmax per token)
+    selected_experts [T, K] int64 this rank's routing, ascending expert ids per token
+    num_experts int
+    input_splits [world]          rows received from each rank (sum T*K)
+    output_splits [world]         rows sent to each rank (sum T*K); input_splits[r][s] on rank r
+                                  equals output_splits[s][r] on rank s
+    num_global_tokens_per_local_expert [world, L] int64
+    routing_map [E, T] bool       token t routed to expert e
+    local_input_permutation_mapping [T*K] int64  token of each routed row, in (expert, token) order
+    org_hidden_states_shape torch.Size([T, H])
+    group                         None: the world
+Output on rank r: [T, H] in the dtype of expert_outputs: row i of the received rows (source-rank
+order) is the output for the i-th True entry of routing_map in (expert, token) order; it is
+scaled by that (token, expert)'s routing weight and summed into the token's row (float32 here).
 """
 
 from __future__ import annotations
@@ -22,13 +27,13 @@ import torch.distributed as dist
 
 from problems import ProblemSpec
 from problems._common import (
+    alltoall_bytes,
     check_scale,
+    circulant_splits,
     hypothesis,
-    like,
-    moe_capacity,
-    moe_routing,
-    moe_slot_positions,
+    nbytes,
     randn,
+    resolve_dtype,
     seeded_generator,
     symmetric,
 )
@@ -37,96 +42,129 @@ PROBLEM = ProblemSpec(
     id=29,
     name="moe_post_all2all",
     category="moe",
-    description="Top-k MoE combine: all-to-all expert outputs back from fixed-capacity buffers, weighted sum per token.",
-    source="DeepEP combine / Megatron-LM MoE token dispatcher (token unpermutation)",
+    description="Top-k MoE combine: reorder expert outputs by source rank, all-to-all back, routing-weighted sum per token.",
+    source="veScale / Megatron-LM MoE token unpermutation after the expert all-to-all",
     has_compute=True,
     dtypes=("bfloat16", "float32"),
-    tolerances={"float32": (1e-5, 1e-5), "bfloat16": (2e-2, 2e-2)},
-    notes="Capacity = ceil(1.25 * T * K / num_experts), as in problem 27.",
+    tolerances={"float32": (1e-5, 1e-5), "bfloat16": (3e-2, 2e-2)},
+    notes="Split sizes and per-expert counts are uneven and change with the trial.",
 )
 
-SIZES = {
-    "small": {"tokens": 48, "hidden": 32, "topk": 2, "experts_per_rank": 2},
-    "large": {"tokens": 2048, "hidden": 4096, "topk": 2, "experts_per_rank": 4},
-}
+SIZES = {"small": {"tokens": 16, "top_k": 2, "hidden": 32}, "large": {"tokens": 4096, "top_k": 2, "hidden": 2048}}
+
+
+def _ints(sizes) -> list[int]:
+    return [int(n) for n in (sizes.tolist() if isinstance(sizes, torch.Tensor) else sizes)]
+
+
+def _by_source_rank(expert_outputs, counts, world_size):
+    """Rows regrouped from (local expert, source rank) order to (source rank, local expert) order."""
+    local_experts = counts.shape[1]
+    blocks = expert_outputs.split(_ints(counts.t().reshape(-1)), dim=0)  # block l * world + s
+    return torch.cat([blocks[l * world_size + s] for s in range(world_size) for l in range(local_experts)], dim=0)
+
+
+def _combine(rows, routing_weights, selected_experts, routing_map, permutation, shape):
+    """Weighted sum of routed rows into their tokens; rows follow routing_map's (expert, token) order."""
+    num_experts, tokens = routing_map.shape
+    weight = torch.zeros((tokens, num_experts), dtype=torch.float32, device=rows.device)
+    weight.scatter_add_(1, selected_experts, routing_weights.float())
+    row_weight = weight.t()[routing_map.bool()]
+    out = torch.zeros(tuple(shape), dtype=torch.float32, device=rows.device)
+    out.index_add_(0, permutation, rows.float() * row_weight[:, None])
+    return out.to(rows.dtype)
 
 
 @torch.no_grad()
-def solution(
-    expert_out: torch.Tensor,
-    expert_ids: torch.Tensor,
-    routing_weights: torch.Tensor,
-    num_experts: int,
-    capacity: int,
-) -> torch.Tensor:
-    tokens = expert_ids.shape[0]
-    hidden = expert_out.shape[-1]
-    # [E_local, dest, C, H] -> grouped by destination (source of the tokens) for the exchange
-    send = expert_out.transpose(0, 1).contiguous()
-    back = torch.empty_like(send)  # [expert rank, E_local, C, H] == [num_experts, C, H]
-    dist.all_to_all_single(back, send)
-    back = back.view(num_experts, capacity, hidden)
+def solution(expert_outputs, routing_weights, selected_experts, num_experts, input_splits, output_splits,
+             num_global_tokens_per_local_expert, routing_map, local_input_permutation_mapping,
+             org_hidden_states_shape, group=None) -> torch.Tensor:
+    world_size = dist.get_world_size(group)
+    send = _by_source_rank(expert_outputs, num_global_tokens_per_local_expert, world_size)
+    if world_size == 1:
+        received = send
+    else:
+        # output_splits: rows this rank sends to each rank; input_splits: rows it receives
+        received = send.new_empty((sum(_ints(input_splits)), send.shape[1]))
+        dist.all_to_all_single(received, send.contiguous(), output_split_sizes=_ints(input_splits),
+                               input_split_sizes=_ints(output_splits), group=group)
+    return _combine(received, routing_weights, selected_experts, routing_map, local_input_permutation_mapping,
+                    org_hidden_states_shape)
 
-    flat_expert, flat_token, position = moe_slot_positions(expert_ids, num_experts)
-    kept = position < capacity
-    weights = routing_weights.reshape(-1)[kept].float()
-    rows = back[flat_expert[kept], position[kept]].float() * weights[:, None]
-    out = torch.zeros((tokens, hidden), dtype=torch.float32, device=expert_out.device)
-    out.index_add_(0, flat_token[kept], rows)
-    return out.to(expert_out.dtype)
+
+def _num_experts(world_size: int) -> int:
+    return 8 if 8 % world_size == 0 else 2 * world_size  # PKB uses 8 experts
 
 
 def make_inputs(rank, world_size, trial, device, dtype, scale: str = "small") -> tuple:
     size = check_scale(scale, SIZES)
-    num_experts = size["experts_per_rank"] * world_size
-    capacity = moe_capacity(size["tokens"], size["topk"], num_experts)
+    top_k, hidden = size["top_k"], size["hidden"]
+    tokens = -(-size["tokens"] // world_size) * world_size  # routed rows split evenly on average
+    num_experts = _num_experts(world_size)
+    local_experts = num_experts // world_size
+    routed = tokens * top_k
     gen = seeded_generator(PROBLEM.id, rank, trial)
-    expert_out = randn(gen, (size["experts_per_rank"], world_size, capacity, size["hidden"]), device, dtype)
-    expert_ids = moe_routing(gen, size["tokens"], size["topk"], num_experts, device)
-    routing_weights = torch.rand((size["tokens"], size["topk"]), generator=gen)
-    routing_weights = (routing_weights / routing_weights.sum(1, keepdim=True)).to(device)
-    return expert_out, expert_ids, routing_weights, num_experts, capacity
+    selected = torch.rand((tokens, num_experts), generator=gen).argsort(dim=1)[:, :top_k].sort(dim=1).values
+    routing_map = torch.zeros((num_experts, tokens), dtype=torch.bool)
+    routing_map[selected, torch.arange(tokens)[:, None]] = True
+    weights = torch.randn((tokens, top_k), generator=gen).softmax(dim=1)
+    expert_outputs = randn(gen, (routed, hidden), device, dtype)
+    # uneven blocks per (source rank, local expert): cuts of the routed rows at sorted random points
+    cuts = torch.randint(0, routed + 1, (world_size * local_experts - 1,), generator=gen).sort().values
+    edges = torch.cat([torch.tensor([0]), cuts, torch.tensor([routed])])
+    counts = (edges[1:] - edges[:-1]).view(world_size, local_experts)
+    splits = circulant_splits(seeded_generator(PROBLEM.id, 0, trial), world_size, routed // world_size)
+    output_splits = splits[rank]
+    input_splits = [splits[s][rank] for s in range(world_size)]
+    permutation = routing_map.nonzero()[:, 1]  # (expert, token) order
+    return (
+        expert_outputs,
+        weights.to(device=device, dtype=resolve_dtype(dtype)),
+        selected.to(device),
+        num_experts,
+        input_splits,
+        output_splits,
+        counts.to(device),
+        routing_map.to(device),
+        permutation.to(device),
+        torch.Size([tokens, hidden]),
+        None,
+    )
 
 
 def traffic_bytes(inputs, world_size) -> dict:
-    # this rank's kept assignments; (world-1)/world of them live on other ranks under uniform routing
-    expert_out, expert_ids, _, num_experts, capacity = inputs
-    counts = torch.bincount(expert_ids.reshape(-1).cpu(), minlength=num_experts).clamp(max=capacity)
-    row_bytes = expert_out.shape[-1] * expert_out.element_size()
-    return symmetric(int(counts.sum()) * row_bytes * (world_size - 1) // world_size)
+    return symmetric(max(1, alltoall_bytes(nbytes(inputs[0]), world_size)))
 
 
-def _combine(inputs_per_rank, rank, world_size, weighted=True, owners=None):
-    """out[t] for `rank`'s tokens, written as loops over tokens so it shares no code with solution."""
-    expert_out0, expert_ids, routing_weights, num_experts, capacity = inputs_per_rank[rank]
-    experts_per_rank = num_experts // world_size
-    tokens, topk = expert_ids.shape
-    out = torch.zeros((tokens, expert_out0.shape[-1]), dtype=torch.float64, device=expert_out0.device)
-    seen = [0] * num_experts  # tokens of this rank already placed in each expert's bucket
-    for t in range(tokens):
-        for k in range(topk):
-            expert = int(expert_ids[t, k])
-            slot = seen[expert]
-            seen[expert] += 1
-            owner = expert // experts_per_rank
-            if slot >= capacity or (owners is not None and owner not in owners):
-                continue
-            value = inputs_per_rank[owner][0][expert % experts_per_rank, rank, slot].double()
-            out[t] += value * (float(routing_weights[t, k]) if weighted else 1.0)
-    return like(expert_out0, out)
+def _received(inputs_per_rank, rank, world_size, skip=(), reorder=True):
+    """The rows rank `rank` receives, from the senders' inputs; senders in `skip` send zeros."""
+    parts = []
+    for s, inp in enumerate(inputs_per_rank):
+        rows = _by_source_rank(inp[0], inp[6], world_size) if reorder else inp[0]
+        block = rows.split(_ints(inp[5]), dim=0)[rank]
+        parts.append(torch.zeros_like(block) if s in skip else block)
+    return torch.cat(parts, dim=0)
+
+
+def _combined(inputs_per_rank, rank, rows, weights=None):
+    inp = inputs_per_rank[rank]
+    return _combine(rows, inp[1] if weights is None else weights, inp[2], inp[7], inp[8], inp[9])
 
 
 def global_reference(inputs_per_rank, world_size) -> list:
-    return [_combine(inputs_per_rank, r, world_size) for r in range(world_size)]
+    return [_combined(inputs_per_rank, r, _received(inputs_per_rank, r, world_size)) for r in range(world_size)]
 
 
 def hypotheses(inputs_per_rank, expected, got, rank, world_size) -> list[dict]:
-    hyps = [hypothesis("unweighted", _combine(inputs_per_rank, rank, world_size, weighted=False))]
+    rows = _received(inputs_per_rank, rank, world_size)
+    hyps = [hypothesis("unweighted", _combined(inputs_per_rank, rank, rows, torch.ones_like(inputs_per_rank[rank][1])),
+                       detail="routing weights not applied")]
+    if world_size > 1 and inputs_per_rank[rank][6].shape[1] > 1:  # with one local expert order is moot
+        hyps.append(hypothesis("not_reordered", _combined(inputs_per_rank, rank, _received(
+            inputs_per_rank, rank, world_size, reorder=False)), detail="sent in (expert, source) order"))
     if world_size > 1:
-        hyps.append(hypothesis("local_only", _combine(inputs_per_rank, rank, world_size, owners={rank}),
-                               detail="only experts on this rank contributed"))
-    for peer in range(world_size):
-        if peer != rank:
-            owners = set(range(world_size)) - {peer}
-            hyps.append(hypothesis("missing_peer", _combine(inputs_per_rank, rank, world_size, owners=owners), peers=[peer]))
+        for peer in range(world_size):
+            if peer != rank and inputs_per_rank[peer][5][rank]:
+                hyps.append(hypothesis("missing_peer", _combined(inputs_per_rank, rank, _received(
+                    inputs_per_rank, rank, world_size, skip=(peer,))), peers=[peer]))
     return hyps

@@ -1,7 +1,7 @@
-"""All-gather along dim 0: every rank ends with all ranks' tensors concatenated in rank order.
+"""All-gather into a new leading dim: every rank ends with all ranks' tensors stacked in rank order.
 
-Inputs per rank: x [rows, cols]. Output: [world_size * rows, cols]; rows r*rows:(r+1)*rows hold
-rank r's x, identical on every rank.
+Inputs per rank: tensor [rows, cols]. Output: [world_size, rows, cols] (PKB's reference returns
+this shape); out[r] holds rank r's tensor, identical on every rank.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ PROBLEM = ProblemSpec(
     id=2,
     name="allgather",
     category="collective",
-    description="All-gather of one dense tensor per rank, concatenated along dim 0 in rank order.",
+    description="All-gather of one dense tensor per rank, stacked into a new leading dim in rank order.",
     source="NCCL ncclAllGather as used by FSDP/ZeRO-3 parameter unsharding",
     has_compute=False,
     dtypes=("bfloat16", "float32"),
@@ -27,10 +27,11 @@ SIZES = {"small": {"rows": 32, "cols": 96}, "large": {"rows": 2048, "cols": 4096
 
 
 @torch.no_grad()
-def solution(x: torch.Tensor) -> torch.Tensor:
+def solution(tensor: torch.Tensor) -> torch.Tensor:
     world_size = dist.get_world_size()
-    out = torch.empty((world_size * x.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
-    dist.all_gather_into_tensor(out, x.contiguous())
+    out = torch.empty((world_size, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
+    # gathered through a flat [world * rows, ...] view: the same bytes, and the shape gloo accepts
+    dist.all_gather_into_tensor(out.flatten(0, 1) if tensor.dim() else out, tensor.contiguous())
     return out
 
 
@@ -45,23 +46,25 @@ def traffic_bytes(inputs, world_size) -> dict:
 
 
 def global_reference(inputs_per_rank, world_size) -> list:
-    gathered = torch.cat([inp[0] for inp in inputs_per_rank], dim=0)
+    gathered = torch.stack([inp[0] for inp in inputs_per_rank], dim=0)
     return [gathered.clone() for _ in range(world_size)]
 
 
 def hypotheses(inputs_per_rank, expected, got, rank, world_size) -> list[dict]:
     xs = [inp[0] for inp in inputs_per_rank]
-    rows = xs[0].shape[0]
-    hyps = [hypothesis("local_only", torch.cat([xs[rank]] * world_size, dim=0))]
+    hyps = [hypothesis("local_only", torch.stack([xs[rank]] * world_size, dim=0))]
     for peer in range(world_size):
         if peer == rank:
             continue
         missing = expected.clone()
-        missing[peer * rows:(peer + 1) * rows] = 0  # where the peer's block would be
-        hyps.append(hypothesis("missing_peer", missing, peers=[peer], rows=[peer * rows, (peer + 1) * rows]))
+        missing[peer] = 0  # where the peer's block would be
+        hyps.append(hypothesis("missing_peer", missing, peers=[peer], block=peer))
     if world_size > 1:
-        hyps.append(hypothesis("wrong_order", torch.cat(xs[::-1], dim=0), order="reversed"))
+        hyps.append(hypothesis("wrong_order", torch.stack(xs[::-1], dim=0), order="reversed"))
         own_only = torch.zeros_like(expected)
-        own_only[rank * rows:(rank + 1) * rows] = xs[rank]
+        own_only[rank] = xs[rank]
         hyps.append(hypothesis("self_only", own_only))
+        flat = torch.cat(xs, dim=0)  # the concatenated layout [world * rows, cols] of a dim-0 gather
+        hyps.append(hypothesis("flat_layout", flat, shape_changes=True,
+                               detail="gathered along dim 0 instead of into a new leading dim"))
     return hyps

@@ -1,6 +1,6 @@
 """Ulysses' all-to-all primitive: scatter one dim across ranks, gather another.
 
-Inputs per rank: x, scatter_dim (int), gather_dim (int). The world holds a global tensor G that is
+Inputs per rank: x, scatter_dim (int), gather_dim (int), group (None: the world; PKB's signature). The world holds a global tensor G that is
 sharded along gather_dim (rank r holds block r); the output on rank r is block r of G along
 scatter_dim, i.e. out = concat over source ranks s of (block r of x_s along scatter_dim), joined
 along gather_dim in rank order.
@@ -36,8 +36,8 @@ SIZES = {
 
 
 @torch.no_grad()
-def solution(x: torch.Tensor, scatter_dim: int, gather_dim: int) -> torch.Tensor:
-    world_size = dist.get_world_size()
+def solution(x: torch.Tensor, scatter_dim: int, gather_dim: int, group: dist.ProcessGroup | None = None) -> torch.Tensor:
+    world_size = dist.get_world_size(group)
     scatter_dim %= x.dim()
     gather_dim %= x.dim()
     # bring the scattered dim to the front and split it into [world, chunk] so that one
@@ -45,7 +45,7 @@ def solution(x: torch.Tensor, scatter_dim: int, gather_dim: int) -> torch.Tensor
     moved = x.movedim(scatter_dim, 0)
     send = moved.reshape(world_size, moved.shape[0] // world_size, *moved.shape[1:]).contiguous()
     recv = torch.empty_like(send)
-    dist.all_to_all_single(recv, send)
+    dist.all_to_all_single(recv, send, group=group)
     pieces = [piece.movedim(0, scatter_dim) for piece in recv.unbind(0)]  # piece s came from rank s
     return torch.cat(pieces, dim=gather_dim).contiguous()
 
@@ -55,8 +55,8 @@ def make_inputs(rank, world_size, trial, device, dtype, scale: str = "small") ->
     b, s, h, d = size["batch"], size["seq_local"], size["heads_local"], size["head_dim"]
     gen = seeded_generator(PROBLEM.id, rank, trial)
     if trial % 2 == 0:
-        return randn(gen, (b, s, h * world_size, d), device, dtype), 2, 1
-    return randn(gen, (b, s * world_size, h, d), device, dtype), 1, 2
+        return randn(gen, (b, s, h * world_size, d), device, dtype), 2, 1, None
+    return randn(gen, (b, s * world_size, h, d), device, dtype), 1, 2, None
 
 
 def traffic_bytes(inputs, world_size) -> dict:
@@ -64,13 +64,13 @@ def traffic_bytes(inputs, world_size) -> dict:
 
 
 def global_reference(inputs_per_rank, world_size) -> list:
-    _, scatter_dim, gather_dim = inputs_per_rank[0]
+    _, scatter_dim, gather_dim, _ = inputs_per_rank[0]
     whole = torch.cat([inp[0] for inp in inputs_per_rank], dim=gather_dim)
     return [block.contiguous() for block in whole.tensor_split(world_size, dim=scatter_dim)]
 
 
 def hypotheses(inputs_per_rank, expected, got, rank, world_size) -> list[dict]:
-    _, scatter_dim, gather_dim = inputs_per_rank[0]
+    _, scatter_dim, gather_dim, _ = inputs_per_rank[0]
     hyps = []
     if world_size > 1:
         # pieces joined in reverse rank order

@@ -1,7 +1,7 @@
 """Ulysses: gather the sequence, scatter the heads, and drop sequence padding.
 
 Inputs per rank: x [B, S_pad/w, Hh, D] (rank r holds sequence positions r*S_pad/w:(r+1)*S_pad/w,
-all heads), seq_dim = 1, head_dim = 2, unpadded_dim_size = S (the true sequence length; S_pad is S
+all heads), seq_dim = 1, head_dim = 2, group = None (the world), unpadded_dim_size = S (the true sequence length; S_pad is S
 rounded up to a multiple of world; the padded positions, at the end of the last rank's shard, are
 zero). Output on rank r: [B, S, Hh/w, D] = the whole unpadded sequence for heads
 r*Hh/w:(r+1)*Hh/w. With unpadded_dim_size 0 or a multiple of world nothing is dropped.
@@ -33,12 +33,13 @@ SIZES = {
 
 
 @torch.no_grad()
-def solution(x: torch.Tensor, seq_dim: int, head_dim: int, unpadded_dim_size: int = 0) -> torch.Tensor:
-    world_size = dist.get_world_size()
+def solution(x: torch.Tensor, seq_dim: int, head_dim: int, group: dist.ProcessGroup | None = None,
+             unpadded_dim_size: int = 0) -> torch.Tensor:
+    world_size = dist.get_world_size(group)
     heads = x.movedim(head_dim, 0)
     send = heads.reshape(world_size, heads.shape[0] // world_size, *heads.shape[1:]).contiguous()
     recv = torch.empty_like(send)
-    dist.all_to_all_single(recv, send)
+    dist.all_to_all_single(recv, send, group=group)
     out = torch.cat([piece.movedim(0, head_dim) for piece in recv.unbind(0)], dim=seq_dim)
     if unpadded_dim_size and unpadded_dim_size % world_size != 0:
         out = out.narrow(seq_dim, 0, unpadded_dim_size)
@@ -54,7 +55,7 @@ def make_inputs(rank, world_size, trial, device, dtype, scale: str = "small") ->
     unpadded = s * world_size - padding
     if rank == world_size - 1 and padding:
         x[:, s - padding:] = 0  # padded tail of the sequence
-    return x, 1, 2, unpadded
+    return x, 1, 2, None, unpadded
 
 
 def traffic_bytes(inputs, world_size) -> dict:
@@ -62,13 +63,13 @@ def traffic_bytes(inputs, world_size) -> dict:
 
 
 def global_reference(inputs_per_rank, world_size) -> list:
-    _, seq_dim, head_dim, unpadded = inputs_per_rank[0]
+    _, seq_dim, head_dim, _, unpadded = inputs_per_rank[0]
     sequence = torch.cat([inp[0] for inp in inputs_per_rank], dim=seq_dim)[:, :unpadded]
     return [block.contiguous() for block in sequence.tensor_split(world_size, dim=head_dim)]
 
 
 def hypotheses(inputs_per_rank, expected, got, rank, world_size) -> list[dict]:
-    _, seq_dim, head_dim, unpadded = inputs_per_rank[0]
+    _, seq_dim, head_dim, _, unpadded = inputs_per_rank[0]
     sequence = torch.cat([inp[0] for inp in inputs_per_rank], dim=seq_dim)
     kept = sequence.tensor_split(world_size, dim=head_dim)[rank].contiguous()
     hyps = [hypothesis("padding_kept", kept, shape_changes=kept.shape != expected.shape)]

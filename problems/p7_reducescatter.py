@@ -27,10 +27,10 @@ SIZES = {"small": {"rows": 16, "cols": 96}, "large": {"rows": 1024, "cols": 4096
 
 
 @torch.no_grad()
-def solution(x: torch.Tensor) -> torch.Tensor:
+def solution(tensor: torch.Tensor) -> torch.Tensor:
     world_size = dist.get_world_size()
-    out = torch.empty((x.shape[0] // world_size, *x.shape[1:]), dtype=x.dtype, device=x.device)
-    dist.reduce_scatter_tensor(out, x.contiguous(), op=dist.ReduceOp.SUM)
+    out = torch.empty((tensor.shape[0] // world_size, *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
+    dist.reduce_scatter_tensor(out, tensor.contiguous(), op=dist.ReduceOp.SUM)
     return out
 
 

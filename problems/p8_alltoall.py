@@ -27,16 +27,17 @@ SIZES = {"small": {"rows": 16, "cols": 96}, "large": {"rows": 1024, "cols": 4096
 
 
 @torch.no_grad()
-def solution(x: torch.Tensor) -> torch.Tensor:
-    out = torch.empty_like(x)
-    dist.all_to_all_single(out, x.contiguous())
+def solution(tensor: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(tensor)
+    dist.all_to_all_single(out, tensor.contiguous())
     return out
 
 
 def make_inputs(rank, world_size, trial, device, dtype, scale: str = "small") -> tuple:
     size = check_scale(scale, SIZES)
     gen = seeded_generator(PROBLEM.id, rank, trial)
-    return (randn(gen, (world_size * size["rows"], size["cols"]), device, dtype),)
+    # PKB's layout: [world, rows, cols], block d goes to rank d
+    return (randn(gen, (world_size, size["rows"], size["cols"]), device, dtype),)
 
 
 def traffic_bytes(inputs, world_size) -> dict:

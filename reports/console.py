@@ -17,10 +17,21 @@ def _axis(rec: CandidateRecord, axis: str) -> str:
     return "+".join(vals) or "-"
 
 
-def summary_table(records: list[CandidateRecord], width: int = 48) -> str:
+def elide_middle(path: str, width: int = 56) -> str:
+    """A path shortened in the middle: the head says which tree, the longer tail keeps the end of
+    the run tree's name (the model) and the file name, which is what tells rows apart:
+    `solutions_cu…gemini-3.1-pro-preview/12_allgather_gemm_cuda.py`."""
+    if len(path) <= width:
+        return path
+    keep_head = max(width // 4, 1)
+    keep_tail = width - 1 - keep_head
+    return path[:keep_head] + "…" + path[len(path) - keep_tail:]
+
+
+def summary_table(records: list[CandidateRecord], width: int = 56) -> str:
     rows = []
     for r in records:
-        path = r.path if len(r.path) <= width else "…" + r.path[-(width - 1):]
+        path = elide_middle(r.path, width)
         if r.parse_status != "ok":
             rows.append([path, r.parse_status, "-", "-", "-", r.parse_message[:40]])
             continue
@@ -41,19 +52,37 @@ def totals(records: Iterable[CandidateRecord]) -> str:
         "mechanisms: " + (", ".join(f"{k} {v}" for k, v in mech.most_common()) or "-"),
         "findings: " + (", ".join(f"{k} {v}" for k, v in sorted(rules.items())) or "none"),
     ]
+    silenced = Counter(f.rule for r in records for f in r.suppressed)
+    if silenced:
+        lines.append("suppressed by noqa: " + ", ".join(f"{k} {v}" for k, v in sorted(silenced.items())))
     return "\n".join(lines)
 
 
-def eval_table(records: list[CandidateRecord], width: int = 48) -> str:
+def eval_table(records: list[CandidateRecord], width: int = 56) -> str:
     rows = []
     for r in records:
         ev = r.evaluation or {}
-        path = r.path if len(r.path) <= width else "…" + r.path[-(width - 1):]
+        path = elide_middle(r.path, width)
         speed = ev.get("speedup")
         outcome = ev.get("outcome") or ("correct" if ev.get("correct") else "-")
         rows.append([path, ev.get("status", "-"), outcome, ev.get("subtype") or "",
                      f"{speed:.3g}x" if isinstance(speed, (int, float)) else "", (ev.get("reason") or "")[:50]])
     return tabulate(rows, headers=["candidate", "status", "outcome", "subtype", "speedup", "reason"], tablefmt="simple")
+
+
+def eval_line(rec: CandidateRecord, index: int, total: int) -> str:
+    """One candidate's result as it lands: `[3/82] path: outcome (subtype) 1.2x, 14.1 s`, the reason
+    whole where it was not run."""
+    ev = rec.evaluation or {}
+    status = ev.get("status", "-")
+    if status not in ("ran", "skipped_cached"):
+        return f"[{index}/{total}] {rec.path}: not run: {ev.get('reason') or 'no reason recorded'}"
+    outcome = ev.get("outcome") or ("correct" if ev.get("correct") else "-")
+    sub = f" ({ev['subtype']})" if ev.get("subtype") else ""
+    speed = f" {ev['speedup']:.3g}x" if isinstance(ev.get("speedup"), (int, float)) else ""
+    wall = f", {ev['wall_s']:.1f} s" if isinstance(ev.get("wall_s"), (int, float)) else ""
+    cached = " (stored result)" if status == "skipped_cached" else ""
+    return f"[{index}/{total}] {rec.path}: {outcome}{sub}{speed}{wall}{cached}"
 
 
 def eval_totals(records: Iterable[CandidateRecord]) -> str:

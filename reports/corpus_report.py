@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from pkb import taxonomy
-from reports import kernel_page
+from reports import kernel_page, paper_table
 from reports.html_parts import badge, esc, fig_to_img, fmt, matplotlib_agg, page, pct, table
+from reports.report_parts import breakable, candidates_table, failed_problems
 
 # The paper's mechanism families (TAXONOMY words in each).
 MECHANISM_GROUPS = (
@@ -124,8 +125,7 @@ def _plot_findings(rows: list[dict[str, Any]], rule_names: dict[str, str]) -> st
     return fig_to_img(fig, "rule findings per candidate")
 
 
-OUTCOME_COLORS = {"faster": "#2e8540", "slower": "#c17d11", "wrong_result": "#c0392b", "compile_error": "#8e44ad", "load_error": "#9b59b6",
-                  "runtime_error": "#a93226", "hang": "#34495e", "suspect": "#d35400", "correct": "#58a66a", "": "#95a5a6"}
+from reports.report_parts import OUTCOME_COLORS  # noqa: E402  (colour-blind safe; one palette for plots and badges)
 
 
 def _plot_outcomes(rows: list[dict[str, Any]], key: str) -> str:
@@ -153,7 +153,7 @@ def _plot_speedups(rows: list[dict[str, Any]]) -> str:
     fig, ax = plt.subplots(figsize=(8, 0.9 + 0.4 * len(probs)))
     for i, p in enumerate(probs):
         xs = [r["speedup"] for r in sp if r["problem"] == p]
-        ax.scatter(xs, [i] * len(xs), color=["#2e8540" if x >= 1 else "#c17d11" for x in xs], zorder=3)
+        ax.scatter(xs, [i] * len(xs), color=[OUTCOME_COLORS["faster"] if x >= 1 else OUTCOME_COLORS["slower"] for x in xs], zorder=3)
     ax.axvline(1.0, color="#555", lw=1, ls="--")
     ax.set_xscale("log")
     ax.set_yticks(range(len(probs)))
@@ -227,10 +227,6 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     # ---- the minute answers ----
     used = [f"{m['name']} {m['n']} ({pct(m['share'])})" for m in mech if m["n"] and m["name"] not in ("none found", "unknown")]
     unused = [m["name"] for m in mech if not m["n"] and m["name"] not in ("none found", "unknown")]
-    failed: dict[str, Counter[str]] = {}
-    for r in evaluated:
-        if not r["correct"] and r["outcome"] not in ("correct",):
-            failed.setdefault(r["problem"], Counter())[f"{r['outcome']}" + (f" ({r['subtype']})" if r["subtype"] else "")] += 1
     fastest: dict[str, dict[str, Any]] = {}
     for r in rows:
         if r["correct"] and r["speedup"] is not None and (r["problem"] not in fastest or r["speedup"] > fastest[r["problem"]]["speedup"]):
@@ -244,10 +240,11 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
         + (f"<li class=\"muted\">never used: {esc(', '.join(unused))}</li>" if unused else "") + "</ul></div>",
     ]
     if any_eval:
-        fl = "".join(f"<li><b>{esc(p)}</b>: {esc(', '.join(f'{k} x{v}' for k, v in c.most_common()))}</li>" for p, c in sorted(failed.items()))
-        cards.append(f"<div class=\"card\"><h3>Failed problems and why</h3><ul>{fl or '<li>none failed</li>'}</ul></div>")
+        fh, fb_ = failed_problems(rows)
+        ftable = table(fh, fb_, num=set(range(1, len(fh) - 2)), id="failed-table") if fb_ else "<p>none failed</p>"
         fa = "".join(f"<li><b>{esc(p)}</b>: {link(r, Path(r['path']).parent.name + '/' + Path(r['path']).name)} {fmt(r['speedup'])}x</li>" for p, r in sorted(fastest.items()))
         cards.append(f"<div class=\"card\"><h3>Fastest kernel per problem</h3><ul>{fa or '<li>no correct timed candidate</li>'}</ul></div>")
+        cards.append(f"<div class=\"card wide\"><h3>Failed problems and why</h3>{ftable}</div>")  # a full row, under the two lists
     else:
         top = Counter(f for r in rows for f in set(r["findings"])).most_common(5)
         cards.append("<div class=\"card\"><h3>Most common findings</h3><ul>" + "".join(f"<li><b>{esc(k)}</b> {esc(rule_names.get(k, ''))}: {v} candidates</li>" for k, v in top) + "</ul></div>")
@@ -267,12 +264,13 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     else:
         body.append(f'<p class="sub">{len(evaluated)} of {n} candidates evaluated; {sum(r["correct"] for r in evaluated)} correct.</p>')
         md += [f"{len(evaluated)} of {n} candidates evaluated; {sum(r['correct'] for r in evaluated)} correct.", ""]
-    toc = ["summary", "outcomes", "metrics", "mechanisms", "sync-overlap", "findings", "failures", "fastest", "candidates"]
+    toc = ["summary", "outcomes", "metrics", "mechanisms", "sync-overlap", "findings", "failures", "paper-table", "fastest", "candidates"]
     body.append('<nav class="toc">' + "".join(f'<a href="#{t}">{t.replace("-", " and ")}</a>' for t in toc) + "</nav>")
     body.append('<h2 id="summary">At a glance</h2><div class="cards">' + "".join(cards) + "</div>")
     md += ["## At a glance", "", "Mechanisms used: " + (", ".join(used) or "none") + (f"; never used: {', '.join(unused)}" if unused else ""), ""]
     if any_eval:
-        md += ["Failed problems: " + ("; ".join(f"{p}: " + ", ".join(f"{k} x{v}" for k, v in c.most_common()) for p, c in sorted(failed.items())) or "none"), ""]
+        fh, fb_ = failed_problems(rows)
+        md += ["Failed problems and why:", "", _md_table(fh, fb_) if fb_ else "none failed", ""]
         md += ["Fastest per problem: " + ("; ".join(f"{p}: {r['path']} {fmt(r['speedup'])}x" for p, r in sorted(fastest.items())) or "none"), ""]
 
     # outcomes
@@ -354,6 +352,19 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
         img = _plot_speedups(rows)
         plots.append(img)
 
+    # the paper's failure table (columns of PKB's blog), ours beside its figures
+    body.append('<h2 id="paper-table">Failures in the paper\'s columns</h2>')
+    md.append("## Failures in the paper's columns\n")
+    if any_eval:
+        prows = paper_table.model_rows(records)
+        paper_table.write_csv(prows, out_dir / "paper_table.csv")
+        note = f"Rules in reports/paper_table.py; the paper's rows: {paper_table.PAPER_SOURCE}. Also in paper_table.csv."
+        body.append(f'<p class="muted">{esc(note)}</p>' + paper_table.html(prows))
+        md += [note, "", paper_table.markdown(prows), ""]
+    else:
+        body.append('<p class="muted">no evaluation</p>')
+        md.append("No evaluation.\n")
+
     # fastest
     body.append('<h2 id="fastest">Fastest kernel per problem</h2>')
     h = ["problem", "fastest candidate", "model", "speedup", "mechanism", "sync", "overlap"]
@@ -367,9 +378,13 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     body.append('<h2 id="candidates">Candidates</h2>')
     body.append('<input class="filter" placeholder="filter rows (problem, model, label, outcome...)" oninput="pkbFilter(this, \'cand-table\')">')
     h = ["problem", "model", "candidate", "outcome", "subtype", "speedup", "mechanism", "sync", "overlap", "findings"]
-    cb = [[esc(r["problem"]), esc(r["model"]), link(r), badge(r["outcome"]) if r["evaluated"] else '<span class="muted">not evaluated</span>', esc(r["subtype"]), fmt(r["speedup"]),
-           esc("+".join(r["mechanism"]) or "-"), esc("+".join(r["sync"]) or "-"), esc("+".join(r["overlap"]) or "-"), esc(" ".join(sorted(set(r["findings"]))))] for r in rows]
-    body.append(table(h, cb, raw=set(range(10)), num={5}, id="cand-table"))
+    # The model has its own column: the candidate shows its file name, the full path on hover.
+    cb = [[breakable(esc(r["problem"])), breakable(esc(r["model"])), f'<a href="{esc(r["page"])}" title="{esc(r["path"])}">{breakable(esc(Path(r["path"]).name))}</a>',
+           badge(r["outcome"]) if r["evaluated"] else '<span class="muted">not evaluated</span>', breakable(esc(r["subtype"])), fmt(r["speedup"]),
+           breakable(esc(" + ".join(r["mechanism"]) or "-")), breakable(esc(" + ".join(r["sync"]) or "-")), breakable(esc(" + ".join(r["overlap"]) or "-")), esc(" ".join(sorted(set(r["findings"]))))] for r in rows]
+    keys = [[r["problem_id"] if r["problem_id"] is not None else "", None, r["path"], r["outcome"] or "not evaluated", None,
+             "" if r["speedup"] is None else r["speedup"], None, None, None, len(r["findings"])] for r in rows]
+    body.append(candidates_table(h, cb, keys))
     md += ["## Candidates", "", _md_table(h, [[r["problem"], r["model"], f"[{r['path']}]({r['page']})", r["outcome"] or "not evaluated", r["subtype"], fmt(r["speedup"]),
                                                "+".join(r["mechanism"]), "+".join(r["sync"]), "+".join(r["overlap"]), " ".join(sorted(set(r["findings"])))] for r in rows]), ""]
 

@@ -31,9 +31,6 @@ code, pre { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-si
 code { background: var(--band); padding: 1px 4px; border-radius: 3px; }
 pre { background: var(--band); padding: 8px 10px; overflow-x: auto; border-radius: 4px; }
 .badge { display: inline-block; padding: 1px 7px; border-radius: 10px; font-size: 12px; font-weight: 600; color: #fff; background: #7a8591; }
-.o-faster { background: #2e8540; } .o-slower { background: #c17d11; } .o-wrong_result { background: #c0392b; }
-.o-compile_error, .o-load_error { background: #8e44ad; } .o-runtime_error { background: #a93226; } .o-hang { background: #34495e; }
-.o-suspect { background: #d35400; } .o-none { background: #95a5a6; }
 .sev-error { color: #b03a2e; font-weight: 600; } .sev-warning { color: #b9770e; } .sev-info { color: var(--muted); }
 .cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(270px, 1fr)); gap: 12px; margin: 10px 0; }
 .card { border: 1px solid var(--line); border-radius: 6px; padding: 10px 14px; background: var(--band); }
@@ -41,6 +38,8 @@ pre { background: var(--band); padding: 8px 10px; overflow-x: auto; border-radiu
 .notice { border-left: 4px solid #c17d11; background: #fdf6e8; padding: 8px 12px; margin: 10px 0; }
 .explain { border-left: 4px solid var(--accent); background: #eef3fa; padding: 8px 14px; margin: 10px 0; }
 img.plot { max-width: 100%; border: 1px solid var(--line); border-radius: 4px; margin: 6px 0; display: block; }
+details.rule-doc { margin: 6px 0; } details.rule-doc .doc { padding: 2px 14px; border-left: 3px solid var(--line); }
+tr.cited td:first-child { border-left: 3px solid var(--accent); }
 input.filter { padding: 4px 8px; width: 320px; margin: 4px 0; border: 1px solid var(--line); border-radius: 4px; }
 """
 
@@ -57,6 +56,18 @@ function pkbFilter(input, tableId) {
   for (var i = 0; i < rows.length; i++) { rows[i].style.display = rows[i].textContent.toLowerCase().indexOf(q) >= 0 ? '' : 'none'; }
 }
 """
+
+
+def _with_report_parts() -> None:
+    """Outcome badge colours (colour-blind safe) and the sortable table's CSS and script."""
+    global CSS, SCRIPT
+    from reports.report_parts import SORT_CSS, SORT_SCRIPT, badge_css
+
+    CSS += badge_css() + "\n" + SORT_CSS
+    SCRIPT += SORT_SCRIPT
+
+
+_with_report_parts()
 
 
 def esc(x: Any) -> str:

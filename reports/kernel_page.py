@@ -70,21 +70,17 @@ def timeline_img(record: Any) -> tuple[str, int]:
     return '<p class="muted">no profile trace for this candidate</p>', 0
 
 
-def _findings_html(record: Any) -> str:
+def _findings_html(record: Any, cited: list[str] | None = None) -> str:
+    """Each finding once (reports.explain_view), the noqa-suppressed ones named, and each fired
+    rule's documentation rendered from its Markdown (templates/findings.html.j2)."""
     from analyzer.rules import all_rules
+    from reports.explain_view import finding_rows
+    from reports.templating import render
 
     catalogue = {r.id: r for r in all_rules()}
-    if not record.findings:
-        return '<p class="muted">no findings</p>'
-    rows = []
-    for f in record.findings:
-        rule = catalogue.get(f.rule)
-        fix = esc(rule.fix) if rule else ""
-        why = f'<div class="muted">{esc(rule.rationale())}</div>' if rule and rule.rationale() else ""
-        rows.append([f"<b>{esc(f.rule)}</b> {esc(f.name)}", f'<span class="sev-{esc(f.severity)}">{esc(f.severity)}</span>',
-                     f"<code>{esc(f.file)}:{f.line}</code>", esc(f.message) + (f"<br><code>{esc(f.snippet)}</code>" if f.snippet else ""),
-                     fix + why])
-    return table(["rule", "severity", "where", "message / snippet", "fix (why)"], rows, raw={0, 1, 2, 3, 4})
+    fired = sorted({f.rule for f in record.findings} & set(catalogue))
+    return render("findings.html.j2", findings=finding_rows(record, cited or []), suppressed=list(record.suppressed),
+                  rules=[{"id": rid, "name": catalogue[rid].name, "doc": catalogue[rid].doc()} for rid in fired])
 
 
 def _evaluation_html(record: Any) -> str:
@@ -160,18 +156,13 @@ def ncu_html(record: Any) -> str:
 
 
 def explanation_html(expl: dict[str, Any]) -> str:
+    """The explanation without what the findings and labels tables already show."""
+    from reports.explain_view import explanation_parts
+    from reports.templating import render
+
     if not expl:
         return ""
-    items = "".join(f"<li>{esc(e['text'])}</li>" for e in expl.get("evidence", []))
-    fixes = "".join(
-        f"<li>{'<b>' + esc(f['rule']) + '</b> ' + esc(f['name']) + ': ' if f.get('rule') else ''}{esc(f['fix'])}"
-        + (f" <span class=\"muted\">(at {esc(', '.join(f['at']))})</span>" if f.get("at") else "")
-        + (f"<div class=\"muted\">why: {esc(f['why'])}</div>" if f.get("why") else "") + "</li>"
-        for f in expl.get("fixes", [])
-    )
-    return (f'<div class="explain"><p><b>{esc(expl.get("headline"))}</b></p>'
-            + (f"<p>Evidence:</p><ul>{items}</ul>" if items else "")
-            + (f"<p>Likely fix:</p><ul>{fixes}</ul>" if fixes else "") + "</div>")
+    return render("explanation.html.j2", **explanation_parts(expl))
 
 
 def render(record: Any, back: str = "../index.html") -> tuple[str, int]:
@@ -201,7 +192,9 @@ def render(record: Any, back: str = "../index.html") -> tuple[str, int]:
     passes = ", ".join(f"{p.name}: {p.status}" + (f" ({p.message})" if p.message else "") for p in record.passes)
     if passes:
         parts.append(f'<p class="muted">passes: {esc(passes)}</p>')
-    parts += ['<h2 id="findings">Findings</h2>', _findings_html(record)]
+    from reports.explain_view import explanation_parts
+
+    parts += ['<h2 id="findings">Findings</h2>', _findings_html(record, explanation_parts(expl)["cited"] if expl else [])]
     parts += ['<h2 id="evaluation">Evaluation</h2>', _evaluation_html(record)]
     parts += ['<h2 id="ncu">Nsight Compute counters (second call)</h2>', ncu_html(record)]
     parts += ['<h2 id="diagnosis">Diagnosis</h2>', _diagnosis_html(record)]

@@ -19,7 +19,7 @@ STORE_NAMES = ("pkb_eval.sqlite", "eval.sqlite")
 
 def _labels(d: dict[str, Any]) -> dict[str, list[Label]]:
     out: dict[str, list[Label]] = {}
-    for axis in AXES:
+    for axis in (*AXES, "fallback"):
         labs = [Label(axis, item["label"], [Evidence(**e) for e in item.get("evidence", [])]) for item in d.get(axis) or []]
         if labs:
             out[axis] = labs
@@ -37,6 +37,7 @@ def record_from_json_line(d: dict[str, Any]) -> CandidateRecord:
     rec.labels = _labels(d)
     rec.kernels = [KernelReport(name=k["name"], language=k.get("language", ""), line=k.get("line", 0), labels=_labels(k)) for k in d.get("kernels", [])]
     rec.findings = [Finding(**f) for f in d.get("findings", [])]
+    rec.suppressed = [Finding(**f) for f in d.get("suppressed", [])]
     rec.evaluation = d.get("evaluation") or {}
     rec.profile = d.get("profile") or {}
     rec.diagnosis = d.get("diagnosis") or {}

@@ -40,60 +40,66 @@ def analyze_file(path: Path, *, store: Path | None = None, ptx: bool = True) -> 
 
 
 def _labels_table(labels: dict[str, list[Any]], title: str) -> Table:
-    t = Table(title=title, show_lines=False, expand=True, title_justify="left")
+    t = Table(title=Text(title), show_lines=False, expand=True, title_justify="left")
     t.add_column("axis", style="bold", no_wrap=True)
     t.add_column("label", style="cyan", no_wrap=True)
     t.add_column("evidence")
     for axis in AXES:
         for lab in labels.get(axis, []):
             ev = "\n".join(f"{e.file}:{e.line} [{e.pass_name}] {e.snippet}" for e in lab.evidence[:4]) or "(no evidence)"
-            t.add_row(axis, lab.value, Text(ev))
+            t.add_row(Text(axis), Text(lab.value), Text(ev))
     return t
 
 
 def render(rec: Any, console: Console | None = None, store_used: str = "") -> None:
-    from analyzer.rules import all_rules
+    """Every piece of the record's text goes in as rich `Text` (never parsed as markup), so
+    evidence such as `flags[blockIdx.x]` prints verbatim; each finding is one row of the findings
+    table (reports.explain_view), the explanation cites it there."""
+    from reports.explain_view import explanation_parts, finding_rows
 
     console = console or Console()
     diag = rec.diagnosis or {}
-    expl = diag.get("explanation") or {}
+    parts = explanation_parts(diag.get("explanation") or {})
     ev = rec.evaluation or {}
     head = Text(rec.path, style="bold")
     tag = ev.get("outcome") or "not evaluated"
     if diag.get("subtype"):
         tag += f" ({diag['subtype']})"
     head.append(f"  {tag}", style="magenta")
-    console.print(Panel(Text(expl.get("headline", "")), title=head, title_align="left"))
-    if expl.get("evidence"):
+    console.print(Panel(Text(parts["headline"]), title=head, title_align="left"))
+    if parts["evidence"]:
         console.print(Text("Evidence", style="bold"))
-        for e in expl["evidence"]:
-            console.print(Text(f"  - {e['text']}"))
-    if expl.get("fixes"):
+        for text in parts["evidence"]:
+            console.print(Text(f"  - {text}"))
+    if parts["cited"]:
+        console.print(Text(f"Rests on the findings {', '.join(parts['cited'])} (their fixes: the Findings table)"))
+    if parts["fixes"]:
         console.print(Text("Likely fix", style="bold"))
-        for f in expl["fixes"]:
-            rule = f"{f['rule']} {f['name']}: " if f.get("rule") else ""
-            console.print(Text(f"  - {rule}{f['fix']}" + (f" (at {', '.join(f['at'])})" if f.get("at") else "")))
+        for f in parts["fixes"]:
+            console.print(Text(f"  - {f['name'] + ': ' if f.get('name') else ''}{f['fix']}"))
     console.print(_labels_table(rec.labels, "Labels of the candidate"))
     for k in rec.kernels:
         console.print(_labels_table(k.labels, f"Kernel {k.name} ({k.language}, line {k.line})"))
-    catalogue = {r.id: r for r in all_rules()}
-    if rec.findings:
+    rows = finding_rows(rec, parts["cited"])
+    if rows:
         t = Table(title="Findings", expand=True, title_justify="left")
         for col in ("rule", "severity", "line", "message", "fix"):
             t.add_column(col)
-        for f in rec.findings:
-            rule = catalogue.get(f.rule)
-            t.add_row(f"{f.rule} {f.name}", f.severity, str(f.line), f"{f.message}\n{f.snippet}", rule.fix if rule else "")
+        for f in rows:
+            t.add_row(Text(f"{f['rule']} {f['name']}" + (" (cited)" if f["cited"] else "")), Text(f["severity"]), Text(str(f["line"])),
+                      Text(f"{f['message']}\n{f['snippet']}"), Text(f["fix"]))
         console.print(t)
     else:
         console.print(Text("Findings: none", style="dim"))
+    if rec.suppressed:
+        console.print(Text("Suppressed by noqa: " + ", ".join(f"{f.rule} at line {f.line}" for f in rec.suppressed), style="dim"))
     if ev:
-        t = Table(title="Evaluation" + (f" (from {store_used})" if store_used else ""), expand=True, title_justify="left")
+        t = Table(title=Text("Evaluation" + (f" (from {store_used})" if store_used else "")), expand=True, title_justify="left")
         t.add_column("figure", style="bold")
         t.add_column("value")
         for key in ("status", "outcome", "subtype", "speedup", "world_size", "dtype", "reason"):
             if ev.get(key) not in (None, ""):
-                t.add_row(key, str(ev[key]))
+                t.add_row(Text(key), Text(str(ev[key])))
         console.print(t)
     else:
         console.print(Text("Evaluation: none stored for this file (static passes only)", style="dim"))
@@ -104,9 +110,7 @@ def render(rec: Any, console: Console | None = None, store_used: str = "") -> No
         t.add_column("cost")
         t.add_column("evidence")
         for c in slow:
-            t.add_row(c["cause"], c["cost"], "\n".join(e["text"] for e in c["evidence"][:3]))
+            t.add_row(Text(c["cause"]), Text(c["cost"]), Text("\n".join(e["text"] for e in c["evidence"][:3])))
         console.print(t)
-    for n in expl.get("notes", []):
+    for n in parts["notes"]:
         console.print(Text(f"note: {n}", style="dim"))
-
-

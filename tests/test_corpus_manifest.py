@@ -87,3 +87,13 @@ def test_label_evidence_lines_match_the_manifest(analyzed):
                 off.append(f"{m['path']}: {label} evidence at {sorted(cited)}, manifest says {lines}")
     n = sum(len(m.get("label_lines", {})) for m, _ in analyzed)
     assert len(off) <= 0.1 * max(n, 1), "\n".join(off)
+
+
+def test_fallback_mechanisms_where_the_manifest_names_them(analyzed):
+    # Branches PKB's run does not take (world_size == 1, no multicast, another dtype) are
+    # reported beside the axes, under `fallback`, never in `mechanism`.
+    named = [(m, rec) for m, rec in analyzed if "fallback" in m]
+    assert named
+    for m, rec in named:
+        assert sorted(rec.label_values("fallback")) == sorted(m["fallback"]), m["path"]
+        assert not set(m["fallback"]) & set(rec.label_values("mechanism")) - set(m["mechanism"]), m["path"]

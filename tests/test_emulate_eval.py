@@ -286,7 +286,7 @@ def test_a_candidate_exception_is_a_runtime_error_of_that_rank(tmp_path):
 # ---- hangs ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name, where", [("deadlock_barrier", "barrier"), ("deadlock_spin", "candidate code")])
+@pytest.mark.parametrize("name, where", [("deadlock_barrier", "barrier"), ("deadlock_spin", "1_allreduce_deadlock_spin.py:")])
 def test_deadlock_is_a_timeout_and_does_not_hang(tmp_path, name, where):
     before = patch.originals()
     t0 = time.monotonic()
@@ -296,6 +296,7 @@ def test_deadlock_is_a_timeout_and_does_not_hang(tmp_path, name, where):
     stuck = rec["details"]["stuck_ranks"]
     assert [s["rank"] for s in stuck] == ([0] if name == "deadlock_barrier" else [1])
     assert where in stuck[0]["blocked_in"]
+    assert " in solution" in stuck[0]["where"]  # the candidate's own line, from the rank's stack
     assert rec["details"]["native_stuck_ranks"] == []  # the stuck thread was stopped
     assert patch.originals() == before
     # the process is still usable for the next run

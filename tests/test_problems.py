@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 import traceback
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -62,6 +63,8 @@ PKB_PROBLEMS = {
     82: "vocab_parallel_log_prob_topk",
 }
 COLLECTIVES = (1, 2, 3, 4, 7, 8)
+# base_shape (M, N) for PKB's input factory in the PKB_ROOT comparison: small enough for CPU ranks
+PKB_BASE_SHAPE = (128, 256)
 
 
 # ---------------------------------------------------------------- comparisons (worker and pytest)
@@ -78,6 +81,15 @@ def _structure(value):
     if isinstance(value, torch.Tensor):
         return ("tensor", tuple(value.shape), str(value.dtype))
     return (type(value).__name__,)
+
+
+def _structure_fact(value):
+    """An output's structure as JSON: a tensor is [shape, dtype], a sequence a list of those."""
+    if isinstance(value, (tuple, list)):
+        return [_structure_fact(v) for v in value]
+    if isinstance(value, torch.Tensor):
+        return {"shape": list(value.shape), "dtype": str(value.dtype).removeprefix("torch.")}
+    return {"type": type(value).__name__}
 
 
 def mismatch(got, expected, atol: float, rtol: float) -> str | None:
@@ -115,6 +127,7 @@ def check_problem(pid: int, rank: int, world_size: int) -> dict:
     module = problem.module
     failures: list[str] = []
     checks = hypotheses_seen = 0
+    structure = None
     for dtype in DTYPES:
         atol, rtol = problem.spec.tolerances[dtype]
         for trial in TRIALS:
@@ -131,6 +144,8 @@ def check_problem(pid: int, rank: int, world_size: int) -> dict:
                 failures.append(f"{where}: {traceback.format_exc(limit=4)}")
                 continue
             checks += 1
+            if dtype == "float32" and trial == 0:
+                structure = _structure_fact(got)
             if not identical(inputs, pristine):
                 failures.append(f"{where}: solution modified its inputs")
             inputs_per_rank = [module.make_inputs(r, world_size, trial, "cpu", dtype) for r in range(world_size)]
@@ -158,7 +173,88 @@ def check_problem(pid: int, rank: int, world_size: int) -> dict:
                                         f"output has {_structure(expected)}")
                     elif mismatch(predicted, expected, atol, rtol) is None:
                         failures.append(f"{where}: hypothesis {name} {hyp.get('peers', '')} equals the right answer")
-    return {"checks": checks, "hypotheses": hypotheses_seen, "failures": failures}
+    return {"checks": checks, "hypotheses": hypotheses_seen, "failures": failures, "structure": structure}
+
+
+def _pkb_reference(pid: int):
+    """PKB's own reference module for problem `pid`, imported from the checkout at $PKB_ROOT."""
+    import importlib.util
+
+    root = Path(os.environ["PKB_ROOT"])
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))  # references and the factory import `utils.*`
+    path = root / "reference" / f"{problems.get(pid).spec.stem}.py"
+    spec = importlib.util.spec_from_file_location(f"pkb_reference_{pid}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _pkb_factory():
+    import importlib.util
+
+    root = Path(os.environ["PKB_ROOT"])
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    spec = importlib.util.spec_from_file_location("pkb_input_factory", root / "utils" / "input_output_tensors.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@contextmanager
+def _gloo_accepts_stacked_all_gather():
+    """gloo's all_gather_into_tensor refuses an output of shape [world, *input.shape] (NCCL takes
+    it; PKB's 2_allgather uses it): hand gloo the same memory as [world * rows, ...]."""
+    import torch.distributed as dist
+
+    real = dist.all_gather_into_tensor
+
+    def flat_output(output, input, *args, **kwargs):
+        if output.dim() == input.dim() + 1 and input.dim() > 0 and output.is_contiguous():
+            output = output.flatten(0, 1)
+        return real(output, input, *args, **kwargs)
+
+    dist.all_gather_into_tensor = flat_output
+    try:
+        yield
+    finally:
+        dist.all_gather_into_tensor = real
+
+
+def compare_with_pkb(pid: int, rank: int, world_size: int) -> dict:
+    """PKB's reference and ours on the same inputs: ours (make_inputs) and PKB's (its input factory).
+
+    Returns the failures and the structure of PKB's output on our float32 trial-0 inputs (the
+    committed facts are checked against it)."""
+    problem = problems.get(pid)
+    failures: list[str] = []
+    structure = None
+    theirs_module = _pkb_reference(pid)
+    factory = _pkb_factory()
+    for dtype in DTYPES:
+        atol, rtol = problem.spec.tolerances[dtype]
+        for source in ("ours", "pkb"):
+            where = f"{dtype} inputs from {source}"
+            def make():  # each side gets its own inputs: PKB's 73 edits its logits in place
+                if source == "ours":
+                    return problem.module.make_inputs(rank, world_size, 0, "cpu", dtype)
+                return factory.create_input_tensor(rank, world_size, pid, PKB_BASE_SHAPE,
+                                                   _common.resolve_dtype(dtype), 0, device="cpu")
+
+            try:
+                with _gloo_accepts_stacked_all_gather():
+                    expected = theirs_module.solution(*make())
+                got = problem.module.solution(*make())
+            except Exception:  # noqa: BLE001 - reported; ranks stay in step on the next case
+                failures.append(f"{where}: {traceback.format_exc(limit=3)}")
+                continue
+            if source == "ours" and dtype == "float32":
+                structure = _structure_fact(expected)
+            why = mismatch(got, expected, atol, rtol)
+            if why:
+                failures.append(f"{where}: ours != PKB's: {why}")
+    return {"failures": failures, "structure": structure}
 
 
 def worker_main(rank: int, world_size: int, store: str, out: str) -> None:
@@ -174,6 +270,11 @@ def worker_main(rank: int, world_size: int, store: str, out: str) -> None:
         started = time.perf_counter()
         report[str(pid)] = check_problem(pid, rank, world_size)
         report[str(pid)]["seconds"] = round(time.perf_counter() - started, 3)
+    if os.environ.get("PKB_ROOT"):
+        report["pkb"] = {}
+        for pid in sorted(PKB_PROBLEMS):
+            report["pkb"][str(pid)] = compare_with_pkb(pid, rank, world_size)
+            dist.barrier()  # a failure on one rank must not leave the others in a collective
     dist.barrier()
     dist.destroy_process_group()
     Path(out).write_text(json.dumps(report), encoding="utf-8")
@@ -290,6 +391,71 @@ def test_hypotheses_were_exercised(world_size):
             assert sum(report[r][str(pid)]["hypotheses"] for r in range(world_size)) > 0, pid
 
 
+# ---------------------------------------------------------------- tests: PKB's references
+FACTS_PATH = REPO / "tests" / "fixtures" / "pkb_problem_facts.json"
+needs_pkb = pytest.mark.skipif(not os.environ.get("PKB_ROOT"), reason="set PKB_ROOT to a ParallelKernelBench checkout")
+
+
+def pkb_facts_from_checkout() -> dict:
+    """The facts CI checks without a checkout, computed from PKB's references at $PKB_ROOT: each
+    problem's solution() parameters, and its output structure on every rank for our small float32
+    trial-0 inputs at world sizes 2 and 4."""
+    facts: dict[str, dict] = {}
+    for world_size in WORLD_SIZES:
+        report = world_report(world_size)
+        for pid in sorted(PKB_PROBLEMS):
+            entry = facts.setdefault(str(pid), {
+                "name": PKB_PROBLEMS[pid],
+                "params": list(inspect.signature(_pkb_reference(pid).solution).parameters),
+                "output_by_world_size": {},
+            })
+            entry["output_by_world_size"][str(world_size)] = [report[r]["pkb"][str(pid)]["structure"]
+                                                              for r in range(world_size)]
+    return {"source": "ParallelKernelBench reference/ at dab08304, run on CPU gloo ranks on our "
+                      "make_inputs(rank, world_size, 0, 'cpu', 'float32'); written by "
+                      "`PKB_ROOT=... python tests/test_problems.py --write-pkb-facts`",
+            "problems": facts}
+
+
+def committed_facts() -> dict:
+    return json.loads(FACTS_PATH.read_text(encoding="utf-8"))["problems"]
+
+
+@pytest.mark.parametrize("pid", sorted(PKB_PROBLEMS))
+def test_signature_is_pkbs(pid):
+    from problems import catalog
+
+    facts = committed_facts()[str(pid)]
+    ours = list(inspect.signature(problems.get(pid).module.solution).parameters)
+    assert ours == facts["params"] == list(catalog.entries()[pid].params)
+    assert facts["name"] == catalog.entries()[pid].name == problems.get(pid).name
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+def test_output_structure_is_pkbs(world_size):
+    report = world_report(world_size)
+    for pid, facts in committed_facts().items():
+        ours = [report[r][pid]["structure"] for r in range(world_size)]
+        assert ours == facts["output_by_world_size"][str(world_size)], pid
+
+
+@needs_pkb
+@pytest.mark.parametrize("world_size", (1, *WORLD_SIZES))
+@pytest.mark.parametrize("pid", sorted(PKB_PROBLEMS))
+def test_agrees_with_pkb_reference(world_size, pid):
+    """PKB's reference and ours on the same inputs (ours and PKB's input factory, both dtypes);
+    world size 1 too, where a one-GPU user evaluates."""
+    report = world_report(world_size)
+    for rank in range(world_size):
+        found = report[rank]["pkb"][str(pid)]
+        assert not found["failures"], f"rank {rank}:\n" + "\n".join(found["failures"])
+
+
+@needs_pkb
+def test_committed_facts_are_pkbs():
+    assert pkb_facts_from_checkout()["problems"] == committed_facts()
+
+
 # ---------------------------------------------------------------- tests: hypotheses name real bugs
 def _inputs(pid, world_size, trial=0, dtype="float32"):
     module = problems.get(pid).module
@@ -336,7 +502,7 @@ def test_cross_entropy_unreduced_target_is_named():
 
 def test_ring_attention_missing_block_is_named():
     module, ipr = _inputs(54, 4)
-    q, _, _, scale = ipr[0]
+    q, scale = ipr[0][0], ipr[0][3]  # trial 0 is not causal
     keys = torch.cat([ipr[b][1] for b in (0, 1, 2)], dim=1)  # the block of rank 3 was skipped
     values = torch.cat([ipr[b][2] for b in (0, 1, 2)], dim=1)
     buggy = torch.nn.functional.scaled_dot_product_attention(
@@ -345,17 +511,28 @@ def test_ring_attention_missing_block_is_named():
     assert _matching(module.hypotheses(ipr, expected, buggy, 0, 4), buggy, 1e-5, 1e-5) == [("missing_peer", [3])]
 
 
-def test_moe_dispatch_layout_and_counts():
-    module, ipr = _inputs(27, 2)
-    recv, counts = module.global_reference(ipr, 2)[1]
-    tokens_0, ids_0, num_experts, capacity = ipr[0]
-    # bucket (local expert 0 of rank 1 = global expert 2, source rank 0), built from first principles
-    routed = [t for t in range(tokens_0.shape[0]) if 2 in ids_0[t].tolist()][:capacity]
-    assert counts[0, 0] == len(routed)
-    assert torch.equal(recv[0, 0, : len(routed)], tokens_0[routed])
-    assert not recv[0, 0, len(routed):].any()  # padding is zero
-    all_counts = torch.stack([module.global_reference(ipr, 2)[r][1] for r in range(2)])
-    assert len(set(all_counts.flatten().tolist())) > 1  # bucket loads differ
+def test_moe_all2all_splits_are_uneven_and_consistent():
+    module, ipr = _inputs(27, 4)
+    sent = [list(inp[1]) for inp in ipr]
+    for rank, inp in enumerate(ipr):
+        assert list(inp[2]) == [sent[s][rank] for s in range(4)]  # receives what the others send it
+        assert inp[0].shape[0] == sum(inp[1])
+    assert len({n for row in sent for n in row}) > 1  # blocks differ in size
+    out = module.global_reference(ipr, 4)[2]
+    block_of_1_for_2 = ipr[1][0][sent[1][0] + sent[1][1]: sent[1][0] + sent[1][1] + sent[1][2]]
+    start = sent[0][2]
+    assert torch.equal(out[start:start + sent[1][2]], block_of_1_for_2)
+
+
+def test_moe_combine_is_the_weighted_sum_per_token():
+    module, ipr = _inputs(29, 2)
+    out = module.global_reference(ipr, 2)[0]
+    weights, selected = ipr[0][1], ipr[0][2]
+    rows = module._received(ipr, 0, 2)  # rows in (expert, token) order
+    order = ipr[0][7].nonzero().tolist()
+    token = 5
+    expect = sum(weights[token, k] * rows[order.index([int(selected[token, k]), token])] for k in range(2))
+    assert torch.allclose(out[token], expect, atol=1e-6)
 
 
 @pytest.mark.skipif(not os.environ.get("PKB_TEST_LARGE"), reason="set PKB_TEST_LARGE=1: allocates the GPU-sized inputs")
@@ -369,3 +546,9 @@ def test_large_inputs_are_8_to_64_mib_per_rank(pid):
 
 if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] == "--worker":
     worker_main(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
+elif __name__ == "__main__" and sys.argv[1:] == ["--write-pkb-facts"]:
+    facts = pkb_facts_from_checkout()
+    lines = [f"  {json.dumps(pid)}: {json.dumps(entry)}" for pid, entry in facts["problems"].items()]
+    FACTS_PATH.write_text('{"source": ' + json.dumps(facts["source"]) + ',\n "problems": {\n' + ",\n".join(lines)
+                          + "\n }}\n", encoding="utf-8")
+    print(f"wrote {FACTS_PATH}")

@@ -142,12 +142,37 @@ def test_static_report_says_it_is_static(built):
 def test_evaluated_report_answers_the_three_questions(built, evaluated_records):
     html = Path(built["eval"]["html"]).read_text()
     assert "Failed problems and why" in html and "Fastest kernel per problem" in html
-    assert "compile_error (cuda_syntax)" in html and "wrong_result (unwritten)" in html
+    failed = _table_rows(html, "failed-table")
+    assert failed[0][:1] == ["problem"] and failed[0][-2:] == ["most common subtype", "what it means"]
+    by_problem = {row[0]: dict(zip(failed[0], row)) for row in failed[1:]}
+    evaluated = [r for r in evaluated_records if r.evaluation["outcome"] not in ("faster", "slower")]
+    assert sum(int(v) for row in by_problem.values() for k, v in row.items() if k in ("compile_error", "wrong_result", "hang", "runtime_error")) == len(evaluated)
+    cuda = next(row for row in by_problem.values() if row.get("compile_error") == "1")
+    n_failed = sum(int(v) for k, v in cuda.items() if k in ("compile_error", "wrong_result", "hang", "runtime_error"))
+    assert cuda["most common subtype"] == f"cuda_syntax (1 of {n_failed})" and "does not compile" in cuda["what it means"]
     fastest = max((r for r in evaluated_records if r.problem_id == 1 and r.evaluation["outcome"] == "faster"), key=lambda r: r.evaluation["speedup"])
     assert fastest.path in html
     assert "pass@1" in html and "fast_1@5" in html
     assert built["eval"]["plots"] == 5  # + outcomes by category, speedups
     assert built["eval"]["page_plots"] == 1  # the profiled candidate's timeline
+
+
+def _table_rows(html: str, table_id: str) -> list[list[str]]:
+    """Header and body cells of one table, as text."""
+    m = re.search(rf'<table id="{table_id}".*?</table>', html, re.S)
+    assert m, table_id
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", m.group(0), re.S)
+    return [[re.sub(r"<[^>]+>", "", c).strip() for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r, re.S)] for r in rows]
+
+
+def test_outcome_colours_are_distinct_and_every_badge_has_its_word(built):
+    from reports.report_parts import OUTCOME_PALETTE
+
+    failures = [o for o in OUTCOME_PALETTE if o not in ("correct", "")]
+    assert len({OUTCOME_PALETTE[o][0] for o in failures}) == len(failures)
+    html = Path(built["eval"]["html"]).read_text()
+    for word in re.findall(r'<span class="badge o-([a-z_]+)">([^<]*)</span>', html):
+        assert word[1] == (word[0] if word[0] != "none" else "not evaluated")
 
 
 # ---- in a real browser ---------------------------------------------------------------------------
@@ -233,3 +258,24 @@ def test_kernel_page_shows_the_ncu_counters_and_what_was_unavailable():
     assert "1.68e+07" in html_text
     rec.profile["ncu"] = {"status": "failed", "error": "ncu wrote no report", "kernels": []}
     assert "ncu wrote no report" in ncu_html(rec)
+
+
+def test_candidates_table_fits_at_1400_px_and_sorts(built, tmp_path):
+    index = Path(built["eval"]["html"])
+    dom = _browser(tmp_path, index.resolve().as_uri(), "--dump-dom", "--window-size=1400,900")
+    width, visible = re.search(r'data-cand-width="(\d+)"', dom), re.search(r'data-cand-visible="(\d+)"', dom)
+    assert width and visible, "the measuring script did not run"
+    assert 0 < int(width.group(1)) <= int(visible.group(1)) <= 1400
+    # click "speedup" twice (descending), as a user would; the first rows hold the largest speedups
+    probe = index.with_name("sorted.html")
+    probe.write_text(index.read_text().replace("</body>", """<script>window.addEventListener('load', function () {
+      var th = Array.prototype.find.call(document.querySelectorAll('#cand-table th'), function (h) { return h.textContent === 'speedup'; });
+      pkbSort(th); pkbSort(th);
+      document.body.dataset.order = Array.prototype.map.call(document.getElementById('cand-table').tBodies[0].rows,
+        function (r) { return r.cells[th.cellIndex].textContent; }).join('|');
+    });</script></body>"""))
+    dom = _browser(tmp_path, probe.resolve().as_uri(), "--dump-dom")
+    order = re.search(r'data-order="([^"]*)"', dom).group(1).split("|")
+    numbers = [float(x) for x in order if x]
+    assert numbers == sorted(numbers, reverse=True) and len(numbers) >= 5
+    assert order[: len(numbers)] == [x for x in order if x]  # empty cells (not timed) come last

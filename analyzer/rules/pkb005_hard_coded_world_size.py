@@ -1,5 +1,6 @@
 import re
 
+from analyzer.python_pass import run_context
 from analyzer.rules.base import Rule
 
 _CUDA_CONST = re.compile(
@@ -16,6 +17,9 @@ class HardCodedWorldSize(Rule):
     Finds code that fixes the number of ranks: `assert dist.get_world_size() == 2`,
     `world_size = 8`, `peer = 1 - rank`, `(rank + 1) % 8`, `range(8)` over peers, or
     `#define WORLD_SIZE 8` / `constexpr int kWorldSize = 8` in the CUDA source.
+
+    Where the run's world size is known (a PKB run tree, `h100_8`), a count equal to it holds on
+    that run and is not reported; `1 - rank` (exactly two ranks) and other counts are.
 
     ## Why is this bad?
     The same problem is evaluated at 2, 4 and 8 ranks. A candidate written for one of them
@@ -43,11 +47,22 @@ class HardCodedWorldSize(Rule):
     fix = "read dist.get_world_size() (or hdl.world_size) and pass it to the kernel"
 
     def check(self, ctx):
+        # A count equal to the run's world size holds on that run (PKB ran every tree at 8):
+        # only counts that break it are reported there. `1 - rank` needs exactly two ranks.
+        world = run_context(ctx.rec.precision, ctx.rec.hardware).world_size
+
+        def breaks(value: str) -> bool:
+            return world is None or value != str(world)
+
         for a in ctx.py.asserts:
-            if a.kind == "world_size":
+            if a.kind == "world_size" and breaks(a.literal):
                 yield self.finding(ctx, a.line, f"asserts world size == {a.literal}")
         for c in ctx.py.constants:
-            yield self.finding(ctx, c.line, f"{c.name} = {c.value}")
+            if c.name == "peer" or breaks(c.value):
+                yield self.finding(ctx, c.line, f"{c.name} = {c.value}")
         for line, text, _src in ctx.cuda_lines():
-            if _CUDA_CONST.search(text) and not text.strip().startswith("//"):
-                yield self.finding(ctx, line, "in the CUDA source", pass_name="clang")
+            m = _CUDA_CONST.search(text)
+            if m and not text.strip().startswith("//"):
+                literal = re.search(r"(\d+)\s*;?\s*$", m.group(0))
+                if "rank" in m.group(0) or literal is None or breaks(literal.group(1)):
+                    yield self.finding(ctx, line, "in the CUDA source", pass_name="clang")

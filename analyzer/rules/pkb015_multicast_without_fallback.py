@@ -1,5 +1,7 @@
+import ast
 import re
 
+from analyzer.python_pass import run_context
 from analyzer.rules.base import Rule
 
 _CHECK = re.compile(r"multicast_ptr\s*(==|!=|>|<=|is not|is)\s*(0|None)|(if|assert|not)\s+\S*multicast_ptr|\bmc\w*\s*(==|!=)\s*0|if\s+(not\s+)?mc\w*\b")
@@ -11,6 +13,9 @@ class MulticastWithoutFallback(Rule):
     ## What it does
     Finds uses of `hdl.multicast_ptr` (NVLink SHARP through a multicast object) with no test
     that it is non-zero and no fallback path.
+
+    Where the run is known to have multicast (a PKB run tree on an NVSwitch node, `h100_8`), the
+    hazard cannot happen on that run and nothing is reported.
 
     ## Why is this bad?
     `multicast_ptr` is 0 when the fabric, the driver or the allocator does not provide multicast
@@ -40,9 +45,34 @@ class MulticastWithoutFallback(Rule):
     fix = "test hdl.multicast_ptr != 0 and fall back to peer loads/stores"
 
     def check(self, ctx):
+        if run_context(ctx.rec.precision, ctx.rec.hardware).multicast:
+            return  # the run's machine has multicast (an NVSwitch node): the hazard cannot happen there
         uses = [c for c in ctx.py.calls if c.qualname == "handle.multicast_ptr" and c.path in ("timed", "setup")]
         if not uses:
             return
-        if any(_CHECK.search(line) for line in ctx.lines):
+        if any(_CHECK.search(line) for line in ctx.lines) or _tests_multicast(ctx.rec.syntax_tree()):
             return
         yield self.finding(ctx, uses[0].line)
+
+
+def _is_multicast(node: ast.AST) -> bool:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Attribute) and "multicast" in sub.attr:
+            return True
+        if isinstance(sub, ast.Name) and ("multicast" in sub.id.lower() or sub.id.lower() in ("mc_ptr", "mc_addr", "mc")):
+            return True
+    return False
+
+
+def _tests_multicast(tree: ast.AST | None) -> bool:
+    """A branch, assert or conditional on the multicast address (`if int(hdl.multicast_ptr) != 0:`,
+    `use_mc = hdl.multicast_ptr != 0`, `mc if mc else fallback`): the file checks that it exists."""
+    if not tree:
+        return False
+    for node in ast.walk(tree):
+        test = node.test if isinstance(node, (ast.If, ast.IfExp, ast.Assert, ast.While)) else None
+        if isinstance(node, (ast.Compare, ast.BoolOp)) or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)):
+            test = node
+        if test is not None and _is_multicast(test):
+            return True
+    return False

@@ -2,7 +2,10 @@
 
     emulated_evaluate(candidate_path, problem, world_size, trials=3, device=None, ...) -> dict
     emulated_sweep(candidate_path, problem, world_sizes=(2, 4, 8), ...) -> dict
-    evaluate_record(record, world_size, ...) -> dict      # what `pkb-analyze eval --emulate N` calls
+    evaluate_record(record, world_size, ...) -> dict      # one record, in this process
+    records.emulate_records(records, world_size, options)  # `pkb-analyze eval --emulate N`: a
+        process per candidate (isolate, child), PKB's references with --pkb-root, builds before
+        the clock, results stored marked emulated, "needs multicast" where that is all it lacks
 
 Each rank is a thread with its own CUDA stream (CPU: a thread and CPU tensors), its own copy of
 the candidate module (module-level caches stay per rank) and the fakes of `torch.distributed`

@@ -10,6 +10,7 @@ the diagnosis of wrong results (the problem's hypotheses plus generic ones built
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import inspect
@@ -45,9 +46,20 @@ class _LoadFailure(Exception):
 
 
 def _problem_source(problem: Any, dtype: str | None, scale: str, tolerance: tuple[float, float] | None) -> tuple[Any, Any, str]:
-    """(ProblemSource, spec, dtype name) for an id, a name, a problems.Problem or a module file."""
+    """(ProblemSource, spec, dtype name) for an id, a name, a problems.Problem, a module file, or
+    a job problem of pkb.eval.problem_source.resolve (a PKB checkout's reference and inputs)."""
     from pkb.eval import problem_source
 
+    if isinstance(problem, dict) and "kind" in problem:
+        spec = None
+        if problem["kind"] == "registry":
+            import problems
+
+            spec = problems.get(problem["id"]).spec
+        elif problem["kind"] == "file":
+            spec = getattr(problem_source._import_file(problem["path"], f"pkb_problem_{problem['id']}"), "PROBLEM", None)
+        dtype_name = dtype or (spec.dtypes[0] if spec is not None else problem_source.DEFAULT_DTYPE)
+        return problem_source.load(problem, dtype_name, scale, tolerance), spec, dtype_name
     if hasattr(problem, "spec") and hasattr(problem, "module"):
         problem = problem.spec.id
     if isinstance(problem, (str, Path)) and str(problem).endswith(".py") and Path(problem).is_file():
@@ -85,14 +97,24 @@ def emulated_evaluate(
     tolerance: tuple[float, float] | None = None,
     call_timeout_s: float | None = None,
     load_timeout_s: float = 900.0,
+    build_timeout_s: float = 900.0,
     per_thread_default_stream: bool = True,
     repeat_check: bool = True,
     diagnose: bool = True,
+    run_cuda_candidates_on_cpu: bool = False,
+    progress_path: str | None = None,
+    keep_rank_results: bool = False,
 ) -> dict[str, Any]:
     """Run reference and candidate on `world_size` virtual ranks for `trials` fresh-input trials.
 
+    problem: an id, a name, a problems.Problem, a problem file, or a job problem dict of
+    pkb.eval.problem_source.resolve (then a PKB checkout's references and input factory).
     device: None (CUDA if available, else CPU), 'cpu', 'cuda' or 'cuda:i'. Returns an outcome
-    record (the keys of pkb.eval's evaluation plus "emulated": True, "timing": None)."""
+    record (the keys of pkb.eval's evaluation plus "emulated": True, "timing": None).
+    run_cuda_candidates_on_cpu: run a candidate that needs CUDA on the CPU world anyway (to check
+    that its Python path gets as far as its first CUDA use). progress_path: a file that gets
+    each step's phase as it starts (the parent of an isolated run reads it after a crash).
+    keep_rank_results: add each rank's raw results ("rank_results", for the store's trial rows)."""
     import torch
 
     t0 = time.monotonic()
@@ -132,7 +154,15 @@ def emulated_evaluate(
         record["reason"] = f"problem not found: {exc}"
         return record
     record.update(dtype=dtype_name, problem_id=src.id, problem_stem=getattr(spec, "stem", ""))
-    if dev.type == "cpu":
+    # `from utils.cuda_helpers import compile_cuda_extension`: PKB's own once its `utils` was
+    # imported with the problem (--pkb-root), else the evaluation core's, as the real ranks do
+    try:
+        from pkb.eval.shims import provide_for_candidate
+    except ImportError:  # an evaluation core without the shim
+        pass
+    else:
+        record["emulation"]["cuda_helpers"] = provide_for_candidate()
+    if dev.type == "cpu" and not run_cuda_candidates_on_cpu:
         blockers = cpu_blockers(source)
         if blockers:
             record["reason"] = f"needs the GPU under emulation: the candidate uses {'/'.join(blockers)}"
@@ -143,7 +173,16 @@ def emulated_evaluate(
     timeout = call_timeout_s if call_timeout_s is not None else (30.0 if dev.type == "cpu" else 60.0)
     run = _Run(path, sha, src, spec, dtype_name, int(world_size), int(trials), dev, timeout, load_timeout_s,
                per_thread_default_stream, repeat_check, diagnose)
+    run.progress_path = progress_path
+    run.build_timeout_s = build_timeout_s
+    # PKB's worker calls reference and candidate without torch.no_grad (references that take
+    # gradients need it); our own problems keep the evaluation core's no_grad.
+    run.no_grad = not (isinstance(problem, dict) and problem.get("kind") == "pkb")
     record.update(run.execute())
+    # reads of hdl.multicast_ptr (always 0 here): the evidence that a run reached a multicast path
+    record.setdefault("details", {})["multicast_reads"] = run.multicast_reads
+    if keep_rank_results:
+        record["rank_results"] = run.rank_results  # the store's trial rows
     record["emulation"]["per_thread_default_stream"] = per_thread_default_stream and dev.type == "cuda"
     record["emulation"]["builds"] = run.build_log
     record["wall_s"] = round(time.monotonic() - t0, 3)
@@ -184,19 +223,34 @@ class _Run:
         if self.dev.type == "cpu":
             torch.set_num_threads(1)
         world = World(self.ws, self.dev, name=f"emu{self.ws}")
+        world.build_limit_s = self.build_timeout_s
         world.start()
         probe = coresidency.Probe(world.device) if world.device.type == "cuda" else None
         try:
             with patch.installed(world, per_thread_default_stream=self.per_thread, build_log=self.build_log):
                 return self._execute(world, probe)
         finally:
+            self.multicast_reads = int(world.shared.get("multicast_reads", 0))
             world.close()
             torch.set_num_threads(threads)
             for name in self.module_names:
                 sys.modules.pop(name, None)
 
+    progress_path: str | None = None
+    build_timeout_s = 900.0
+    no_grad = True
+    multicast_reads = 0
+
     def _step(self, world: World, fn: Any, args: list[tuple] | None, phase: str, timeout: float | None = None) -> StepOutcome:
         self.phases = [phase] * self.ws
+        if self.progress_path:
+            import json
+
+            threads = {hex(t.ident): r for r, t in enumerate(world._threads) if t.ident is not None}
+            try:
+                Path(self.progress_path).write_text(json.dumps({"phase": phase, "rank_threads": threads}), encoding="utf-8")
+            except OSError:
+                pass
         return world.step(fn, args, phase=phase, timeout_s=timeout or self.timeout)
 
     def _execute(self, world: World, probe: Any) -> dict[str, Any]:
@@ -303,7 +357,7 @@ class _Run:
 
         from pkb.eval.worker import clone_tree
 
-        with torch.no_grad():
+        with torch.no_grad() if self.no_grad else contextlib.nullcontext():
             return self.src.reference(*clone_tree(inputs))
 
     def _poison(self, ctx: Any, nbytes: int) -> int:
@@ -328,7 +382,7 @@ class _Run:
                 except TypeError as exc:
                     raise _LoadFailure("load_error", "signature_mismatch", f"solution{sig} cannot take the problem's {len(inputs)} inputs: {exc}") from exc
         cand_inputs = clone_tree(inputs)
-        with torch.no_grad():
+        with torch.no_grad() if self.no_grad else contextlib.nullcontext():
             got = fn(*cand_inputs)
         return got, cand_inputs
 
@@ -371,7 +425,7 @@ class _Run:
         details = dict(self.details)
         details["stuck_ranks"] = out.stuck
         details["native_stuck_ranks"] = out.native_stuck
-        where = ", ".join(f"rank {s['rank']} in {s['blocked_in']}" for s in out.stuck)
+        where = "; ".join(_stuck_text(s) for s in out.stuck)
         base = {
             "status": "ran", "speedup": None, "correct": False, "details": details,
             "trials": self._trial_summary(), "ranks": self._rank_summary(),
@@ -558,6 +612,14 @@ def hard_coded_hint(diagnoses: list[dict[str, Any]], ws: int) -> str:
         k = common.pop()
         return f"ranks >= {k} never contribute on any wrong rank: a world size hard-coded as {k}?"
     return ""
+
+
+def _stuck_text(s: dict[str, Any]) -> str:
+    """'rank 1 in barrier at cand.py:12 in solution': the primitive it waited in and where."""
+    text = f"rank {s['rank']} in {s['blocked_in']}"
+    if s.get("where") and s["where"] != s["blocked_in"]:
+        text += f" at {s['where']}"
+    return text
 
 
 def _hyp_summary(h: dict[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 import torch
 
 from pkb.emulate import fake_dist
-from pkb.emulate.world import Rendezvous, current, sync_current_stream
+from pkb.emulate.world import Rendezvous, current, current_or_none, sync_current_stream
 from pkb.eval.poison import SENTINEL_BYTE
 
 DEFAULT_SIGNAL_PAD_BYTES = 9216  # torch 2.13's _SymmetricMemory.signal_pad_size
@@ -122,6 +122,10 @@ class FakeSymmetricMemory:
 
     @property
     def multicast_ptr(self) -> int:
+        ctx = current_or_none()
+        if ctx is not None:
+            with ctx.world.lock:  # counted: a failure after a read may be the missing multicast's
+                ctx.world.shared["multicast_reads"] = int(ctx.world.shared.get("multicast_reads", 0)) + 1
         return 0
 
     def has_multicast_support(self) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import re
 import threading
 import time
 from typing import Any, Callable, Iterator
@@ -118,8 +119,58 @@ def _patch_builds(p: Patcher, per_thread: bool, build_log: list[dict[str, Any]] 
         fn = getattr(cpp_extension, name, None)
         if fn is None:
             continue
-        fn = getattr(fn, "__wrapped__", fn)  # under the eval worker's tracker: wrap the original
+        tracker = getattr(fn, "__qualname__", "").startswith("BuildTracker.")  # the eval worker's phase tracker
+        if getattr(fn, "_pkb_emulated", False) or tracker:
+            fn = fn.__wrapped__  # wrap what they wrap
+        # (any other wrapper, e.g. the build router of pkb.eval.build, stays in the chain)
         p.set(cpp_extension, name, _wrap_build(fn, name, per_thread, build_log))
+
+
+_LAUNCH = re.compile(r"<<<([^<>]*(?:<[^<>]*>[^<>]*)*)>>>")
+
+
+def launches_on_legacy_stream(cuda_text: str) -> bool:
+    """A `<<<grid, block>>>` launch with no stream (or stream 0): it goes to the legacy default
+    stream, which all virtual ranks share, so a kernel that waits for a peer's kernel would wait
+    behind it. Only such sources get --default-stream=per-thread; every other build keeps the
+    candidate's own flags and so hits the build made before the run."""
+    for m in _LAUNCH.finditer(cuda_text or ""):
+        args = _top_level_args(m.group(1))
+        if len(args) < 4 or args[3] in ("0", "nullptr", "NULL", "cudaStreamLegacy"):
+            return True
+    return False
+
+
+def _top_level_args(text: str) -> list[str]:
+    args, depth, cur = [], 0, []
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            args.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    args.append("".join(cur).strip())
+    return args
+
+
+def _build_sources(kind: str, arguments: dict[str, Any]) -> str:
+    if kind == "load_inline":
+        src = arguments.get("cuda_sources") or ""
+        return src if isinstance(src, str) else "\n".join(src)
+    text = []
+    sources = arguments.get("sources") or []
+    for path in [sources] if isinstance(sources, str) else sources:
+        if str(path).endswith((".cu", ".cuh")):
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    text.append(f.read())
+            except OSError:
+                pass
+    return "\n".join(text)
 
 
 def _wrap_build(fn: Callable[..., Any], kind: str, per_thread: bool, build_log: list[dict[str, Any]] | None) -> Callable[..., Any]:
@@ -136,8 +187,7 @@ def _wrap_build(fn: Callable[..., Any], kind: str, per_thread: bool, build_log: 
         if per_thread and sig is not None:
             try:
                 bound = sig.bind(*args, **kwargs)
-                has_cuda = kind == "load" or bool(bound.arguments.get("cuda_sources"))
-                if has_cuda:
+                if launches_on_legacy_stream(_build_sources(kind, bound.arguments)):
                     flags = list(bound.arguments.get("extra_cuda_cflags") or [])
                     if PER_THREAD_STREAM_FLAG not in flags:
                         flags.append(PER_THREAD_STREAM_FLAG)
@@ -147,29 +197,36 @@ def _wrap_build(fn: Callable[..., Any], kind: str, per_thread: bool, build_log: 
             except TypeError:
                 pass
         t0 = time.perf_counter()
-        with _BUILD_LOCK:  # one build at a time; the other ranks then hit torch's JIT cache
-            waited = time.perf_counter() - t0
-            t1 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            except BaseException as exc:
+        clock = ctx.world.builds if ctx is not None else None
+        if clock is not None:
+            clock.start()  # waiting for another rank's build is build time too
+        try:
+            with _BUILD_LOCK:  # one build at a time; the other ranks then hit the build cache
+                waited = time.perf_counter() - t0
+                t1 = time.perf_counter()
                 try:
-                    exc.pkb_during_build = True  # type: ignore[attr-defined]
-                except Exception:
-                    pass
-                raise
-            finally:
-                if build_log is not None:
-                    build_log.append(
-                        {
-                            "rank": ctx.rank if ctx else None,
-                            "kind": kind,
-                            "name": kwargs.get("name", args[0] if args else ""),
-                            "seconds": round(time.perf_counter() - t1, 3),
-                            "waited_s": round(waited, 3),
-                            "per_thread_default_stream": flags_added,
-                        }
-                    )
+                    return fn(*args, **kwargs)
+                except BaseException as exc:
+                    try:
+                        exc.pkb_during_build = True  # type: ignore[attr-defined]
+                    except Exception:
+                        pass
+                    raise
+                finally:
+                    if build_log is not None:
+                        build_log.append(
+                            {
+                                "rank": ctx.rank if ctx else None,
+                                "kind": kind,
+                                "name": kwargs.get("name", args[0] if args else ""),
+                                "seconds": round(time.perf_counter() - t1, 3),
+                                "waited_s": round(waited, 3),
+                                "per_thread_default_stream": flags_added,
+                            }
+                        )
+        finally:
+            if clock is not None:
+                clock.stop()
 
     build.__wrapped__ = fn  # type: ignore[attr-defined]
     build._pkb_emulated = True  # type: ignore[attr-defined]

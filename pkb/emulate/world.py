@@ -16,7 +16,10 @@ stopped: the world reports it and the process is marked tainted for further CUDA
 from __future__ import annotations
 
 import ctypes
+import importlib.util
+import os
 import queue
+import sys
 import threading
 import time
 import traceback
@@ -68,6 +71,38 @@ def current() -> RankContext:
 
 def current_or_none() -> RankContext | None:
     return getattr(_local, "ctx", None)
+
+
+class BuildClock:
+    """Wall time during which a JIT build ran (any rank's): a step's no-progress limit does not
+    count it, as the real path's call clock stops for a build (the build has its own limit)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active = 0
+        self.active_since = 0.0
+        self.total_s = 0.0
+
+    def start(self) -> None:
+        with self.lock:
+            if self.active == 0:
+                self.active_since = time.monotonic()
+            self.active += 1
+
+    def stop(self) -> None:
+        with self.lock:
+            self.active -= 1
+            if self.active == 0:
+                self.total_s += time.monotonic() - self.active_since
+
+    def paused(self, now: float) -> float:
+        """Build seconds so far, the running build included."""
+        with self.lock:
+            return self.total_s + (now - self.active_since if self.active else 0.0)
+
+    def running_for(self, now: float) -> float:
+        with self.lock:
+            return now - self.active_since if self.active else 0.0
 
 
 class Blocking:
@@ -214,6 +249,8 @@ class World:
         self._step_id = 0
         self.dead: set[int] = set()  # ranks whose thread could not be recovered
         self.started = False
+        self.builds = BuildClock()
+        self.build_limit_s = 900.0  # one JIT build inside a step (its own limit, not the step's)
 
     # -- lifecycle --
 
@@ -255,6 +292,7 @@ class World:
             try:
                 value = fn(ctx, *args)
                 if ctx.stream is not None:
+                    ctx.blocked_in = "the rank's stream (its kernels, after the call returned)"
                     ctx.stream.synchronize()
                 res = StepResult(rank, True, value, seconds=time.perf_counter() - t0)
             except BaseException as exc:  # noqa: BLE001 - everything a candidate raises is data
@@ -315,7 +353,8 @@ class World:
             self.contexts[r].blocked_in = ""
             self._queues[r].put((step_id, fn, args_per_rank[r]))
         results: list[StepResult | None] = [None] * self.world_size
-        deadline = time.monotonic() + timeout_s
+        start = time.monotonic()
+        built_before = self.builds.paused(start)
         timed_out = False
 
         def collect(wait_s: float) -> None:
@@ -330,18 +369,24 @@ class World:
                 self._abort.set()
 
         while any(res is None for res in results):
-            left = deadline - time.monotonic()
-            if left <= 0:
+            now = time.monotonic()
+            # the clock of no progress stops while a build runs; the build has its own limit
+            left = start + timeout_s + (self.builds.paused(now) - built_before) - now
+            building = self.builds.running_for(now)
+            if building > self.build_limit_s or (left <= 0 and not building):
                 timed_out = True
                 break
-            collect(min(left, 0.5))
+            collect(min(max(left, 0.05), 0.5))
         stuck: list[dict[str, Any]] = []
         native: list[int] = []
         if timed_out:
+            stacks = self.rank_stacks([r for r in range(self.world_size) if results[r] is None])
             for r in range(self.world_size):
                 if results[r] is None:
                     c = self.contexts[r]
-                    stuck.append({"rank": r, "phase": c.phase, "blocked_in": c.blocked_in or "candidate code"})
+                    frames = stacks.get(r, [])
+                    stuck.append({"rank": r, "phase": c.phase, "blocked_in": c.blocked_in or where_in(frames),
+                                  "where": where_in(frames), "stack": frames})
             self._abort.set()
             # Ranks waiting in a fake primitive notice the abort; ranks in Python loops get an
             # injected exception; give both a moment.
@@ -362,6 +407,50 @@ class World:
                 TAINTED.append(f"{self.name}: ranks {native} stuck in native code (a kernel still spinning?)")
         self._abort.clear()
         return StepOutcome(results, timed_out, stuck, native)
+
+
+    def rank_stacks(self, ranks: list[int]) -> dict[int, list[dict[str, Any]]]:
+        """Each rank thread's Python stack now (outermost first), from the rank's step function on."""
+        frames = sys._current_frames()
+        out: dict[int, list[dict[str, Any]]] = {}
+        for r in ranks:
+            t = self._threads[r] if r < len(self._threads) else None
+            frame = frames.get(t.ident) if t is not None and t.ident is not None else None
+            if frame is None:
+                continue
+            entries = [{"file": fs.filename, "line": fs.lineno, "function": fs.name, "code": (fs.line or "").strip()}
+                       for fs in traceback.extract_stack(frame)]
+            # drop threading's bootstrap above the rank loop (the loop stays: a rank stuck in
+            # its stream's synchronize after the call returned waits there)
+            while entries and entries[0]["file"].endswith("threading.py"):
+                entries.pop(0)
+            out[r] = entries[-40:]
+        return out
+
+
+_HARNESS_DIR = os.path.dirname(os.path.abspath(__file__))
+# the standard library and the installed packages (torch's folder's parent): not the candidate's code
+_LIBRARY_DIRS = tuple(sorted({os.path.dirname(os.__file__),
+                              os.path.dirname(os.path.dirname(importlib.util.find_spec("torch").origin or "/nonexistent/x"))}))
+
+
+def where_in(frames: list[dict[str, Any]]) -> str:
+    """'file:line in function' of the innermost frame of the candidate's code (not the
+    emulation's, not the standard library's or an installed package's: the fake primitive's or
+    library call's caller), with the innermost frame itself when that differs."""
+    if not frames:
+        return "unknown (no Python frame: blocked in native code before any Python ran)"
+    inner = frames[-1]
+
+    def own(f: dict[str, Any]) -> bool:
+        return not f["file"].startswith(_HARNESS_DIR) and not f["file"].startswith(_LIBRARY_DIRS) and not f["file"].startswith("<frozen")
+
+    outside = next((f for f in reversed(frames) if own(f)),
+                   next((f for f in reversed(frames) if not f["file"].startswith(_HARNESS_DIR)), inner))
+    text = f"{outside['file']}:{outside['line']} in {outside['function']}"
+    if outside is not inner:
+        text += f" (waiting in {os.path.basename(inner['file'])}:{inner['line']} {inner['function']})"
+    return text
 
 
 def _inject(thread: threading.Thread, exc_type: type[BaseException]) -> None:

@@ -15,11 +15,11 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from pkb.eval.options import EvalOptions, config_key
 
-__all__ = ["EvalOptions", "evaluate", "evaluate_one", "Environment", "environment", "config_key"]
+__all__ = ["EvalOptions", "evaluate", "evaluate_one", "Environment", "environment", "config_key", "plan_slots"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class Environment:
     device_count: int
     world_size: int
     build_tag: str  # torch/CUDA versions and arch: part of the extension cache key
+    arch_list: str = ""  # TORCH_CUDA_ARCH_LIST of the visible GPUs, for builds in GPU-less processes
 
 
 def environment(options: EvalOptions) -> Environment:
@@ -39,19 +40,24 @@ def environment(options: EvalOptions) -> Environment:
     backend = options.backend if options.backend != "auto" else ("nccl" if cuda else "gloo")
     device = "cuda" if cuda and backend == "nccl" else "cpu"
     ws = options.world_size or (count if device == "cuda" else 2)
-    arch = ""
+    arch = arch_list = ""
     if device == "cuda":
         major, minor = torch.cuda.get_device_capability(0)
         arch = f"-sm{major}{minor}"
+        arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST") or f"{major}.{minor}"
     tag = f"torch{torch.__version__}-cu{torch.version.cuda or 'none'}{arch}".replace("+", "_")
-    return Environment(device, backend, count, max(1, ws), tag)
+    return Environment(device, backend, count, max(1, ws), tag, arch_list)
 
 
-def evaluate(records: Iterable[Any], options: EvalOptions | None = None) -> None:
+def evaluate(records: Iterable[Any], options: EvalOptions | None = None, on_result: Callable[[Any, dict[str, Any], list[Any]], None] | None = None) -> None:
     """Fill each record's `evaluation` (plain JSON data) and write the store as results come.
 
-    Each launch's rows are committed as soon as it returns, so a killed run resumes where it
-    stopped; candidates already done under the same config (same content) are not relaunched.
+    Three steps. Every record is prepared (decided without a launch where it can be: cached,
+    not runnable). Then every candidate's JIT builds run in a CPU pool (pkb.eval.build), so no
+    launch's clock includes nvcc. Then the launches, `plan_slots` at a time: each slot its own
+    CUDA_VISIBLE_DEVICES. This thread is the only writer of the store; each launch's rows are
+    committed as soon as it returns, so a killed run resumes where it stopped. `on_result(rec,
+    evaluation, rank_results)` is called as each lands.
     """
     from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
@@ -59,9 +65,28 @@ def evaluate(records: Iterable[Any], options: EvalOptions | None = None) -> None
 
     options = options or EvalOptions()
     env = environment(options)
-    slots = _device_slots(options, env)
+    slots = plan_slots(options, env)
     store = Store(options.store_path)
+
+    def landed(rec: Any, evaluation: dict[str, Any], rank_results: list[Any]) -> None:
+        rec.evaluation = evaluation
+        if on_result is not None:
+            on_result(rec, evaluation, rank_results)
+
     try:
+        queue: list[tuple[Any, Pending]] = []
+        seen: dict[tuple[str, str], Pending] = {}
+        later: list[tuple[Any, Pending]] = []  # the same content twice: launched after the first lands
+        for rec in records:
+            pending = prepare(rec, options, env, store)
+            if isinstance(pending, dict):
+                landed(rec, pending, [])
+            elif (pending.sha256, pending.config_key) in seen:
+                later.append((rec, pending))
+            else:
+                seen[(pending.sha256, pending.config_key)] = pending
+                queue.append((rec, pending))
+        prebuild_all([p for _, p in queue], options, env)
         with ThreadPoolExecutor(max_workers=len(slots)) as pool:
             free = list(slots)
             running: dict[Any, tuple[Any, Pending, str]] = {}
@@ -73,19 +98,10 @@ def evaluate(records: Iterable[Any], options: EvalOptions | None = None) -> None
                 for fut in done:
                     rec, pending, slot = running.pop(fut)
                     free.append(slot)
-                    rec.evaluation = finish(pending, fut.result(), store, rec)
+                    result = fut.result()
+                    landed(rec, finish(pending, result, store, rec), [r.result for r in result.ranks])
 
-            for rec in records:
-                pending = prepare(rec, options, env, store)
-                # The same content twice in one batch: wait for the first, then the store has it.
-                while not isinstance(pending, dict) and any(
-                    p.sha256 == pending.sha256 and p.config_key == pending.config_key for _, p, _ in running.values()
-                ):
-                    drain(block=True)
-                    pending = prepare(rec, options, env, store)
-                if isinstance(pending, dict):
-                    rec.evaluation = pending
-                    continue
+            for rec, pending in queue:
                 while not free:
                     drain(block=True)
                 slot = free.pop(0)
@@ -95,8 +111,49 @@ def evaluate(records: Iterable[Any], options: EvalOptions | None = None) -> None
                 drain(block=False)
             while running:
                 drain(block=True)
+        for rec, _ in later:  # the first copy's result is in the store now
+            again = prepare(rec, options, env, store)
+            landed(rec, again if isinstance(again, dict) else evaluate_one(rec, options, env, store), [])
     finally:
         store.close()
+
+
+def _build_root(options: EvalOptions) -> Path:
+    from pkb.eval.build import build_root
+
+    return Path(options.build_dir).resolve() if options.build_dir else build_root()
+
+
+def _uses_builds(path: str) -> bool:
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return any(s in text for s in ("load_inline", "compile_cuda_extension", "cpp_extension"))
+
+
+def prebuild_all(pendings: list[Pending], options: EvalOptions, env: Environment) -> None:
+    """Every candidate's JIT builds, in a pool sized to cores and memory, before any launch: each
+    launch then finds its build done. The result is noted in the evaluation's details; a failed
+    build is the launch's compile_error (the build directory remembers the failure)."""
+    from pkb.eval.build import BuildOptions, prebuild_many
+
+    root = _build_root(options)
+    todo = [p for p in pendings if _uses_builds(p.job.candidate_path)]
+    if not todo:
+        return
+    groups: dict[tuple[str, ...], list[Pending]] = {}
+    for p in todo:
+        groups.setdefault(tuple(p.job.extra_sys_path), []).append(p)
+    for extra, group in groups.items():
+        opts = BuildOptions(root=root, extra_sys_path=list(extra), arch_list=env.arch_list, python=options.python)
+        by_path = {Path(p.job.candidate_path): p for p in group}
+        results = prebuild_many(list(by_path), opts, jobs=options.build_jobs or None, timeout_s=options.compile_timeout_s)
+        for path, res in results.items():
+            by_path[path].evaluation.setdefault("details", {})["prebuild"] = {
+                "ok": res.ok, "seconds": round(res.seconds, 2), "cached": res.cached, "error": res.error[:1000],
+                "builds": [b.get("key") for b in res.builds], "log": res.log_path,
+            }
 
 
 def evaluate_one(rec: Any, options: EvalOptions, env: Environment, store: Any) -> dict[str, Any]:
@@ -148,6 +205,8 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
         "wall_s": 0.0,
         "config_key": "",
         "details": {},
+        "timing_mode": options.timing_mode if options.iters > 0 else "",
+        "problem_match": dict(getattr(rec, "problem_match", None) or {}),
     }
     if not source:
         decided = _decided_without_launch(rec)
@@ -156,7 +215,7 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
             return evaluation
         # Empty or not Python at all: the outcome is certain without starting a rank.
         try:
-            ref = problem_source.resolve(rec.problem_id, rec.problem_name, options)
+            ref = problem_source.resolve(rec.problem_id, rec.problem_name, options, getattr(rec, "problem_match", None))
         except LookupError as exc:
             evaluation["reason"] = str(exc)
             return evaluation
@@ -164,7 +223,7 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
         key = config_key(problem_id=ref.id, world_size=env.world_size, backend=env.backend, dtype=dtype, options=options)
         outcome, subtype = decided
         evaluation.update(
-            status="ran", outcome=outcome, subtype=subtype, dtype=dtype, config_key=key, problem_id=ref.id, problem_stem=ref.stem,
+            status="ran", outcome=outcome, subtype=subtype, dtype=dtype, config_key=key, problem_id=ref.id, problem_stem=ref.stem, problem_match=ref.match,
             reason=f"{rec.parse_status}: {rec.parse_message}", details={"decided_without_launch": True}, wall_s=time.monotonic() - t0,
         )
         if sha:
@@ -172,19 +231,25 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
             store.write_evaluation(sha, key, ref.id, evaluation)
         return evaluation
     try:
-        ref = problem_source.resolve(rec.problem_id, rec.problem_name, options)
+        ref = problem_source.resolve(rec.problem_id, rec.problem_name, options, getattr(rec, "problem_match", None))
     except LookupError as exc:
         evaluation["reason"] = str(exc)
         return evaluation
     dtype = _input_dtype(rec, ref, options)
     key = config_key(problem_id=ref.id, world_size=env.world_size, backend=env.backend, dtype=dtype, options=options)
-    evaluation.update(dtype=dtype, config_key=key, problem_id=ref.id, problem_stem=ref.stem)
+    evaluation.update(dtype=dtype, config_key=key, problem_id=ref.id, problem_stem=ref.stem, problem_match=ref.match)
     store.add_candidate(sha, rec.path, ref.id, rec.problem_name, rec.model, rec.provider, rec.backend)
-    if store.done(sha, key):
+    if store.done(sha, key) and not options.force:
         cached = store.evaluation(sha, key) or {}
         cached["status"] = "skipped_cached"
         return cached
 
+    if env.world_size < ref.min_world_size:
+        # A fact about the problem (PKB's catalog), not about the candidate: nothing to launch.
+        evaluation["reason"] = f"problem {ref.id} needs world size >= {ref.min_world_size}: {ref.min_world_size_why}".rstrip(": ")
+        evaluation["details"] = {"min_world_size": ref.min_world_size, "min_world_size_source": "catalog"}
+        store.write_evaluation(sha, key, ref.id, evaluation)
+        return evaluation
     if env.device == "cpu":
         reason = cuda_requirement(source)
         if reason:
@@ -221,6 +286,7 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
         groups=options.groups,
         timeout_s=options.timeout_s,
         extensions_dir=str(work / "extensions" / f"{sha[:16]}-{env.build_tag}"),
+        build_root=str(_build_root(options)),
         save_cap_bytes=options.save_cap_bytes,
         repo_root=str(Path(__file__).resolve().parents[2]),
         extra_sys_path=[str(Path(options.pkb_root).resolve())] if options.pkb_root else [],
@@ -239,7 +305,10 @@ def finish(pending: Pending, result: Any, store: Any, rec: Any = None) -> dict[s
     from pkb.eval.outcome import decide, profile_agreement
 
     evaluation = pending.evaluation
+    before = dict(evaluation.get("details") or {})  # the prebuild's note
     evaluation.update(decide(result, pending.job))
+    evaluation["details"] = {**before, **(evaluation.get("details") or {})}
+    _probe_reference(pending, evaluation)
     if rec is not None and pending.job.profile:
         rec.profile = _profile_summary(rec, pending, result)
         check = profile_agreement(evaluation.get("details") or {}, rec.profile)
@@ -257,6 +326,20 @@ def finish(pending: Pending, result: Any, store: Any, rec: Any = None) -> dict[s
     )
     store.write_evaluation(pending.sha256, pending.config_key, pending.problem_id, evaluation, [r.result for r in result.ranks])
     return evaluation
+
+
+def _probe_reference(pending: Pending, evaluation: dict[str, Any]) -> None:
+    """A reference that failed alone at this world size: find the problem's minimum world size."""
+    from pkb.eval.reference_probe import needs_probe, probe_min_world_size
+
+    if not needs_probe(evaluation):
+        return
+    from pkb.eval.launcher import launch
+
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    probe_min_world_size(pending.job, evaluation, launch, gpus)
 
 
 def _profile_summary(rec: Any, pending: Pending, result: Any) -> dict[str, Any]:
@@ -296,19 +379,37 @@ def _launch(pending: Pending, options: EvalOptions) -> Any:
     return launch(pending.job, python=options.python)
 
 
-def _device_slots(options: EvalOptions, env: Environment) -> list[str]:
-    """CUDA_VISIBLE_DEVICES per concurrent launch ('' on CPU or for a single job)."""
-    jobs = max(1, options.jobs)
+def plan_slots(options: EvalOptions, env: Environment) -> list[str]:
+    """CUDA_VISIBLE_DEVICES of each concurrent launch ('' : leave it alone).
+
+    On CUDA the GPUs split into groups of the world size (4 groups of 2 on 8 GPUs); with timing
+    on and `timing_mode` exclusive, one launch at a time on the node (two timed jobs side by side
+    disturb each other). Untimed launches and `--timing shared` use every group, and at world
+    size 1 several launches share one GPU (`pack`, default 4). On CPU, `jobs` launches at once.
+    `jobs` (0: as many as the plan allows) caps the count everywhere.
+    """
+    jobs = options.jobs if options.jobs and options.jobs > 0 else 0
     if env.device != "cuda":
-        return [""] * jobs
-    if jobs == 1:
-        return [""]
-    jobs = max(1, min(jobs, env.device_count // env.world_size))
+        return [""] * (jobs or max(1, _cores() // max(1, env.world_size)))
     ws = env.world_size
     # Indices are into what this process sees, which CUDA_VISIBLE_DEVICES may already narrow.
     visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
     ids = visible or [str(d) for d in range(env.device_count)]
-    return [",".join(ids[j * ws : (j + 1) * ws]) for j in range(jobs)]
+    groups = [",".join(ids[j * ws : (j + 1) * ws]) for j in range(max(1, len(ids) // ws))]
+    if options.iters > 0 and options.timing_mode != "shared":
+        slots = groups[:1]
+    else:
+        pack = options.pack if options.pack > 0 else (4 if ws == 1 else 1)
+        slots = [g for _ in range(pack) for g in groups]
+    return slots[: jobs or len(slots)]
+
+
+def _device_slots(options: EvalOptions, env: Environment) -> list[str]:
+    return plan_slots(options, env)
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _decided_without_launch(rec: Any) -> tuple[str, str] | None:

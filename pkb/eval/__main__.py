@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", default="pkb_eval.sqlite", dest="store_path")
     ap.add_argument("--work-dir", default="pkb_eval_work")
     ap.add_argument("--pkb-root", default=None)
+    ap.add_argument("--problem", type=int, default=None, metavar="ID", help="every candidate given answers problem ID (when its file name says nothing usable)")
     ap.add_argument("--problem-file", action="append", default=[], metavar="ID=PATH", help="a problem module from a file")
     ap.add_argument("--json", action="store_true", help="print each evaluation as a JSON line")
     args = ap.parse_args(argv)
@@ -53,13 +54,19 @@ def main(argv: list[str] | None = None) -> int:
         world_size=args.world_size, trials=args.trials, dtype=args.dtype, backend=args.backend,
         timeout_s=args.timeout_s, warmup=args.warmup, iters=args.iters, groups=args.groups,
         store_path=args.store_path, work_dir=args.work_dir, scale=args.scale, pkb_root=args.pkb_root,
-        problem_files=problem_files,
+        problem_files=problem_files, problem=args.problem,
         import_timeout_s=args.import_timeout_s, compile_timeout_s=args.compile_timeout_s, call_timeout_s=args.call_timeout_s,
     )
+    from pkb.roots import corpus_root
+
     records = []
     for p in args.paths:
-        base = p if p.is_dir() else p.parent
+        base = corpus_root([p])  # what load_corpus makes record paths relative to
         for rec in load_corpus(p):
+            if args.problem is not None and (rec.problem_id is None or p.is_file()):
+                from problems import names
+
+                rec.problem_id, rec.problem_name = args.problem, names().get(args.problem, rec.problem_name)
             if rec.parse_status == "too_large" and not rec.source:
                 try:  # the corpus reader stops at its size limit; the evaluation runs the file
                     rec.source = (base / rec.path).read_text(encoding="utf-8")
@@ -81,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
             speed = f" {ev['speedup']:.3g}x" if ev.get("speedup") else ""
             print(f"{rec.path}: {ev['status']} {ev.get('outcome') or '-'} {ev.get('subtype') or ''}{speed} {ev.get('reason', '')}", flush=True)
     if not_evaluated:
-        print(f"{not_evaluated} of {len(records)} candidates could not be evaluated (see their reasons)", file=sys.stderr)
+        from pkb.eval.not_run import summary_lines
+
+        print("\n".join(summary_lines(records)), file=sys.stderr)
         return 1
     return 0
 

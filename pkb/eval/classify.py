@@ -104,6 +104,7 @@ RUNTIME_PRIORITY = (
     "launch_config",
     "out_of_memory",
     "device_assert",
+    "binding_mismatch",
     "python_exception",
     "rendezvous_error",
     "nccl_error",
@@ -149,6 +150,8 @@ def classify_exception(exc: BaseException, *, during_build: bool = False, phase:
         return "compile_error", "import_error"
     if name == "OutOfMemoryError":
         return "runtime_error", "out_of_memory"
+    if isinstance(exc, TypeError) and _BINDING_HEAD.search(str(exc)):
+        return "runtime_error", "binding_mismatch"
     subtype = runtime_subtype(text)
     if subtype in ("nccl_error", "rendezvous_error") and not _is_distributed_error(exc, text):
         # A plain Python error that merely mentions gloo/NCCL in its message.
@@ -177,3 +180,132 @@ def _exception_text(exc: BaseException) -> str:
         parts.append(f"{type(cur).__name__}: {cur}")
         cur = cur.__cause__ or cur.__context__
     return "\n".join(parts)
+
+
+# ---- pybind11 binding mismatches ------------------------------------------------------------------
+# A bound extension function called with arguments its C++ signature does not take raises
+#   TypeError: f(): incompatible function arguments. The following argument types are supported:
+#       1. (arg0: torch.Tensor, arg1: int) -> None
+#   Invoked with: tensor([...]), 1403...
+# (e.g. `handle.signal_pad_ptrs_dev`, an int in torch, passed where `torch::Tensor` is declared).
+
+_BINDING_HEAD = re.compile(r"(?P<fn>[\w.]+)\(\): incompatible function arguments")
+_OVERLOAD = re.compile(r"^\s*\d+\.\s*\((?P<params>.*)\)\s*->\s*(?P<ret>.+?)\s*$")
+
+
+def binding_details(message: str) -> dict[str, object] | None:
+    """The function, its declared overloads and the types it was given, from pybind11's message;
+    `mismatches` pairs each argument whose type the closest overload does not take."""
+    head = _BINDING_HEAD.search(message)
+    if head is None:
+        return None
+    lines = message.splitlines()
+    overloads = []
+    for line in lines:
+        m = _OVERLOAD.match(line)
+        if m:
+            params = []
+            for part in _split_top(m.group("params")):
+                pname, _, ptype = part.partition(":")
+                params.append({"name": pname.strip(), "type": ptype.split("=")[0].strip() if ptype else "object"})
+            overloads.append({"params": params, "returns": m.group("ret")})
+    invoked = message.split("Invoked with:", 1)[1].strip() if "Invoked with:" in message else ""
+    kwargs_text = ""
+    if "; kwargs:" in invoked:
+        invoked, kwargs_text = invoked.split("; kwargs:", 1)
+    passed = [_repr_type(a) for a in _split_top(invoked)] if invoked else []
+    best: dict[str, object] | None = None
+    for ov in overloads:
+        declared = [p["type"] for p in ov["params"]]
+        bad = [
+            {"arg": i, "name": ov["params"][i]["name"], "declared": d, "passed": t}
+            for i, (d, t) in enumerate(zip(declared, passed))
+            if not _accepts(d, t)
+        ]
+        arity = len(declared) != len(passed)
+        score = (arity, len(bad))
+        if best is None or score < best["_score"]:  # type: ignore[operator]
+            best = {"_score": score, "mismatches": bad, "arity_differs": arity}
+    out: dict[str, object] = {
+        "function": head.group("fn"),
+        "declared": ["(" + ", ".join(f"{p['name']}: {p['type']}" for p in ov["params"]) + f") -> {ov['returns']}" for ov in overloads],
+        "passed": passed,
+    }
+    if kwargs_text.strip():
+        out["passed_kwargs"] = kwargs_text.strip()[:200]
+    if best is not None:
+        out["mismatches"] = best["mismatches"]
+        if best["arity_differs"]:
+            out["arity_differs"] = True
+    return out
+
+
+def _split_top(text: str) -> list[str]:
+    """Split on commas outside brackets and quotes."""
+    parts, depth, quote, cur = [], 0, "", []
+    for ch in text:
+        if quote:
+            cur.append(ch)
+            if ch == quote:
+                quote = ""
+            continue
+        if ch in "'\"":
+            quote = ch
+        elif ch in "([{<":
+            depth += 1
+        elif ch in ")]}>":
+            depth = max(0, depth - 1)
+        elif ch == "," and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+            continue
+        cur.append(ch)
+    if "".join(cur).strip():
+        parts.append("".join(cur).strip())
+    return parts
+
+
+def _repr_type(text: str) -> str:
+    t = text.strip()
+    if t.startswith(("tensor(", "Parameter containing")):
+        return "torch.Tensor"
+    if t in ("True", "False"):
+        return "bool"
+    if t == "None":
+        return "None"
+    if re.fullmatch(r"-?\d+", t):
+        return "int"
+    if re.fullmatch(r"-?(\d+\.\d*|\.\d+|\d+)(e[-+]?\d+)?|nan|inf|-inf", t):
+        return "float"
+    if t[:1] in "'\"":
+        return "str"
+    if t.startswith("["):
+        return "list"
+    if t.startswith("("):
+        return "tuple"
+    if t.startswith("{"):
+        return "dict"
+    m = re.match(r"<([\w.]+)", t)
+    return m.group(1) if m else "object"
+
+
+def _accepts(declared: str, passed: str) -> bool:
+    d = declared.replace("typing.", "").strip()
+    if d in ("object", "Any", ""):
+        return True
+    if passed == "None":
+        return "None" in d or d.startswith("Optional")
+    d = re.sub(r"^Optional\[(.*)\]$", r"\1", d).replace(" | None", "")
+    compatible = {
+        "torch.Tensor": {"torch.Tensor"},
+        "at::Tensor": {"torch.Tensor"},
+        "int": {"int", "bool"},
+        "float": {"float", "int"},
+        "bool": {"bool"},
+        "str": {"str"},
+    }
+    if d in compatible:
+        return passed in compatible[d]
+    if re.match(r"(list|List|Sequence|tuple|Tuple)\b", d):
+        return passed in ("list", "tuple")
+    return passed.split(".")[-1].lower() in d.lower()

@@ -4,7 +4,8 @@
                       events, comparison, collectives, its own modules), checked after the import
                       and after calls; a replaced one is `suspect/harness_tamper`
     DistCounter       counts torch.distributed collectives (and functional collectives) while the
-                      candidate's calls run, so a library collective on the timed path is seen
+                      candidate's calls run, so a library collective on the timed path is seen;
+                      barriers are counted apart (a host sync moves no data)
     ReferenceWatch    a profile hook during the correctness calls that notices the candidate
                       running code from the reference's file (`suspect/calls_reference`)
     Watchdog          a thread that holds the per-phase and per-call deadlines and marks the
@@ -25,7 +26,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable
 
-from pkb.eval.static_checks import COLLECTIVES
+from pkb.eval.static_checks import COLLECTIVES, HOST_SYNCS
 
 _TORCH_FUNCS = (
     "allclose", "isclose", "equal", "eq", "ne", "isnan", "isfinite", "isinf", "where", "abs", "all", "any",
@@ -132,7 +133,12 @@ class DistCounter:
 
     @property
     def total(self) -> int:
-        return sum(self.counts.values())
+        """Data-moving collectives counted (barriers are host syncs, counted in `host_syncs`)."""
+        return sum(n for name, n in self.counts.items() if name not in HOST_SYNCS)
+
+    @property
+    def host_syncs(self) -> int:
+        return sum(n for name, n in self.counts.items() if name in HOST_SYNCS)
 
     def install(self) -> None:
         import torch.distributed as dist

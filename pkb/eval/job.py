@@ -37,6 +37,7 @@ class JobSpec:
     groups: int | None = None
     timeout_s: float = 600.0
     extensions_dir: str = ""
+    build_root: str = ""  # pkb.eval.build: the ranks route load_inline/load there ('' : torch's own)
     save_cap_bytes: int = 8 * 1024 * 1024
     repo_root: str = ""
     extra_sys_path: list[str] = field(default_factory=list)
@@ -54,6 +55,8 @@ class JobSpec:
     rank_wrapper: list[str] = field(default_factory=list)
     claims_custom_kernels: bool = False
     static_flags: list[dict[str, Any]] = field(default_factory=list)
+    # A probe of the reference alone (no candidate is loaded): does it run at this world size?
+    reference_only: bool = False
 
     @property
     def timing(self) -> bool:

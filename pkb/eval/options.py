@@ -35,12 +35,20 @@ class EvalOptions:
     pkb_root: str | None = None  # a PKB checkout: its reference/ and input factory
     pkb_shape: tuple[int, int] = PKB_SHAPE  # PKB's --m/--n
     save_cap_bytes: int = 8 * 1024 * 1024  # per saved mismatch file
+    # --problem ID: every candidate answers this problem, whatever its file name says.
+    problem: int | None = None
     # Problem modules from files, ahead of the registry (tests, out-of-tree problems).
     problem_files: dict[int, str] = field(default_factory=dict)
     python: str | None = None  # interpreter for the ranks; None: this one
     # Launches at a time. On CUDA each gets its own world_size GPUs (CUDA_VISIBLE_DEVICES), so
     # jobs * world_size must fit the machine; timing is only clean with one job per GPU set.
-    jobs: int = 1
+    jobs: int = 1  # 0: as many as pkb.eval.plan_slots allows
+    # Timed launches alone on the node (exclusive) or side by side in every slot (shared: faster,
+    # less accurate; peers measured 18% off), marked in each evaluation as `timing_mode`.
+    timing_mode: str = "exclusive"
+    pack: int = 0  # untimed/shared launches per GPU group; 0: 4 at world size 1, else 1
+    build_dir: str | None = None  # JIT builds (pkb.eval.build); None: $PKB_BUILD_DIR, $PKB_CACHE_DIR/builds or the user cache
+    build_jobs: int = 0  # prebuilds at a time; 0: what cores and memory allow
     # Profile a few candidate calls per rank after timing (Kineto traces under the job dir,
     # summarized into record.profile).
     profile: bool = False
@@ -48,6 +56,7 @@ class EvalOptions:
     # of kernel names, or [] for the static pass's peer-moving kernels (every kernel if none).
     ncu_kernels: list[str] | None = None
     ncu_metrics: list[str] = field(default_factory=list)  # asked for beside profiling.capture.NCU_METRICS
+    force: bool = False  # run again what the store already holds for this configuration
 
     def resolved_work_dir(self) -> Path:
         return Path(self.work_dir).resolve()
@@ -78,5 +87,7 @@ def config_key(
         "problem_file": options.problem_files.get(problem_id),
         "profile": options.profile,
     }
+    if options.timing_mode == "shared" and options.iters > 0:
+        payload["timing_shared"] = True  # a shared-node measurement is not an exclusive one
     blob = json.dumps(payload, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

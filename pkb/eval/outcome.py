@@ -10,13 +10,17 @@ The suspect checks after a correct run, in order (the first that holds is the su
     harness_tamper      a verdict file forged between ranks, files in the job directory the
                         harness did not write, an output tensor subclass (caught in the rank)
     calls_reference     the reference's code reached from the candidate (caught in the rank), or
-                        library collectives counted during the timed calls of a candidate that
-                        builds or uses CUDA code (it claims custom kernels)
-    fallback_path       a try/except whose handler calls collectives or the reference (static),
-                        confirmed by collectives counted during the candidate's calls
+                        data-moving library collectives counted during the timed calls of a
+                        candidate that builds or uses CUDA code (it claims custom kernels); a
+                        barrier moves no data and is a host sync (details.host_syncs_timed)
+    fallback_path       a try/except whose handler calls data-moving collectives or the reference
+                        (static), confirmed by such collectives counted during the candidate's calls
     aliases_input       an output sharing storage with an input, or inputs written by the call
-    cached_output       right in the trials, wrong on the timed calls' inputs, on new values at
-                        old addresses, or on a peer-only change of inputs
+    cached_output       right in the trials, wrong on the timed calls' inputs (each output judged
+                        as its call returned), on new values at old addresses, or on a peer-only
+                        change of inputs. An output right at return that a later call overwrites
+                        is no cache: details.output_reused, beside the outcome (PKB's contract
+                        accepts it, a strict one does not)
     side_stream_timing  a Python thread started by a call still running after it returned, an
                         output that was completed only after the call returned, or (CUDA) host
                         time around a device-wide synchronize more than 3x the event time and
@@ -34,6 +38,7 @@ from typing import Any
 from pkb.eval.classify import RUNTIME_PRIORITY, runtime_subtype
 from pkb.eval.compare import TOLERANCE_FACTOR
 from pkb.eval.launcher import LaunchResult
+from pkb.eval.static_checks import HOST_SYNCS
 from pkb.eval.timing import event_time_ms, rank_time_ms
 
 _ERROR_PRIORITY = ("compile_error", "load_error", "runtime_error")
@@ -90,10 +95,25 @@ def _decide(launch: LaunchResult, job: Any, ranks: list[Any]) -> dict[str, Any]:
     if ours:
         rank, err = min(ours, key=lambda re: (re[1].get("outcome") != "suspect", _error_rank(re[1])))
         details["failed_ranks"] = sorted(r for r, _ in ours)
+        # The exception's class (AttributeError, NameError, TypeError, ...): the paper's failure
+        # columns tell an API typo from a runtime failure by it.
+        details["exception_type"] = err.get("type")
+        if err.get("binding"):
+            details["binding"] = err["binding"]
         message = _first_compiler_error(err.get("message")) if err["outcome"] == "compile_error" else None
+        if err.get("binding"):
+            message = _binding_sentence(err["binding"]) or message
         return _result("ran", err["outcome"], err.get("subtype", ""), details, reason=f"rank {rank} in {err.get('phase')}: {err.get('type')}: {message or _short(err.get('message'))}")
     if not_ours:
         err = not_ours[0]
+        if err.get("source") == "reference" and err.get("phase") == "reference check":
+            # The reference alone, before any candidate code existed: a fact about the problem at
+            # this world size (pkb.eval.reference_probe tries larger ones), not about the candidate.
+            ws = next((r.result.get("world_size") for r in ranks if r.result and r.result.get("world_size")), None)
+            details["reference_check"] = {
+                "world_size": ws, "type": err.get("type"), "message": _short(err.get("message"), 500),
+                "where": next((e.get("where") for _, e in errors if e.get("where")), None),
+            }
         return _result(
             "not_run", "", "", details,
             reason=f"{err['source']} failed in {err.get('phase')}: {err.get('type')}: {_short(err.get('message'))}",
@@ -163,9 +183,37 @@ def _decide(launch: LaunchResult, job: Any, ranks: list[Any]) -> dict[str, Any]:
     details.update(speed)
     suspect = _suspect(ranks, details, job)
     if suspect:
+        _output_reuse(ranks, details, "suspect")
         return _result("ran", "suspect", suspect[0], details, speedup=speedup, correct=False, reason=suspect[1])
     outcome = "faster" if speedup is not None and speedup >= 1.0 else "slower"
-    return _result("ran", outcome, "", details, speedup=speedup, correct=True, reason=f"correct on every trial; speedup {speedup:.3g}x")
+    reason = f"correct on every trial; speedup {speedup:.3g}x"
+    if _output_reuse(ranks, details, outcome):
+        reason += "; its returned output is overwritten by its next call (details.output_reused)"
+    return _result("ran", outcome, "", details, speedup=speedup, correct=True, reason=reason)
+
+
+def _output_reuse(ranks: list[Any], details: dict[str, Any], outcome: str) -> bool:
+    """An output right at return and overwritten by a later call: reported beside the outcome.
+
+    PKB's contract checks an output when its call returns, and accepts it; a strict contract
+    (an output stays valid until the caller drops it) does not: a caller that keeps two results
+    reads the second twice."""
+    seen = {r.rank: r.result.get("output_reuse") for r in ranks if r.result and r.result.get("output_reuse")}
+    if not seen:
+        return False
+    first = next(iter(seen.values()))
+    details["output_reused"] = {
+        "ranks": sorted(seen),
+        "groups_overwritten": first.get("groups_overwritten"),
+        "same_storage": all(v.get("same_storage") for v in seen.values()),
+        "evidence": "each output matched the reference when its call returned; read again after later calls, it held a later call's answer",
+    }
+    details["contracts"] = {
+        "pkb": {"accepts": True, "outcome": outcome},
+        "strict": {"accepts": False, "outcome": "wrong_result", "subtype": "output_reused",
+                   "why": "a returned output is overwritten by the candidate's next call"},
+    }
+    return True
 
 
 def wrong_result_subtype(trials: dict[int, list[dict[str, Any]]]) -> str:
@@ -216,7 +264,10 @@ def _suspect(ranks: list[Any], details: dict[str, Any], job: Any = None) -> tupl
     timed_calls = sum(int(d.get("timed", 0)) for d in dist)
     details["dist_calls_during_candidate"] = during_calls
     details["dist_calls_timed"] = timed_calls
-    names = sorted({n for d in dist for n in (d.get("names") or {})})
+    host_syncs = sum(int((d.get("host_syncs") or {}).get("timed", 0)) for d in dist)
+    if host_syncs:  # barriers move no data: a slowness cause, never a fallback
+        details["host_syncs_timed"] = host_syncs
+    names = sorted({n for d in dist for n in (d.get("names") or {}) if n not in HOST_SYNCS})
     if "fallback_try_except" in static and during_calls > 0:
         return "fallback_path", f"a try/except falls back to library collectives ({', '.join(names)}), and {during_calls} ran during the candidate's calls"
     if claims and timed_calls > 0:
@@ -338,6 +389,14 @@ def _short(msg: Any, n: int = 300) -> str:
     s = str(msg or "").strip().splitlines()
     s = s[-1] if s else ""
     return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def _binding_sentence(binding: dict[str, Any]) -> str:
+    bad = binding.get("mismatches") or []
+    what = "; ".join(f"argument {m['arg']} ({m['name']}) declared {m['declared']}, passed {m['passed']}" for m in bad[:3])
+    if not what and binding.get("arity_differs"):
+        what = f"{len(binding.get('passed') or [])} arguments passed; declared {binding.get('declared', ['?'])[0]}"
+    return f"{binding.get('function')}() binding mismatch: {what}" if what else ""
 
 
 def _first_compiler_error(msg: Any, n: int = 300) -> str | None:

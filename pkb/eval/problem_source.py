@@ -11,10 +11,10 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from pkb.eval.options import PKB_SHAPE, PKB_TOLERANCE, EvalOptions
 
@@ -30,6 +30,10 @@ class ProblemRef:
     job_problem: dict[str, Any]  # the JobSpec.problem entry
     dtypes: tuple[str, ...]
     category: str = ""
+    match: dict[str, Any] = field(default_factory=dict)  # pkb.problem_match.ProblemMatch.to_data()
+    # The fewest ranks the problem's reference runs at, where PKB's catalog says (and why).
+    min_world_size: int = 1
+    min_world_size_why: str = ""
 
 
 @dataclass
@@ -43,39 +47,83 @@ class ProblemSource:
     module: ModuleType | None = None
 
 
-def resolve(problem_id: int | None, problem_name: str, options: EvalOptions) -> ProblemRef:
-    """Raises LookupError (with a sentence) when the problem cannot be found."""
-    if problem_id is None:
-        raise LookupError("no problem id (the file name does not start with '<id>_')")
-    if options.pkb_root:
-        root = Path(options.pkb_root).resolve()
-        ref = _pkb_reference(root, problem_id, problem_name)
+def resolve(problem_id: int | None, problem_name: str, options: EvalOptions, match: Mapping[str, Any] | None = None) -> ProblemRef:
+    """The problem a candidate answers and where its reference comes from.
+
+    `match` is the record's `problem_match` (the file name's id and name and its solution()
+    parameters, matched against PKB's catalog when the file was read). With --pkb-root the same
+    rules run again against the checkout's own reference/ folder; --problem ID overrides both.
+    Raises LookupError (with a sentence saying what to do) when the problem cannot be found.
+    """
+    from pkb.problem_match import ProblemMatch, catalog_references, checkout_references, given, match_problem
+
+    file_id = match.get("file_id", problem_id) if match else problem_id
+    file_name = match.get("file_name", problem_name) if match else problem_name
+    params = match.get("params") if match else None
+    root = Path(options.pkb_root).resolve() if options.pkb_root else None
+    if root is not None:
+        refs = checkout_references(root)
+        found = given(options.problem, refs, file_id, file_name, params) if options.problem is not None else match_problem(file_id, file_name, params, refs, "checkout")
+    elif options.problem is not None:
+        found = given(options.problem, catalog_references(), file_id, file_name, params)
+    elif match:
+        found = ProblemMatch.from_data(match)
+    else:
+        found = match_problem(file_id, file_name, params, catalog_references(), "catalog")
+    pid = found.id
+    facts = found.to_data()
+    min_ws, min_why = _catalog_min_world_size(found.stem)
+
+    for key in (pid, file_id):  # a problem module from a file wins, by the matched id or the file's
+        if key is not None and key in options.problem_files:
+            path = str(Path(options.problem_files[key]).resolve())
+            mod = _import_file(path, f"pkb_problem_{key}")
+            spec = mod.PROBLEM
+            return ProblemRef(key, spec.stem, {"kind": "file", "id": key, "path": path}, tuple(spec.dtypes), spec.category, facts)
+    if not found.matched or pid is None:
+        raise LookupError(found.detail or "no problem id (the file name does not start with '<id>_'); name the problem with --problem ID")
+    if root is not None:
+        ref = root / "reference" / f"{found.stem}.py"
+        if not ref.is_file():
+            raise LookupError(f"no reference {found.stem}.py under {root / 'reference'}")
         return ProblemRef(
-            id=problem_id,
+            id=pid,
             stem=ref.stem,
             job_problem={
                 "kind": "pkb",
-                "id": problem_id,
+                "id": pid,
                 "root": str(root),
                 "stem": ref.stem,
                 "shape": list(options.pkb_shape or PKB_SHAPE),
             },
             dtypes=(DEFAULT_DTYPE,),
+            match=facts,
+            min_world_size=min_ws,
+            min_world_size_why=min_why,
         )
-    if problem_id in options.problem_files:
-        path = str(Path(options.problem_files[problem_id]).resolve())
-        mod = _import_file(path, f"pkb_problem_{problem_id}")
-        spec = mod.PROBLEM
-        return ProblemRef(problem_id, spec.stem, {"kind": "file", "id": problem_id, "path": path}, tuple(spec.dtypes), spec.category)
     import problems
 
     try:
-        spec = problems.spec(problem_id)
+        spec = problems.spec(pid)
     except Exception:
         spec = None
     if spec is None:
-        raise LookupError(f"problem {problem_id} is not in problems/ (and no PKB checkout was given)")
-    return ProblemRef(problem_id, spec.stem, {"kind": "registry", "id": problem_id}, tuple(spec.dtypes), spec.category)
+        how = f" (matched by {found.rule})" if found.rule not in ("exact_stem", "given") else ""
+        raise LookupError(
+            f"problem {found.stem or pid}{how} is not in problems/; evaluate it against a PKB checkout with --pkb-root PATH"
+        )
+    return ProblemRef(pid, spec.stem, {"kind": "registry", "id": pid}, tuple(spec.dtypes), spec.category, facts, min_ws, min_why)
+
+
+def _catalog_min_world_size(stem: str) -> tuple[int, str]:
+    """(min world size, why) from PKB's catalog for the problem of that exact stem; (1, '') where
+    the catalog says nothing (a checkout numbered otherwise, a catalog without the fact)."""
+    if not stem:
+        return 1, ""
+    from problems import catalog
+
+    entry = next((e for e in catalog.entries().values() if e.stem == stem), None)
+    return int(getattr(entry, "min_world_size", 1) or 1), str(getattr(entry, "min_world_size_why", "") or "")
 
 
 def load(job_problem: dict[str, Any], dtype_name: str, scale: str, tolerance: tuple[float, float] | None) -> ProblemSource:
@@ -114,17 +162,6 @@ def load(job_problem: dict[str, Any], dtype_name: str, scale: str, tolerance: tu
         return tuple(out) if isinstance(out, (list, tuple)) else (out,)
 
     return ProblemSource(pid, mod.solution, make_inputs, tuple(tol), mod)
-
-
-def _pkb_reference(root: Path, problem_id: int, problem_name: str) -> Path:
-    ref_dir = root / "reference"
-    exact = ref_dir / f"{problem_id}_{problem_name}.py"
-    if problem_name and exact.is_file():
-        return exact
-    matches = sorted(ref_dir.glob(f"{problem_id}_*.py"))  # PKB's resolve_problem takes the first
-    if not matches:
-        raise LookupError(f"no reference {problem_id}_*.py under {ref_dir}")
-    return matches[0]
 
 
 def _import_file(path: str, name: str) -> ModuleType:

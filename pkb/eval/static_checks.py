@@ -5,8 +5,9 @@ where the run confirms it (a fallback flag plus library collectives counted duri
 candidate's calls) or where the flag is itself the offence (reading the harness's files). The
 rest become notes in the evaluation's details.
 
-    fallback_try_except   a try/except whose handler calls torch.distributed collectives or
-                          reaches the reference (a custom kernel that quietly falls back)
+    fallback_try_except   a try/except whose handler calls a data-moving torch.distributed
+                          collective or reaches the reference (a custom kernel that quietly
+                          falls back); a barrier there moves nothing and is no fallback
     imports_reference     imports the problem's reference module or opens/runs a reference file
     harness_access        names the harness's own files or modules (result_rank*.json, pkb.eval)
     introspection         gc.get_objects / sys._getframe / inspect.stack: a way to reach the
@@ -26,9 +27,13 @@ COLLECTIVES = frozenset(
         "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
         "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "broadcast", "reduce", "gather",
         "scatter", "send", "recv", "isend", "irecv", "batch_isend_irecv", "barrier", "all_reduce_coalesced",
-        "_all_gather_base", "_reduce_scatter_base",
+        "_all_gather_base", "_reduce_scatter_base", "monitored_barrier",
     }
 )
+# Collectives that move no data: a host-side rendezvous of the ranks. On a timed path they are a
+# slowness cause (host_sync_in_hot_path), never evidence that a candidate fell back to the library.
+HOST_SYNCS = frozenset({"barrier", "monitored_barrier"})
+DATA_COLLECTIVES = COLLECTIVES - HOST_SYNCS
 _DIST_OWNERS = ("dist", "distributed", "funcol", "_functional_collectives", "c10d", "distributed_c10d")
 _REFERENCE_MODULES = re.compile(r"^(problems(\.|$)|reference(\.|$)|pkb_reference$|pkb_problem_)")
 _REFERENCE_TEXT = re.compile(r"(^|[/\\])(reference|problems)([/\\]|$)|p\d+_[a-z0-9_]+\.py|^\d+_[a-z0-9_]+\.py$")
@@ -79,7 +84,7 @@ def _is_collective_call(node: ast.AST) -> bool:
     if not isinstance(node, ast.Call):
         return False
     func = node.func
-    if isinstance(func, ast.Attribute) and func.attr in COLLECTIVES:
+    if isinstance(func, ast.Attribute) and func.attr in DATA_COLLECTIVES:
         owner = func.value
         name = owner.attr if isinstance(owner, ast.Attribute) else owner.id if isinstance(owner, ast.Name) else ""
         return name in _DIST_OWNERS

@@ -76,6 +76,7 @@ CREATE TABLE IF NOT EXISTS outcomes (
     wall_s REAL,
     details TEXT,                  -- JSON: the whole evaluation dict
     created REAL,
+    emulated INTEGER DEFAULT 0,    -- 1: virtual ranks in one process (world_size is the virtual one), never timed
     PRIMARY KEY (sha256, config_key)
 );
 """
@@ -89,6 +90,9 @@ class Store:
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable at checkpoints, never corrupt
         self.conn.executescript(SCHEMA)
+        cols = {row[1] for row in self.conn.execute("PRAGMA table_info(outcomes)")}
+        if "emulated" not in cols:  # a store written before emulated results were kept
+            self.conn.execute("ALTER TABLE outcomes ADD COLUMN emulated INTEGER DEFAULT 0")
         self.conn.commit()
 
     def close(self) -> None:
@@ -146,21 +150,25 @@ class Store:
                         )
             _test_pause("PKB_EVAL_TEST_PAUSE_IN_STORE_WRITE")  # tests: a SIGKILL lands mid-transaction
             self.conn.execute(
-                "INSERT OR REPLACE INTO outcomes VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO outcomes (sha256, config_key, problem_id, status, outcome, subtype, speedup, correct,"
+                " world_size, backend, dtype, wall_s, details, created, emulated) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     sha256, config_key, problem_id, evaluation.get("status"), evaluation.get("outcome"),
                     evaluation.get("subtype"), _f(evaluation.get("speedup")), _b(evaluation.get("correct")),
                     evaluation.get("world_size"), evaluation.get("backend"), evaluation.get("dtype"),
                     evaluation.get("wall_s"), json.dumps(evaluation, default=str), time.time(),
+                    int(bool(evaluation.get("emulated"))),
                 ),
             )
 
     # ---- reads ----------------------------------------------------------------------------------
 
-    def done(self, sha256: str, config_key: str) -> bool:
-        """True when this content was evaluated (it ran) under this configuration."""
+    def done(self, sha256: str, config_key: str, statuses: tuple[str, ...] = ("ran",)) -> bool:
+        """True when this content was evaluated under this configuration with one of `statuses`
+        (emulation also counts its verdicts that need no rerun: inconclusive, needs multicast)."""
+        marks = ",".join("?" * len(statuses))
         row = self.conn.execute(
-            "SELECT 1 FROM outcomes WHERE sha256=? AND config_key=? AND status='ran'", (sha256, config_key)
+            f"SELECT 1 FROM outcomes WHERE sha256=? AND config_key=? AND status IN ({marks})", (sha256, config_key, *statuses)
         ).fetchone()
         return row is not None
 
@@ -173,7 +181,7 @@ class Store:
         return self._frame(
             "SELECT o.sha256, o.config_key, c.path, o.problem_id, c.problem_name, c.model, c.provider,"
             " c.backend AS candidate_backend, o.status, o.outcome, o.subtype, o.speedup, o.correct,"
-            " o.world_size, o.backend, o.dtype, o.wall_s, o.created"
+            " o.world_size, o.backend, o.dtype, o.wall_s, o.created, o.emulated"
             " FROM outcomes o LEFT JOIN candidates c ON c.sha256 = o.sha256 ORDER BY o.created"
         )
 

@@ -40,6 +40,9 @@ TIMING_ROUNDS = 5
 # where every rank's inputs are independent, so mixing seeds cannot break the reference.
 PEER_CHANGE_PROBLEMS = frozenset({1, 2, 4, 7})
 PEER_CHANGE_TRIAL = 998
+# Timing groups called again, each output read at return, when no output was seen shared (all
+# groups when one was).
+AT_RETURN_GROUPS = 4
 # NVLink speed of light per direction (H100/H200 NVLink 4: 18 links x 25 GB/s).
 NVLINK_BYTES_PER_S = 450e9
 
@@ -104,6 +107,10 @@ class Reporter:
             "message": str(exc)[:4000],
             "traceback": tb[-8000:],
         }
+        if subtype == "binding_mismatch":
+            from pkb.eval.classify import binding_details
+
+            self.result["error"]["binding"] = binding_details(str(exc))
         self.save()
         print(f"[pkb.eval rank {self.rank}] {source} failed in {self.current}:\n{tb}", file=sys.stderr, flush=True)
 
@@ -220,8 +227,11 @@ def copy_into(dst: Any, src: Any) -> bool:
     td, ts = tensors_of(dst), tensors_of(src)
     if len(td) != len(ts) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(td, ts)):
         return False
-    for a, b in zip(td, ts):
-        a.copy_(b)
+    import torch
+
+    with torch.no_grad():  # the harness's own write: an input that requires grad is still a buffer here
+        for a, b in zip(td, ts):
+            a.copy_(b)
     return True
 
 
@@ -336,6 +346,12 @@ class Rank:
             self.load_problem()
             rep.phase("reference check", self.job.call_timeout_s)
             self.check_reference()
+            if self.job.reference_only:  # a probe: does the reference run at this world size?
+                rep.result["reference_ran"] = True
+                rep.phase("done")
+                rep.result["finished"] = True
+                rep.save()
+                return 0
             rep.phase("load", self.job.import_timeout_s)
             self.load()
             all_matched = self.correctness()
@@ -356,6 +372,10 @@ class Rank:
             return 1
         except ReferenceFailure as failure:
             rep.fail(failure.cause, "", "", "reference")
+            where = reference_frame(failure.cause, getattr(self.source, "module", None))
+            if where:
+                rep.result["error"]["where"] = where
+                rep.save()
             return 1
         except BaseException as exc:  # a fault of this harness: say so, do not blame the candidate
             rep.fail(exc, "", "", "harness")
@@ -417,15 +437,27 @@ class Rank:
         import pkb.eval.poison  # noqa: F401
         import pkb.eval.timing  # noqa: F401
 
-        self.dist_calls = {"trials": 0, "timed": 0, "checks": 0, "names": {}}
+        # data-moving collectives per kind of call; barriers (host syncs) apart, under host_syncs
+        self.dist_calls = {"trials": 0, "timed": 0, "checks": 0, "names": {}, "host_syncs": {"trials": 0, "timed": 0, "checks": 0}}
         self.counter = DistCounter()
         self.counter.install()  # before the candidate binds any name to a collective
+        if self.job.build_root:  # our build directories and lock (pkb.eval.build), under the tracker
+            from pathlib import Path
+
+            from pkb.eval.build import route_builds
+
+            route_builds(Path(self.job.build_root))
         BuildTracker(self.reporter).install()
         self.snapshot = HarnessSnapshot()
         scratch = os.path.join(self.job.job_dir, "scratch", f"rank{self.rank}")
         os.makedirs(scratch, exist_ok=True)
         os.chdir(scratch)  # files a candidate writes land here, not in the repo
         name = f"pkb_candidate_{self.job.candidate_sha256[:12] or 'x'}"
+        from pkb.eval.shims import provide_for_candidate
+
+        # `from utils.cuda_helpers import compile_cuda_extension` (PKB's build helper): PKB's own
+        # with --pkb-root, else ours; after the snapshot, so the harness never depends on it.
+        self.reporter.result["cuda_helpers"] = provide_for_candidate()
         ref_module = getattr(self.source, "module", None)
         watch = ReferenceWatch(ref_module)
         before_modules = {id(m) for m in list(sys.modules.values())}
@@ -489,14 +521,13 @@ class Rank:
             ) from exc
 
     def call_reference(self, inputs: tuple) -> Any:
-        import torch
-
         wd = self.watchdog
         try:
             if wd is not None:
                 wd.call_start("reference", self.job.call_timeout_s)
-            with torch.no_grad():
-                out = self.source.reference(*inputs)
+            # No torch.no_grad(): PKB's worker calls the reference as it is, and references that
+            # take gradients (ZeRO, FSDP optimizer steps) fail without autograd.
+            out = self.source.reference(*inputs)
             self.sync()
             return out
         except BaseException as exc:
@@ -512,20 +543,18 @@ class Rank:
                 wd.call_end()
 
     def call_candidate(self, inputs: tuple, count: str = "trials") -> Any:
-        import torch
-
         from pkb.eval.classify import classify_exception
 
         wd, counter = self.watchdog, self.counter
         before = counter.total if counter is not None else 0
+        syncs_before = counter.host_syncs if counter is not None else 0
         self.hand(inputs)
         try:
             if wd is not None:
                 wd.call_start("candidate", self.job.call_timeout_s)
             if counter is not None:
                 counter.active = True
-            with torch.no_grad():
-                out = self.solution(*inputs)  # type: ignore[misc]
+            out = self.solution(*inputs)  # type: ignore[misc]  (autograd on, as under PKB's worker)
             self.sync()  # asynchronous CUDA errors surface here, inside the candidate's phase
         except BaseException as exc:
             if isinstance(exc, CandidateFailure):
@@ -539,6 +568,7 @@ class Rank:
                 wd.call_end()
         if counter is not None:
             self.dist_calls[count] += counter.total - before
+            self.dist_calls["host_syncs"][count] += counter.host_syncs - syncs_before
             self.dist_calls["names"] = dict(counter.counts)
         self.check_tamper("a call of the candidate")
         self.check_output_type(out)
@@ -760,7 +790,7 @@ class Rank:
         def barrier() -> None:
             dist.barrier()
 
-        dist_before = counter.total
+        dist_before, syncs_before = counter.total, counter.host_syncs
         reset_l2 = _l2_persisting_reset(self.device)
 
         def before(side: str) -> None:
@@ -788,6 +818,7 @@ class Rank:
         self.sync()
         self.check_tamper("timed calls of the candidate")
         self.dist_calls["timed"] += counter.total - dist_before
+        self.dist_calls["host_syncs"]["timed"] += counter.host_syncs - syncs_before
         self.dist_calls["names"] = dict(counter.counts)
         (ref_stats, _), (cand_stats, last) = timed["reference"], timed["candidate"]
         for g, out in last.items():
@@ -795,9 +826,14 @@ class Rank:
         rep.result["timing"] = {"reference": ref_stats, "candidate": cand_stats}
         rep.result["timed_inputs_mutated"] = any(not bitwise_equal(a, b) for a, b in zip(groups, pristine)) and not getattr(self, "reference_mutates", False)
         # The timed calls' own outputs: a candidate that answers from a cache would pass the
-        # correctness trials and still be wrong here.
+        # correctness trials and still be wrong here. An output sharing storage with another
+        # group's (one persistent buffer returned by every call) holds whichever call came last:
+        # it is judged at return time below, not here.
         rep.phase("timing check")
+        shared = shared_output_groups(last)
         for g, out in sorted(last.items()):
+            if g in shared:
+                continue
             want = self.call_reference(clone_tree(pristine[g]))
             cmp = self.compare(want, out)
             cmp.update(kind="timed", trial=g)
@@ -806,6 +842,7 @@ class Rank:
                 cmp["saved"] = self.save_tensors(f"timed{g}", pristine[g], want, out)
             rep.result["timed_checks"].append(cmp)
             del want
+        self.check_at_return(groups, pristine, sorted(last) if shared else sorted(last)[:AT_RETURN_GROUPS], shared)
         del last, timed
         rep.save()
         # New values at the old addresses: a cache keyed on pointers answers with stale data.
@@ -839,6 +876,35 @@ class Rank:
             rep.result["peer_change_check"] = cmp
             rep.save()
 
+    def check_at_return(self, groups: list[Any], pristine: list[Any], order: list[int], shared: set[int]) -> None:
+        """The candidate on the timing groups in turn, each output copied the moment its call
+        returns and compared with the reference: right at return time is right (PKB's contract).
+        Then each returned output is read again after the later calls: one a later call
+        overwrote is an aliasing hazard a caller must know about (`output_reuse`), not a cache."""
+        rep, job = self.reporter, self.job
+        rep.phase("timing check at return", job.call_timeout_s * max(1, 2 * len(order)))
+        returned = []
+        for g in order:
+            out = self.call_candidate(groups[g], count="checks")
+            at_return = clone_tree(out)
+            want = self.call_reference(clone_tree(pristine[g]))
+            cmp = self.compare(want, at_return)
+            cmp.update(kind="at_return", trial=g, shared_output=g in shared)
+            if not cmp["matched"]:
+                cmp["saved"] = self.save_tensors(f"at_return{g}", pristine[g], want, at_return)
+            rep.result["timed_checks"].append(cmp)
+            returned.append((g, out, at_return))
+            del want
+        self.sync()
+        overwritten = [g for g, out, snap in returned if not bitwise_equal(out, snap)]
+        if overwritten:
+            spans = [storage_ptrs(out) for _, out, _ in returned]
+            rep.result["output_reuse"] = {
+                "groups_overwritten": overwritten,
+                "calls": len(returned),
+                "same_storage": len(returned) > 1 and all(sp and sp == spans[0] for sp in spans),
+            }
+
     def note_speed_floor(self, inputs: tuple) -> None:
         """The problem's bytes over NVLink's per-direction speed: no correct candidate is faster."""
         mod = getattr(self.source, "module", None)
@@ -862,6 +928,28 @@ class Rank:
             except Exception as exc:
                 floor["why"] = f"traffic_bytes failed: {type(exc).__name__}: {exc}"
         self.reporter.result["speed_floor"] = floor
+
+def reference_frame(exc: BaseException, module: Any) -> dict[str, Any] | None:
+    """The innermost frame of the reference's own file in an exception's traceback (the line that
+    failed, for the evidence of a reference that cannot run at a world size)."""
+    path = getattr(module, "__file__", None)
+    if not path:
+        return None
+    files = {path, os.path.realpath(path)}
+    found = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename in files or os.path.realpath(frame.filename) in files:
+            found = {"file": os.path.basename(frame.filename), "line": frame.lineno, "function": frame.name, "code": (frame.line or "").strip()[:200]}
+    return found
+
+
+def shared_output_groups(outputs: dict[int, Any]) -> set[int]:
+    """Groups whose output shares storage with another group's output."""
+    from pkb.eval.guard import overlaps
+
+    keys = sorted(outputs)
+    return {a for a in keys for b in keys if a != b and overlaps(outputs[a], outputs[b])}
+
 
 def overlaps_any(out: Any, groups: list[Any]) -> bool:
     from pkb.eval.guard import overlaps

@@ -1,0 +1,192 @@
+"""Candidates that need NVLink multicast, where there is none (one GPU, and every emulated world).
+
+`hdl.multicast_ptr` is 0 where multicast is off. A candidate whose `multimem.*` path runs on
+that 0 with no fallback fails for the machine's sake, not its own: its failure (a hang, an
+illegal address, a wrong result) says nothing about its protocol. `multicast_need` gathers the
+static evidence (the `multimem.*` lines, and any test of multicast_ptr against 0 that would
+lead to a fallback); `needs_multicast_verdict` turns a failed emulated run into `not_run`
+"needs multicast" when that evidence and the run agree, and leaves every other result alone.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+_MULTIMEM = re.compile(r"\bmultimem\.[a-z_.0-9]+")
+# In CUDA text: the multicast address (multicast_ptr, mc_ptr, ...) tested against 0 or used as
+# a condition. A check that only raises (TORCH_CHECK, assert) is no fallback.
+_CUDA_GUARD = re.compile(
+    r"\b(multicast\w*|mc_?\w*)\s*(!=|==)\s*(0|0ull|0ULL|nullptr|NULL)\b"
+    r"|\bif\s*\(\s*!?\s*(multicast\w*|mc_?\w*)\s*\)"
+)
+_RAISES_ONLY = re.compile(r"TORCH_CHECK|\bassert\b|TORCH_INTERNAL_ASSERT|raise\b")
+# Failures that a multimem access through address 0 explains. Anything else (a build error, a
+# wrong signature, a TypeError of a binding) is the candidate's own, multicast or not.
+_EXPLAINED_RUNTIME = {"illegal_address", "misaligned_address", "launch_config", "device_assert", "crash", "unspecified_launch_failure"}
+_EXPLAINED_MESSAGE = re.compile(r"multicast|multimem|illegal memory access|an illegal instruction|unspecified launch failure", re.I)
+
+
+def multicast_need(source: str, record: Any = None) -> dict[str, Any]:
+    """{'multimem': [{line, snippet, pass}], 'fallback_guards': [{line, snippet}], 'reads_multicast_ptr': bool}."""
+    lines = source.splitlines()
+    evidence: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    for ev in _record_nvls_evidence(record):
+        if _MULTIMEM.search(ev.get("snippet", "")) and ev["line"] not in seen:
+            seen.add(ev["line"])
+            evidence.append(ev)
+    for i, text in enumerate(lines, 1):
+        if i not in seen and _MULTIMEM.search(text):
+            seen.add(i)
+            evidence.append({"line": i, "snippet": text.strip()[:200], "pass": "python"})
+    evidence.sort(key=lambda e: e["line"])
+    in_strings = _string_lines(source)
+    guards = python_guards(source) + [
+        {"line": i, "snippet": lines[i - 1].strip()[:200], "where": "cuda"}
+        for i in sorted(in_strings) if i <= len(lines) and _CUDA_GUARD.search(lines[i - 1]) and not _RAISES_ONLY.search(lines[i - 1])
+    ]
+    uniq = {g["line"]: g for g in guards}
+    return {
+        "multimem": evidence[:32],
+        "fallback_guards": [uniq[k] for k in sorted(uniq)],
+        "reads_multicast_ptr": "multicast_ptr" in source,
+    }
+
+
+def _string_lines(source: str) -> set[int]:
+    """Lines inside the module's string literals (where CUDA sources live); every line when the
+    file does not parse."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set(range(1, source.count("\n") + 2))
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.end_lineno:
+            out.update(range(node.lineno, node.end_lineno + 1))
+    return out
+
+
+def _record_nvls_evidence(record: Any) -> list[dict[str, Any]]:
+    """The static passes' evidence for the `nvls` mechanism (candidate and kernels)."""
+    if record is None:
+        return []
+    out = []
+    label_sets = [getattr(record, "labels", None) or {}] + [getattr(k, "labels", None) or {} for k in getattr(record, "kernels", None) or []]
+    for labels in label_sets:
+        for lab in labels.get("mechanism", []) or []:
+            if getattr(lab, "value", "") != "nvls":
+                continue
+            for ev in getattr(lab, "evidence", []) or []:
+                out.append({"line": int(getattr(ev, "line", 0) or 0), "snippet": str(getattr(ev, "snippet", ""))[:200],
+                            "pass": getattr(ev, "pass_name", "")})
+    return out
+
+
+def python_guards(source: str) -> list[dict[str, Any]]:
+    """Tests in the Python code that can steer a 0 multicast_ptr away from the multimem path:
+    a comparison of multicast_ptr (or a name bound from it) with 0/None, its use as a condition,
+    or has_multicast_support(). `hasattr(hdl, "multicast_ptr")` is no guard: torch always has it."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    names = _names_bound_from_multicast(tree)
+    lines = source.splitlines()
+
+    def refers(node: ast.AST) -> bool:
+        if isinstance(node, ast.Attribute) and node.attr == "multicast_ptr":
+            return True
+        if isinstance(node, ast.Name) and node.id in names:
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("int", "bool") and node.args:
+            return refers(node.args[0])
+        if isinstance(node, ast.Call) and _is_getattr_multicast(node):
+            return True
+        return False
+
+    def is_guard(test: ast.AST) -> bool:
+        for node in ast.walk(test):
+            if isinstance(node, ast.Compare) and (refers(node.left) or any(refers(c) for c in node.comparators)):
+                return True
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "has_multicast_support":
+                return True
+        operands = test.values if isinstance(test, ast.BoolOp) else [test]
+        return any(refers(op.operand if isinstance(op, ast.UnaryOp) and isinstance(op.op, ast.Not) else op) for op in operands)
+
+    out = []
+    for node in ast.walk(tree):
+        test = None
+        if isinstance(node, (ast.If, ast.IfExp, ast.While)):  # an assert only raises: no fallback
+            test = node.test
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None and isinstance(node.value, (ast.BoolOp, ast.Compare)):
+            test = node.value  # use_mc = hdl.multicast_ptr != 0 and ...
+        if test is not None and is_guard(test):
+            line = getattr(node, "lineno", 0)
+            out.append({"line": line, "snippet": lines[line - 1].strip()[:200] if 0 < line <= len(lines) else "", "where": "python"})
+    return out
+
+
+def _is_getattr_multicast(node: ast.Call) -> bool:
+    return (isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant) and node.args[1].value == "multicast_ptr")
+
+
+def _names_bound_from_multicast(tree: ast.AST) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Assign):
+            continue
+        reads = any(
+            (isinstance(n, ast.Attribute) and n.attr == "multicast_ptr") or (isinstance(n, ast.Call) and _is_getattr_multicast(n))
+            for n in ast.walk(node.value)
+        )
+        if reads and not isinstance(node.value, (ast.BoolOp, ast.Compare)):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+def explained_by_missing_multicast(evaluation: dict[str, Any]) -> bool:
+    """Whether the run's failure is one a multimem access through address 0 produces."""
+    if evaluation.get("correct"):
+        return False
+    status, outcome, subtype = evaluation.get("status"), evaluation.get("outcome"), evaluation.get("subtype")
+    if status == "inconclusive" or outcome in ("hang", "wrong_result"):
+        return True
+    if outcome != "runtime_error":
+        return False
+    if subtype in _EXPLAINED_RUNTIME:
+        return True
+    messages = [str(evaluation.get("reason", ""))]
+    messages += [str(((r or {}).get("error") or {}).get("message", "")) for r in evaluation.get("ranks") or []]
+    return subtype == "python_exception" and any(_EXPLAINED_MESSAGE.search(m) for m in messages)
+
+
+def needs_multicast_verdict(evaluation: dict[str, Any], need: dict[str, Any]) -> dict[str, Any] | None:
+    """The `not_run` "needs multicast" evaluation that replaces a failed run, or None to keep it.
+
+    All of: multimem.* in the source, multicast_ptr read by the candidate (at run time, where
+    the run says; else in its text), no fallback guard, and a failure that address 0 explains."""
+    if not need.get("multimem") or need.get("fallback_guards") or not explained_by_missing_multicast(evaluation):
+        return None
+    reads = (evaluation.get("details") or {}).get("multicast_reads")
+    if reads == 0 or (reads is None and not need.get("reads_multicast_ptr")):
+        return None  # the run never asked for the multicast address: the failure is elsewhere
+    first = need["multimem"][0]
+    observed = {k: evaluation.get(k) for k in ("status", "outcome", "subtype", "reason")}
+    details = dict(evaluation.get("details") or {})
+    details["multicast"] = {**need, "observed": observed}
+    shown = ", ".join(f"line {e['line']}" for e in need["multimem"][:4])
+    return {
+        **evaluation,
+        "status": "not_run",
+        "outcome": "",
+        "subtype": "needs_multicast",
+        "correct": False,
+        "details": details,
+        "reason": (f"needs multicast: the candidate runs multimem.* ({shown}: {first['snippet'][:80]}) on hdl.multicast_ptr, "
+                   "which is 0 without NVLink multicast (one GPU, emulation), and has no fallback for 0; "
+                   f"the run gave {observed['outcome'] or observed['status']}/{observed['subtype']}"),
+    }

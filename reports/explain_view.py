@@ -1,0 +1,55 @@
+"""One entry per finding in the candidate views (terminal `explain`, HTML kernel page).
+
+The explanation cites findings and label evidence that the findings and labels tables show
+anyway; printed in both, each finding appeared three times (evidence, likely fix, findings).
+Here the explanation keeps what only it says (evaluation and diagnosis figures, fixes with no
+rule) and names the findings it rests on; the findings table holds each finding once, with its
+fix and a mark when the explanation cites it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+OWN_TABLE_KINDS = ("finding", "label")  # evidence kinds that have a table of their own
+
+
+def unique_findings(findings: list[Any]) -> list[Any]:
+    """Findings in order, without repeats of the same rule at the same place with the same message."""
+    seen: set[tuple[str, str, int, str]] = set()
+    out = []
+    for f in findings:
+        key = (f.rule, f.file, f.line, f.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(f)
+    return out
+
+
+def explanation_parts(expl: dict[str, Any]) -> dict[str, Any]:
+    """headline, evidence texts only the explanation has, cited rule ids, fixes no finding carries."""
+    evidence = [e["text"] for e in expl.get("evidence", []) if e.get("kind") not in OWN_TABLE_KINDS]
+    cited = []
+    for e in expl.get("evidence", []):
+        if e.get("kind") == "finding" and e.get("rule") not in cited:
+            cited.append(e["rule"])
+    for f in expl.get("fixes", []):
+        if f.get("rule") and f["rule"] not in cited:
+            cited.append(f["rule"])
+    fixes = [f for f in expl.get("fixes", []) if not f.get("rule")]
+    return {"headline": expl.get("headline", ""), "evidence": evidence, "cited": cited, "fixes": fixes,
+            "notes": list(expl.get("notes", []))}
+
+
+def finding_rows(record: Any, cited: list[str]) -> list[dict[str, Any]]:
+    """The findings table's rows: each finding once, with its rule's fix and rationale."""
+    from analyzer.rules import all_rules
+
+    catalogue = {r.id: r for r in all_rules()}
+    rows = []
+    for f in unique_findings(record.findings):
+        rule = catalogue.get(f.rule)
+        rows.append({"rule": f.rule, "name": f.name, "severity": f.severity, "file": f.file, "line": f.line,
+                     "message": f.message, "snippet": f.snippet, "fix": rule.fix if rule else "",
+                     "why": rule.rationale() if rule else "", "cited": f.rule in cited})
+    return rows

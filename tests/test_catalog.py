@@ -1,0 +1,75 @@
+"""problems/pkb_catalog.json: well-formed, and consistent with our problems and (with PKB_ROOT) PKB."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import problems
+from problems import catalog
+
+RAW = json.loads(catalog.CATALOG_PATH.read_text(encoding="utf-8"))
+
+
+def test_json_is_well_formed():
+    assert set(RAW) == {"source", "problems"} and "dab08304" in RAW["source"]
+    rows = RAW["problems"]
+    assert [r["id"] for r in rows] == list(range(1, 88))
+    assert len({r["name"] for r in rows}) == 87
+    allowed = set(problems.CATEGORIES) | set(catalog.EXTRA_CATEGORIES)
+    for r in rows:
+        assert set(r) <= {"id", "name", "params", "required", "has_compute", "category", "min_world_size", "min_world_size_why"}, r["id"]
+        assert r["name"] and r["name"].isidentifier(), r
+        assert all(isinstance(p, str) and p.isidentifier() for p in r["params"]) and len(set(r["params"])) == len(r["params"])
+        assert 0 <= r["required"] <= len(r["params"]), r
+        assert isinstance(r["has_compute"], bool), r  # every problem classified
+        assert r["category"] in allowed, r
+        assert isinstance(r["min_world_size"], int) and r["min_world_size"] >= 1, r
+        assert bool(r.get("min_world_size_why")) == (r["min_world_size"] > 1), r  # a minimum above 1 says why
+
+
+def test_entries_api_keeps_its_shape():
+    entry = catalog.entries()[33]
+    assert entry.stem == "33_ulysses_all_to_all_tensor_primitive"
+    assert catalog.by_name("ulysses_all_to_all_tensor_primitive") is entry
+    assert catalog.by_name("no_such_problem") is None
+    assert entry.params == ("x", "scatter_dim", "gather_dim", "group") and entry.required == 3
+    assert (entry.has_compute, entry.category, entry.min_world_size) == (False, "sequence_parallel", 1)
+    # the older four-field construction still works
+    assert catalog.CatalogEntry(1, "allreduce", ("tensor",), 1, False).min_world_size == 1
+
+
+def test_every_category_is_used_and_collectives_do_not_compute():
+    rows = catalog.entries().values()
+    assert {e.category for e in rows} >= set(catalog.EXTRA_CATEGORIES)
+    assert all(not e.has_compute for e in rows if e.category == "collective")
+    assert sum(e.has_compute for e in rows) > 60  # most PKB problems fuse compute with communication
+
+
+@pytest.mark.parametrize("pid", problems.ids())
+def test_consistent_with_our_problem(pid):
+    ours = problems.get(pid)
+    entry = catalog.entries()[pid]
+    assert entry.name == ours.name
+    assert entry.params == tuple(inspect.signature(ours.module.solution).parameters)
+    assert entry.has_compute is ours.spec.has_compute
+    assert entry.category == ours.spec.category
+    ours.module.make_inputs(0, entry.min_world_size, 0, "cpu", "float32")  # our inputs exist at PKB's minimum
+
+
+@pytest.mark.skipif(not os.environ.get("PKB_ROOT"), reason="set PKB_ROOT to a ParallelKernelBench checkout")
+def test_ids_names_and_params_are_pkbs():
+    refs = sorted(Path(os.environ["PKB_ROOT"], "reference").glob("*_*.py"))
+    seen = {}
+    for path in refs:
+        head, name = path.stem.split("_", 1)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "solution")
+        params = tuple(a.arg for a in fn.args.args)
+        seen[int(head)] = (name, params, len(params) - len(fn.args.defaults))
+    assert {i: (e.name, e.params, e.required) for i, e in catalog.entries().items()} == seen

@@ -1,0 +1,101 @@
+"""Overlap on small candidates of our own: which problems compute, what counts as computation in a
+kernel, and when a side stream really runs beside other work."""
+
+import textwrap
+
+import pytest
+
+from analyzer.classify import _kernel_computes, problem_has_compute
+from analyzer.pipeline import StaticAnalyzer, StaticOptions
+from pkb.corpus import read_candidate
+from pkb.record import CandidateRecord
+
+
+def test_a_collectives_own_reduction_is_not_computation():
+    allreduce = """
+        for (int64_t i = tid; i < n; i += blockDim.x * gridDim.x) {
+            float sum = 0.f;
+            for (int r = 0; r < world; ++r) sum += to_f(peers[r][i]);
+            out[i] = from_f(sum);
+        }"""
+    rmsnorm = allreduce + "\n        y[i] = x[i] * rsqrtf(var + eps) * w[i];"
+    gemv = "        acc += a[k] * b[k];"
+    assert not _kernel_computes(textwrap.dedent(allreduce).splitlines())
+    assert _kernel_computes(textwrap.dedent(rmsnorm).splitlines())
+    assert _kernel_computes([gemv])
+
+
+@pytest.mark.parametrize(("path", "name", "pid", "expected"), [
+    ("solutions_x/1_allreduce_cuda.py", "allreduce", 1, False),
+    # PKB's files numbered 34 and up answer problem id - 1: 37 is ulysses_gather_seq_scatter_heads (36)
+    ("solutions_x/37_ulysses_gather_seq_scatter_heads_cuda.py", "ulysses_gather_seq_scatter_heads", 37, False),
+    ("solutions_x/13_gemm_allreduce_cuda.py", "gemm_allreduce", 13, True),
+])
+def test_problem_compute_matched_by_name(path, name, pid, expected):
+    rec = CandidateRecord(path=path)
+    rec.problem_id, rec.problem_name = pid, name
+    assert problem_has_compute(rec) is expected
+
+
+def test_unknown_problem_is_none():
+    rec = CandidateRecord(path="x/999_something_new_cuda.py")
+    rec.problem_id, rec.problem_name = 999, "something_new"
+    assert problem_has_compute(rec) is None
+
+
+SIDE = '''
+import torch
+import torch.distributed as dist
+
+_side = torch.cuda.Stream()
+
+def solution(A_local, B):
+    world = dist.get_world_size()
+    parts = [torch.empty_like(A_local) for _ in range(world)]
+    _side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(_side):
+        dist.all_gather(parts, A_local)
+    BETWEEN
+    torch.cuda.current_stream().wait_stream(_side)
+    return torch.matmul(torch.cat(parts), B)
+'''
+
+
+@pytest.fixture(scope="module")
+def analyzer():
+    a = StaticAnalyzer(StaticOptions(ptx=False, use_cache=False))
+    yield a
+    a.close()
+
+
+def overlap(analyzer, tmp_path, src):
+    folder = tmp_path / "solutions_cuda_bf16_h100_8_test_overlap"
+    folder.mkdir(exist_ok=True)
+    (folder / "12_allgather_gemm_cuda.py").write_text(textwrap.dedent(src))
+    rec = analyzer.analyze(read_candidate(folder / "12_allgather_gemm_cuda.py", tmp_path))
+    return sorted(rec.label_values("overlap"))
+
+
+def test_side_stream_joined_before_the_compute_is_not_multi_stream(analyzer, tmp_path):
+    assert overlap(analyzer, tmp_path, SIDE.replace("    BETWEEN\n", "")) == ["none"]
+
+
+def test_side_stream_with_work_before_the_join_is_multi_stream(analyzer, tmp_path):
+    src = SIDE.replace("BETWEEN", "Bt = B.t().contiguous()")
+    assert overlap(analyzer, tmp_path, src) == ["multi_stream"]
+
+
+def test_a_loop_on_one_stream_is_not_a_pipeline(analyzer, tmp_path):
+    serial = '''
+import torch
+import torch.distributed as dist
+
+def solution(A_local, B):
+    outs = []
+    for part in A_local.chunk(4):
+        got = [torch.empty_like(part) for _ in range(dist.get_world_size())]
+        dist.all_gather(got, part)
+        outs.append(torch.matmul(torch.cat(got), B))
+    return torch.cat(outs)
+'''
+    assert overlap(analyzer, tmp_path, serial) == ["none"]

@@ -1,0 +1,99 @@
+"""Progress of `pkb-analyze eval`: a line per candidate as it lands when output is not a terminal,
+Ctrl-C says what was saved, --force runs stored results again, and the limits are options."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import pkb.eval
+from pkb.cli import main
+
+GOOD = (
+    "import torch\nimport torch.distributed as dist\n\n"
+    "@torch.no_grad()\ndef solution(tensor):\n    out = tensor.clone()\n    dist.all_reduce(out)\n    return out\n"
+)
+
+
+def run_cli(args, tmp_path, capsys):
+    os.environ["PKB_CACHE_DIR"] = str(tmp_path / "cache")
+    code = 0
+    try:
+        main(args)
+    except SystemExit as exc:
+        code = exc.code or 0
+    return code, capsys.readouterr()
+
+
+def two_candidates(tmp_path: Path) -> Path:
+    d = tmp_path / "c"
+    d.mkdir()
+    (d / "1_allreduce_a.py").write_text(GOOD)
+    (d / "1_allreduce_b.py").write_text(GOOD)
+    return d
+
+
+def test_a_line_per_candidate_as_it_lands(tmp_path, capsys, monkeypatch):
+    seen = []
+
+    def fake_evaluate(records, options):
+        for rec in records:
+            # the line of the previous candidate is already out when the next one starts
+            seen.append(capsys.readouterr().out)
+            rec.evaluation = {"status": "ran", "outcome": "slower", "subtype": "", "speedup": 0.5, "wall_s": 2.0}
+
+    monkeypatch.setattr(pkb.eval, "evaluate", fake_evaluate)
+    d = two_candidates(tmp_path)
+    code, cap = run_cli(["eval", str(d), "--out", str(tmp_path / "o"), "--world-size", "2"], tmp_path, capsys)
+    assert code == 0, cap.err
+    assert "[1/2] 1_allreduce_a.py: slower 0.5x, 2.0 s" in seen[1]
+    assert "[2/2] 1_allreduce_b.py: slower 0.5x, 2.0 s" in cap.out
+
+
+def test_ctrl_c_says_what_was_saved(tmp_path, capsys, monkeypatch):
+    calls = []
+
+    def fake_evaluate(records, options):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        for rec in records:
+            rec.evaluation = {"status": "ran", "outcome": "faster", "speedup": 1.5}
+
+    monkeypatch.setattr(pkb.eval, "evaluate", fake_evaluate)
+    d = two_candidates(tmp_path)
+    code, cap = run_cli(["eval", str(d), "--out", str(tmp_path / "o"), "--world-size", "2"], tmp_path, capsys)
+    assert code == 130
+    assert "interrupted: 1 of 2 candidates were evaluated and saved" in cap.err and "resumes" in cap.err
+    assert len((tmp_path / "o" / "eval.jsonl").read_text().splitlines()) == 1
+
+
+def test_limits_and_force_reach_the_options(tmp_path, capsys, monkeypatch):
+    got = []
+
+    def fake_evaluate(records, options):
+        got.append(options)
+        for rec in records:
+            rec.evaluation = {"status": "ran", "outcome": "faster", "speedup": 1.5}
+
+    monkeypatch.setattr(pkb.eval, "evaluate", fake_evaluate)
+    d = two_candidates(tmp_path)
+    code, cap = run_cli(["eval", str(d), "--out", str(tmp_path / "o"), "--import-timeout", "7", "--compile-timeout", "8",
+                         "--call-timeout", "9", "--force"], tmp_path, capsys)
+    assert code == 0, cap.err
+    assert (got[0].import_timeout_s, got[0].compile_timeout_s, got[0].call_timeout_s, got[0].force) == (7, 8, 9, True)
+
+
+def test_force_runs_a_stored_result_again(tmp_path, capsys):
+    d = tmp_path / "c"
+    d.mkdir()
+    (d / "1_allreduce_a.py").write_text(GOOD)
+    args = ["eval", str(d), "--out", str(tmp_path / "o"), "--world-size", "2", "--trials", "1", "--warmup", "1", "--iters", "0",
+            "--timeout", "240"]
+    code, cap = run_cli(args, tmp_path, capsys)
+    assert code == 0 and "(stored result)" not in cap.out
+    code, cap = run_cli(args, tmp_path, capsys)
+    assert code == 0 and "[1/1] 1_allreduce_a.py: correct" in cap.out and "(stored result)" in cap.out
+    code, cap = run_cli([*args, "--force"], tmp_path, capsys)
+    assert code == 0 and "[1/1] 1_allreduce_a.py: correct" in cap.out and "(stored result)" not in cap.out

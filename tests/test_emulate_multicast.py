@@ -1,0 +1,170 @@
+"""Candidates that need NVLink multicast: `not_run` "needs multicast" with the multimem.* lines,
+only when the candidate has no fallback for multicast_ptr == 0 and its failure is one address 0
+explains; a working fallback runs, a broken fallback is the candidate's own failure."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from pkb.emulate.multicast import multicast_need, needs_multicast_verdict, python_guards
+from pkb.emulate.records import emulate_records
+from pkb.eval.options import EvalOptions
+
+HEADER = '''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+
+# the device code a real candidate would build (not built here: the CPU world runs the Python)
+PTX = "multimem.ld_reduce.relaxed.sys.global.add.v4.bf16x2 {%0, %1, %2, %3}, [%4];"
+_state = {}
+
+
+def _handle(x):
+    if "h" not in _state:
+        buf = symm_mem.empty(x.shape, dtype=x.dtype, device=x.device)
+        _state["h"] = (buf, symm_mem.rendezvous(buf, dist.group.WORLD))
+    return _state["h"]
+
+
+def _multimem_allreduce(mc_ptr, buf):
+    # what a multimem kernel does with address 0
+    if mc_ptr == 0:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    return buf.clone()
+
+
+def _peer_allreduce(hdl, x):
+    out = torch.zeros_like(x)
+    for p in range(hdl.world_size):
+        out += hdl.get_buffer(p, list(x.shape), x.dtype)
+    return out
+'''
+
+CANDIDATES = {
+    "no_fallback": '''
+def solution(x):
+    buf, hdl = _handle(x)
+    buf.copy_(x)
+    hdl.barrier(channel=0)
+    return _multimem_allreduce(int(hdl.multicast_ptr), buf)
+''',
+    # hasattr is true on every handle: no guard for 0
+    "hasattr_only": '''
+def solution(x):
+    buf, hdl = _handle(x)
+    buf.copy_(x)
+    hdl.barrier(channel=0)
+    use_mc = x.dtype == torch.float32 and hasattr(hdl, "multicast_ptr")
+    if use_mc:
+        return _multimem_allreduce(int(hdl.multicast_ptr), buf)
+    return _peer_allreduce(hdl, x)
+''',
+    "fallback": '''
+def solution(x):
+    buf, hdl = _handle(x)
+    buf.copy_(x)
+    hdl.barrier(channel=0)
+    mc = getattr(hdl, "multicast_ptr", 0)
+    if mc != 0:
+        out = _multimem_allreduce(mc, buf)
+    else:
+        out = _peer_allreduce(hdl, x)
+    hdl.barrier(channel=0)
+    return out
+''',
+    "broken_fallback": '''
+def solution(x):
+    buf, hdl = _handle(x)
+    buf.copy_(x)
+    if hdl.multicast_ptr:
+        return _multimem_allreduce(hdl.multicast_ptr, buf)
+    return x.clone()  # the fallback forgets the peers
+''',
+    # fails before it ever asks for the multicast address: its own bug
+    "fails_first": '''
+def solution(x):
+    buf, hdl = _handle(x)
+    buf.copy_(x)
+    hdl.barrier(channel=0)
+    hdl.signal_pad_ptrs_dev.data_ptr()  # an int in torch, taken for a Tensor: AttributeError
+    return _multimem_allreduce(int(hdl.multicast_ptr), buf)
+''',
+}
+
+
+class Rec:
+    parse_status = "ok"
+    sha256 = ""
+    problem_name = "allreduce"
+    model = provider = backend = precision = ""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.source = str(path), path.read_text()
+        self.problem_id = 1
+        self.evaluation: dict = {}
+
+
+def test_needs_multicast_only_without_a_fallback(tmp_path):
+    d = tmp_path / "c"
+    d.mkdir()
+    recs = {}
+    for name, body in CANDIDATES.items():
+        p = d / f"1_allreduce_{name}.py"
+        p.write_text(textwrap.dedent(HEADER) + textwrap.dedent(body))
+        recs[name] = Rec(p)
+    options = EvalOptions(trials=1, dtype="float32", store_path=str(tmp_path / "s.sqlite"), work_dir=str(tmp_path / "w"))
+    emulate_records(list(recs.values()), 2, options, device="cpu")
+    ev = {k: r.evaluation for k, r in recs.items()}
+    ptx_line = next(i for i, ln in enumerate(textwrap.dedent(HEADER).splitlines(), 1) if "multimem.ld_reduce" in ln)
+    for name in ("no_fallback", "hasattr_only"):
+        e = ev[name]
+        assert (e["status"], e["subtype"]) == ("not_run", "needs_multicast"), (name, e)
+        assert "needs multicast" in e["reason"] and f"line {ptx_line}" in e["reason"]
+        mc = e["details"]["multicast"]
+        assert mc["multimem"][0]["line"] == ptx_line and "multimem.ld_reduce" in mc["multimem"][0]["snippet"]
+        assert mc["observed"]["outcome"] == "runtime_error"  # what the run gave is kept
+    assert ev["fallback"]["correct"], ev["fallback"]
+    assert ev["broken_fallback"]["outcome"] == "wrong_result", ev["broken_fallback"]
+    assert ev["broken_fallback"]["details"]["multicast_evidence"]["fallback_guards"]
+    assert ev["fails_first"]["outcome"] == "runtime_error", ev["fails_first"]
+    assert ev["fails_first"]["details"]["multicast_reads"] == 0
+    # a needs-multicast verdict is stored and not rerun
+    again = Rec(Path(recs["no_fallback"].path))
+    emulate_records([again], 2, options, device="cpu")
+    assert again.evaluation["status"] == "skipped_cached" and again.evaluation["subtype"] == "needs_multicast"
+
+
+def test_python_guards():
+    def guards(src: str) -> list[int]:
+        return [g["line"] for g in python_guards(textwrap.dedent(src))]
+
+    assert guards("if hdl.multicast_ptr:\n    pass\n") == [1]
+    assert guards("mc = int(hdl.multicast_ptr)\nif mc != 0 and n % 8 == 0:\n    pass\n") == [2]
+    assert guards("use = hdl.multicast_ptr != 0 and ok\n") == [1]
+    assert guards("if hdl.multicast_ptr == 0:\n    raise RuntimeError('x')\n") == [1]
+    assert guards("use = hasattr(hdl, 'multicast_ptr') and ok\nif use:\n    f(hdl.multicast_ptr)\n") == []
+    assert guards("assert hdl.multicast_ptr != 0\n") == []  # raising is no fallback
+    assert guards("f(int(hdl.multicast_ptr))\n") == []
+
+
+def test_cuda_side_guard_counts_and_a_check_that_raises_does_not():
+    src = 'K = r"""\nbool use_mm = (multicast_ptr != 0) && ok;\nasm("multimem.st.relaxed.sys.global.v4.f32 [%0], {%1};");\n"""\n'
+    need = multicast_need(src)
+    assert [g["line"] for g in need["fallback_guards"]] == [2] and need["multimem"][0]["line"] == 3
+    src = 'K = r"""\nTORCH_CHECK(multicast_ptr != 0, "no multicast");\nasm("multimem.st.relaxed.sys.global.v4.f32 [%0], {%1};");\n"""\n'
+    assert multicast_need(src)["fallback_guards"] == []
+
+
+def test_verdict_keeps_failures_that_address_zero_does_not_explain():
+    need = {"multimem": [{"line": 3, "snippet": "multimem.ld_reduce", "pass": "python"}], "fallback_guards": [], "reads_multicast_ptr": True}
+    ran = {"status": "ran", "details": {"multicast_reads": 4}}
+    assert needs_multicast_verdict({**ran, "outcome": "hang", "subtype": "timeout"}, need)["subtype"] == "needs_multicast"
+    assert needs_multicast_verdict({**ran, "status": "inconclusive", "outcome": "", "subtype": "not_co_resident"}, need)
+    assert needs_multicast_verdict({**ran, "outcome": "compile_error", "subtype": "cuda_syntax"}, need) is None
+    assert needs_multicast_verdict({**ran, "outcome": "runtime_error", "subtype": "python_exception",
+                                    "reason": "TypeError: incompatible function arguments"}, need) is None
+    assert needs_multicast_verdict({**ran, "outcome": "faster", "correct": True}, need) is None
+    assert needs_multicast_verdict({"status": "ran", "outcome": "hang", "details": {"multicast_reads": 0}}, need) is None
+    assert needs_multicast_verdict({**ran, "outcome": "hang"}, {**need, "multimem": []}) is None

@@ -1,0 +1,87 @@
+"""No false accusations: an output right at return that the next call overwrites is its own finding
+(output_reused, beside the outcome), not cached_output; a barrier on the timed path is a host sync,
+not a library fallback; a pybind binding mismatch is named; every python_exception says its type."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from test_eval_support import quick_options, run_eval, write_candidate
+from test_eval_units import _launch, _ok_rank
+
+from pkb.eval.outcome import decide
+from pkb.eval.static_checks import static_flags
+
+# One output buffer per shape, returned by every call and rewritten by the next: right when each
+# call returns (PKB's contract), stale once a later call ran (what a strict caller would see).
+PERSISTENT_BUFFER = """
+_buffers = {}
+
+
+@torch.no_grad()
+def solution(x):
+    out = _buffers.get(tuple(x.shape))
+    if out is None:
+        out = _buffers[tuple(x.shape)] = torch.empty_like(x)
+    out.copy_(x)
+    dist.all_reduce(out)
+    return out
+"""
+
+# A barrier before its own work: a host sync on the timed path, moving no data.
+BARRIER_FIRST = """
+@torch.no_grad()
+def solution(x):
+    dist.barrier()
+    out = x.clone()
+    dist.all_reduce(out)
+    return out
+"""
+
+
+def test_a_persistent_output_buffer_is_right_at_return_and_reported_as_reused(tmp_path):
+    reuse = write_candidate(tmp_path / "c", "1_allreduce_persistent.py", PERSISTENT_BUFFER)
+    barrier = write_candidate(tmp_path / "c", "1_allreduce_barrier_first.py", BARRIER_FIRST)
+    rec_reuse, rec_barrier = run_eval([reuse, barrier], quick_options(tmp_path, trials=2, groups=3))
+
+    ev = rec_reuse.evaluation
+    assert ev["status"] == "ran" and ev["outcome"] in ("faster", "slower"), (ev["outcome"], ev["subtype"], ev["reason"])
+    reused = ev["details"]["output_reused"]
+    assert reused["ranks"] == [0, 1] and reused["same_storage"] and reused["groups_overwritten"]
+    assert ev["details"]["contracts"]["pkb"]["accepts"] is True
+    assert ev["details"]["contracts"]["strict"] == {"accepts": False, "outcome": "wrong_result", "subtype": "output_reused", "why": "a returned output is overwritten by the candidate's next call"}
+    assert "overwritten by its next call" in ev["reason"]
+
+    ev = rec_barrier.evaluation
+    assert ev["status"] == "ran" and ev["outcome"] in ("faster", "slower"), ev["reason"]
+    assert ev["details"]["host_syncs_timed"] > 0
+    assert "output_reused" not in ev["details"]
+    # the barrier is not among the data-moving collectives counted on the timed path
+    assert ev["details"]["dist_calls_timed"] > 0  # its all_reduce
+
+
+def _custom_kernel_job(flags=()):
+    return SimpleNamespace(static_flags=list(flags), claims_custom_kernels=True)
+
+
+def test_only_data_moving_collectives_make_a_custom_kernel_candidate_suspect():
+    barrier_only = _ok_rank(0.5, dist_calls={"trials": 0, "timed": 0, "checks": 0, "names": {"barrier": 12}, "host_syncs": {"trials": 2, "timed": 10, "checks": 0}})
+    ev = decide(_launch([barrier_only, barrier_only]), _custom_kernel_job())
+    assert ev["outcome"] == "faster" and ev["details"]["host_syncs_timed"] == 20
+    moving = _ok_rank(0.5, dist_calls={"trials": 0, "timed": 10, "checks": 0, "names": {"all_reduce": 10, "barrier": 10}, "host_syncs": {"timed": 10}})
+    ev = decide(_launch([moving, moving]), _custom_kernel_job())
+    assert (ev["outcome"], ev["subtype"]) == ("suspect", "calls_reference")
+    assert "barrier" not in ev["reason"] and "all_reduce" in ev["reason"]
+
+
+def test_a_barrier_in_an_except_handler_is_no_fallback():
+    barrier = "import torch.distributed as dist\ndef solution(x):\n    try:\n        return f(x)\n    except Exception:\n        dist.barrier()\n        raise\n"
+    assert not [f for f in static_flags(barrier) if f["flag"] == "fallback_try_except"]
+    moving = barrier.replace("dist.barrier()", "dist.all_reduce(x)")
+    assert [f["line"] for f in static_flags(moving) if f["flag"] == "fallback_try_except"] == [5]
+
+
+def test_wrong_at_return_is_still_cached_output():
+    cached = _ok_rank(0.5, timed_checks=[{"matched": False, "kind": "at_return", "trial": 1}])
+    ev = decide(_launch([cached, _ok_rank(0.5)]))
+    assert (ev["outcome"], ev["subtype"]) == ("suspect", "cached_output")

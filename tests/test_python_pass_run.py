@@ -1,0 +1,344 @@
+"""The Python pass judged against PKB's run: branches it does not take, set-up behind a cache read
+into a local, calls reached through attributes, host syncs that are not, and the facts behind
+PKB018 and PKB019. Small candidates written for the purpose."""
+
+import textwrap
+
+from analyzer.python_pass import RunContext, analyze_python, run_context
+
+RUN = RunContext(dtype="bfloat16", world_size=8, multicast=True)  # solutions_cuda_bf16_h100_8_...
+
+
+def facts(src: str, run: RunContext | None = RUN):
+    return analyze_python(textwrap.dedent(src), "cand.py", run=run)
+
+
+def paths(f, qualname: str) -> list[str]:
+    return [c.path for c in f.calls if c.qualname.endswith(qualname)]
+
+
+def test_run_context_from_the_tree_tokens():
+    assert run_context("bf16", "h100_8") == RUN
+    assert run_context("fp32", "h100_8").dtype == "float32"
+    assert run_context("", "") == RunContext()
+
+
+BRANCHES = '''
+import torch
+import torch.distributed as dist
+from torch.utils.cpp_extension import load_inline
+
+ext = load_inline(name="e", cpp_sources="", cuda_sources="", functions=["mc_allreduce", "uva_allreduce"])
+
+def solution(x, hdl):
+    world = dist.get_world_size()
+    if world == 1:
+        return x.clone()
+    if x.dtype == torch.float32:
+        dist.all_reduce(x)                      # float32 fallback
+        return x
+    if hdl.multicast_ptr != 0 and x.numel() % 8 == 0:
+        ext.mc_allreduce(hdl.multicast_ptr, x)  # the run's path
+        return x
+    ext.uva_allreduce(hdl.buffer_ptrs_dev, x)   # multicast missing
+    return x
+'''
+
+
+def test_branches_the_run_does_not_take_are_fallback():
+    f = facts(BRANCHES)
+    assert paths(f, "all_reduce") == ["fallback"]
+    assert paths(f, "ext.mc_allreduce") == ["timed"]
+    assert paths(f, "ext.uva_allreduce") == ["fallback"]
+
+
+def test_unknown_run_keeps_dtype_and_multicast_branches_but_not_world_size_one():
+    f = facts(BRANCHES, run=RunContext())
+    assert paths(f, "all_reduce") == ["timed"]
+    assert paths(f, "ext.uva_allreduce") == ["timed"]
+    # a single rank is never the run of a multi-GPU benchmark, whatever the tree
+    assert facts('''
+        import torch.distributed as dist
+        def solution(x):
+            if dist.get_world_size() == 1:
+                dist.barrier()
+            return x
+    ''', run=RunContext()).calls[0].path == "fallback"
+
+
+def test_integer_dtypes_are_not_judged_against_the_run_precision():
+    f = facts('''
+        import torch
+        def solution(idx, x):
+            if idx.dtype == torch.int64:
+                torch.cuda.synchronize()
+            return x
+    ''')
+    assert paths(f, "torch.cuda.synchronize") == ["timed"]
+
+
+CACHE_LOCAL = '''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+
+_resource_cache = {}
+
+def _resources(t):
+    key = (t.shape, t.dtype)
+    cached = _resource_cache.get(key)
+    if cached is not None:
+        return cached
+    buf = symm_mem.empty(t.shape, device=t.device, dtype=t.dtype)
+    hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+    cached = (buf, hdl)
+    _resource_cache[key] = cached
+    return cached
+
+def solution(t):
+    buf, hdl = _resources(t)
+    hdl.barrier(channel=0)
+    return t
+'''
+
+
+def test_cache_read_into_a_local_guards_setup():
+    f = facts(CACHE_LOCAL)
+    assert paths(f, "_symmetric_memory.empty") == ["setup"]
+    assert paths(f, "_symmetric_memory.rendezvous") == ["setup"]
+    assert paths(f, "handle.barrier") == ["timed"]
+
+
+def test_a_local_not_read_from_a_cache_is_no_guard():
+    f = facts('''
+        import torch.distributed._symmetric_memory as symm_mem
+        def solution(t):
+            buf = None
+            if buf is None:
+                buf = symm_mem.empty(t.numel(), device=t.device, dtype=t.dtype)
+            return buf
+    ''')
+    assert paths(f, "_symmetric_memory.empty") == ["timed"]
+
+
+def test_calls_followed_through_autograd_apply_self_and_instances():
+    f = facts('''
+        import torch
+        import torch.distributed as dist
+
+        class _AllReduce(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                dist.all_reduce(x)
+                return x
+
+        class Runner:
+            def __init__(self):
+                self.ready = True
+            def step(self, x):
+                return self._push(x)
+            def _push(self, x):
+                torch.cuda.synchronize()
+                return x
+            def __call__(self, x):
+                dist.broadcast(x, 0)
+                return x
+
+        _runner = Runner()
+
+        def solution(x):
+            y = _AllReduce.apply(x)
+            _runner.step(y)
+            return _runner(y)
+    ''')
+    assert paths(f, "all_reduce") == ["timed"]
+    assert paths(f, "torch.cuda.synchronize") == ["timed"]
+    assert paths(f, "broadcast") == ["timed"]
+
+
+def test_host_tensors_and_metadata_copies():
+    f = facts('''
+        import torch
+        def solution(x, splits):
+            order = torch.arange(8)
+            first = order.tolist()              # CPU tensor: no sync
+            n = torch.tensor([1, 2]).sum().item()
+            counts = splits.cpu()               # a few numbers: a sync, not staging
+            sizes = x.sum(dim=1).cpu().tolist()
+            payload = x.cpu()                   # the payload crosses host memory
+            total = x.sum().item()              # a GPU scalar: a sync
+            order_t = torch.arange(8).reshape(2, 4).T.ravel().tolist()
+            first_count = counts[0].item()      # read from the host copy
+            return payload
+    ''')
+    cats = {(c.line, c.qualname): c.category for c in f.calls if c.category in ("cuda_sync", "host_transfer")}
+    assert (5, "tensor.tolist") not in cats
+    assert (6, "tensor.item") not in cats
+    assert cats[(7, "tensor.cpu")] == "cuda_sync"
+    assert cats[(8, "tensor.cpu")] == "cuda_sync"
+    assert (8, "tensor.tolist") not in cats
+    assert cats[(9, "tensor.cpu")] == "host_transfer"
+    assert cats[(10, "tensor.item")] == "cuda_sync"
+    assert (11, "tensor.tolist") not in cats and (12, "tensor.item") not in cats
+
+
+def test_extension_function_named_like_a_handle_method_is_the_extensions():
+    f = facts('''
+        import torch.distributed._symmetric_memory as symm_mem
+        from torch.utils.cpp_extension import load_inline
+        ext = load_inline(name="e", cpp_sources="", cuda_sources="", functions=["wait_signal", "push"])
+        def solution(x):
+            hdl = symm_mem.rendezvous(x, "0")
+            ext.wait_signal(x)
+            hdl.wait_signal(0)
+            return x
+    ''')
+    by_line = {c.line: c.qualname for c in f.calls if "wait_signal" in c.qualname}
+    assert by_line == {7: "ext.wait_signal", 8: "handle.wait_signal"}
+
+
+def test_world_size_literals_and_peer_loops():
+    f = facts('''
+        import torch.distributed as dist
+        def solution(x, hdl):
+            world = dist.get_world_size()
+            assert x.numel() % world == 0
+            assert dist.get_world_size() == 8
+            for s in range(2):                  # double buffer
+                hdl.get_buffer(hdl.rank, (4,), x.dtype, s * 4)
+            for p in range(8):                  # one iteration per peer
+                ext.pull(hdl.buffer_ptrs[p], x)
+            return x
+    ''')
+    assert [(a.line, a.literal) for a in f.asserts if a.kind == "world_size"] == [(6, "8")]
+    assert [(c.line, c.value) for c in f.constants if c.name == "range"] == [(9, "8")]
+
+
+def test_binding_signatures_and_integer_arguments():
+    f = facts('''
+        import torch
+        from torch.utils.cpp_extension import load_inline
+        SRC = r"""
+        void run(torch::Tensor sig, torch::Tensor out, int64_t mc) {}
+        """
+        ext = load_inline(name="e", cpp_sources="", cuda_sources=SRC, functions=["run"])
+        def solution(x, hdl):
+            mc = hdl.multicast_ptr
+            ext.run(hdl.signal_pad_ptrs_dev, x, mc)
+            return x
+    ''')
+    assert f.ext_signatures["run"] == ["torch::Tensor", "torch::Tensor", "int64_t"]
+    call = next(c for c in f.calls if c.qualname == "ext.run")
+    assert [a.value_type for a in call.args if a.position >= 0] == ["int", "", "int"]
+
+
+def test_returned_buffers_that_outlive_the_call():
+    def returning(expr):
+        return facts(CACHE_LOCAL.replace("    return t\n", f"    return {expr}\n")).reused_returns
+
+    kept = returning("buf.view(-1)[: t.numel()]")
+    assert [(r.line, r.name, r.reason) for r in kept] == [(22, "buf", "symmetric")]
+    assert returning("buf.clone()") == []
+    assert returning("torch.empty_like(t)") == []
+
+
+def test_a_group_parameter_left_at_none_is_none_on_the_run():
+    f = facts('''
+        import torch.distributed as dist
+        def solution(x, group=None):
+            if group is None:
+                return x
+            dist.all_to_all_single(x, x, group=group)
+            return x
+    ''')
+    assert paths(f, "all_to_all_single") == ["fallback"]
+    rebound = facts('''
+        import torch.distributed as dist
+        def solution(x, group=None):
+            group = group or dist.group.WORLD
+            if group is None:
+                return x
+            dist.all_to_all_single(x, x, group=group)
+            return x
+    ''')
+    assert paths(rebound, "all_to_all_single") == ["timed"]
+
+
+def test_initialised_process_group_and_a_cache_filled_by_a_helper():
+    f = facts('''
+        import torch
+        import torch.distributed as dist
+        from torch.utils.cpp_extension import load_inline
+        _ext = None
+
+        def _get_ext():
+            global _ext
+            _ext = load_inline(name="e", cpp_sources="", cuda_sources="", functions=["run"])
+            return _ext
+
+        def solution(x):
+            if not dist.is_initialized() or dist.get_world_size() == 1:
+                torch.cuda.synchronize()
+                return x
+            if _ext is None:
+                if dist.get_rank() == 0:
+                    _get_ext()
+                dist.barrier()
+            return x
+    ''')
+    assert paths(f, "torch.cuda.synchronize") == ["fallback"]
+    assert paths(f, "torch.distributed.barrier") == ["setup"]
+
+
+def test_metadata_collectives_and_cpu_copies_read_back_as_numbers():
+    from analyzer.python_pass import is_metadata_collective
+
+    f = facts('''
+        import torch
+        import torch.distributed as dist
+        def solution(x, counts):
+            all_counts = torch.empty(8, dtype=torch.int64, device=x.device)
+            dist.all_gather_into_tensor(all_counts, counts)
+            dist.all_reduce(x)
+            host = all_counts.cpu()
+            n = int(host[0].item())
+            return x
+    ''')
+    by_name = {c.qualname.split(".")[-1]: c for c in f.calls}
+    assert is_metadata_collective(by_name["all_gather_into_tensor"])
+    assert not is_metadata_collective(by_name["all_reduce"])
+    assert by_name["cpu"].category == "cuda_sync"
+
+
+def test_split_size_helpers_nested_fast_paths_and_function_attribute_caches():
+    f = facts('''
+        import torch
+        import torch.distributed as dist
+        import torch.distributed._symmetric_memory as symm_mem
+
+        def _as_list(x):
+            if isinstance(x, torch.Tensor):
+                return x.tolist()               # only for tensor split sizes
+            return list(x)
+
+        def solution(x, input_split_sizes, dst=0):
+            splits = _as_list(input_split_sizes)
+            chunk_elems = x.numel() // 8
+            if chunk_elems == 0:
+                torch.cuda.synchronize()
+                return x
+            if not hasattr(solution, "buf"):
+                solution.buf = symm_mem.empty(x.numel(), device=x.device, dtype=x.dtype)
+            if x.dtype == torch.bfloat16:
+                if x.numel() % 8 == 0 and x.numel() > 0:
+                    if dist.get_rank() == dst:
+                        return x.clone()
+                    else:
+                        return x
+            dist.reduce(x, dst)                 # not reached on the run
+            return x
+    ''')
+    assert not [c for c in f.calls if c.qualname == "tensor.tolist" and c.path == "timed"]
+    assert paths(f, "torch.cuda.synchronize") == ["fallback"]
+    assert paths(f, "_symmetric_memory.empty") == ["setup"]
+    assert paths(f, "torch.distributed.reduce") == ["fallback"]

@@ -1,0 +1,165 @@
+"""Python-side rules on small candidates of our own: each rule fires on the bug and stays quiet on
+the correct idiom. Files sit in a PKB-style run tree, so the run (bf16, 8 ranks, multicast) is known."""
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from analyzer.pipeline import StaticAnalyzer, StaticOptions
+from analyzer.rules import all_rules
+from pkb.corpus import read_candidate
+
+TREE = "solutions_cuda_bf16_h100_8_openai_test-model"
+
+
+@pytest.fixture(scope="module")
+def analyzer(tmp_path_factory):
+    a = StaticAnalyzer(StaticOptions(ptx=False, use_cache=False))
+    yield a
+    a.close()
+
+
+def findings(analyzer, tmp_path, src: str, name: str = "1_allreduce_cuda.py", tree: str = TREE) -> dict[str, list[int]]:
+    folder = tmp_path / tree
+    folder.mkdir(exist_ok=True)
+    (folder / name).write_text(textwrap.dedent(src).lstrip("\n"))
+    rec = analyzer.analyze(read_candidate(folder / name, tmp_path))
+    out: dict[str, list[int]] = {}
+    for f in rec.findings:
+        out.setdefault(f.rule, []).append(f.line)
+    return out
+
+
+BINDING = '''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+SRC = r"""
+#include <torch/extension.h>
+void pull_sum(PTRS_TYPE ptrs, torch::Tensor out, int64_t world) {}
+"""
+_ext = load_inline(name="pull", cpp_sources="", cuda_sources=SRC, functions=["pull_sum"])
+_state = {}
+
+def _setup(x):
+    key = (x.numel(), x.dtype)
+    if key not in _state:
+        buf = symm_mem.empty(x.numel(), device=x.device, dtype=x.dtype)
+        _state[key] = (buf, symm_mem.rendezvous(buf, dist.group.WORLD))
+    return _state[key]
+
+def solution(x):
+    buf, hdl = _setup(x)
+    buf.copy_(x)
+    hdl.barrier(channel=0)
+    out = torch.empty_like(x)
+    _ext.pull_sum(hdl.buffer_ptrs_dev, out, hdl.world_size)
+    hdl.barrier(channel=0)
+    return out
+'''
+
+
+def test_pkb018_integer_address_where_the_binding_takes_a_tensor(analyzer, tmp_path):
+    got = findings(analyzer, tmp_path, BINDING.replace("PTRS_TYPE", "torch::Tensor"))
+    assert got.get("PKB018") == [25]
+
+
+def test_pkb018_quiet_when_the_binding_takes_an_address(analyzer, tmp_path):
+    got = findings(analyzer, tmp_path, BINDING.replace("PTRS_TYPE", "uint64_t"))
+    assert "PKB018" not in got
+
+
+RETURNS = '''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+
+_cache = {}
+
+def _resources(x):
+    res = _cache.get((x.numel(), x.dtype))
+    if res is not None:
+        return res
+    buf = symm_mem.empty(x.numel(), device=x.device, dtype=x.dtype)
+    hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+    res = (buf, hdl)
+    _cache[(x.numel(), x.dtype)] = res
+    return res
+
+def solution(x):
+    buf, hdl = _resources(x)
+    buf.copy_(x)
+    hdl.barrier(channel=0)
+    for p in range(hdl.world_size):
+        if p != hdl.rank:
+            buf.add_(hdl.get_buffer(p, x.shape, x.dtype))
+    hdl.barrier(channel=0)
+    return RESULT
+'''
+
+
+def test_pkb019_returning_the_symmetric_buffer(analyzer, tmp_path):
+    got = findings(analyzer, tmp_path, RETURNS.replace("RESULT", "buf.view_as(x)"))
+    assert got.get("PKB019") == [25]
+    # set-up behind the cache read is not per call
+    assert "PKB009" not in got and "PKB010" not in got
+
+
+def test_pkb019_quiet_on_a_fresh_result(analyzer, tmp_path):
+    got = findings(analyzer, tmp_path, RETURNS.replace("RESULT", "buf.view_as(x).clone()"))
+    assert "PKB019" not in got
+
+
+def test_pkb005_quiet_on_divisibility_and_double_buffers(analyzer, tmp_path):
+    src = RETURNS.replace("RESULT", "buf.clone()").replace(
+        "    buf.copy_(x)\n",
+        "    assert x.numel() % hdl.world_size == 0\n    for s in range(2):\n        buf.copy_(x)\n",
+    )
+    assert "PKB005" not in findings(analyzer, tmp_path, src)
+    two = src.replace("assert x.numel() % hdl.world_size == 0", "assert hdl.world_size == 2")
+    assert findings(analyzer, tmp_path, two).get("PKB005") == [19]
+    # eight ranks is what PKB's run has: the assert holds there
+    eight = src.replace("assert x.numel() % hdl.world_size == 0", "assert hdl.world_size == 8")
+    assert "PKB005" not in findings(analyzer, tmp_path, eight)
+    assert findings(analyzer, tmp_path, eight, tree="plain").get("PKB005") == [19]
+
+
+MULTICAST = '''
+import torch
+from torch.utils.cpp_extension import load_inline
+SRC = r"""
+#include <torch/extension.h>
+void mc_sum(int64_t mc, torch::Tensor out) {}
+void uva_sum(int64_t ptrs, torch::Tensor out) {}
+"""
+_ext = load_inline(name="mc", cpp_sources="", cuda_sources=SRC, functions=["mc_sum", "uva_sum"])
+
+def solution(x, hdl):
+    out = torch.empty_like(x)
+CHECK
+    return out
+'''
+
+
+def test_pkb015_sees_a_check_written_around_an_int(analyzer, tmp_path):
+    checked = MULTICAST.replace("CHECK", "    if int(hdl.multicast_ptr) != 0:\n"
+                                         "        _ext.mc_sum(hdl.multicast_ptr, out)\n"
+                                         "    else:\n"
+                                         "        _ext.uva_sum(hdl.buffer_ptrs_dev, out)")
+    assert "PKB015" not in findings(analyzer, tmp_path, checked, tree="plain")
+    unchecked = MULTICAST.replace("CHECK", "    _ext.mc_sum(hdl.multicast_ptr, out)")
+    assert findings(analyzer, tmp_path, unchecked, tree="plain").get("PKB015") == [12]
+    # on an NVSwitch node's run tree multicast exists: the hazard cannot happen on that run
+    assert "PKB015" not in findings(analyzer, tmp_path, unchecked)
+
+
+def test_new_rules_have_ruff_style_documentation():
+    for rule in all_rules():
+        if rule.id in ("PKB018", "PKB019"):
+            doc = rule.doc()
+            for section in ("## What it does", "## Why is this bad?", "## Example", "## Use instead"):
+                assert section in doc, (rule.id, section)
+            assert rule.name and rule.message and rule.severity in ("error", "warning", "info")
