@@ -67,8 +67,13 @@ class RankDivergentBarrier(Rule):
             return
         # one walk per function: its rendezvous calls, guarded early returns, assignments, calls
         info = {}
-        for fn in ast.walk(tree):
-            if not isinstance(fn, ast.FunctionDef):
+        lines = ctx.rec.source.splitlines()
+        fns = [fn for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)]
+        text_of = {id(fn): "\n".join(lines[fn.lineno - 1 : fn.end_lineno or fn.lineno]) for fn in fns}
+        owners = [fn.name for fn in fns if "rendezvous" in text_of[id(fn)]]
+        for fn in fns:
+            # only what can matter: functions that rendezvous, and those that call one of them
+            if fn.name not in owners and not any(re.search(rf"\b{re.escape(o)}\s*\(", text_of[id(fn)]) for o in owners):
                 continue
             rdv, ifs, assigned, calls = [], [], {}, []
             for n in ast.walk(fn):
