@@ -17,6 +17,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from analyzer import cuda_branches, kittens
 from analyzer.facts import (
     PEER_KINDS,
     ApiCall,
@@ -52,7 +53,9 @@ MODELED_HEADERS = {
     "nvshmem.h", "nvshmemx.h", "torch/extension.h", "torch/torch.h", "torch/all.h", "torch/python.h",
     "torch/types.h", "ATen/ATen.h", "ATen/cuda/CUDAContext.h", "ATen/cuda/CUDAEvent.h", "ATen/Dispatch.h",
     "c10/cuda/CUDAStream.h", "c10/cuda/CUDAGuard.h", "c10/cuda/CUDAException.h", "c10/util/Half.h",
-    "c10/util/BFloat16.h", "pybind11/pybind11.h", "pybind11/stl.h",
+    "c10/util/BFloat16.h", "pybind11/pybind11.h", "pybind11/stl.h", "torch/csrc/utils/pybind.h",
+    "cublas_v2.h", "cublas_api.h", "cublasLt.h", "ATen/cuda/CUDABlas.h", "mma.h", "c10/util/Float8_e4m3fn.h",
+    "c10/util/Float8_e5m2.h", "c10/util/complex.h", "ATen/cuda/Atomic.cuh", "math_constants.h", "cuda_fp8.hpp",
     "cstdint", "stdint.h", "cstdio", "stdio.h", "cstdlib", "stdlib.h", "vector", "array", "algorithm",
     "cmath", "math.h", "string", "cstring", "string.h", "cassert", "assert.h", "type_traits", "utility",
     "memory", "mutex", "unordered_map", "map", "optional", "stdexcept", "limits", "climits", "cfloat",
@@ -75,7 +78,7 @@ _ELEMENT_OF = {"peer_ptr_array": "peer_ptr", "signal_ptr_array": "signal_ptr"}
 _ARRAY_OF = {"peer_ptr": "peer_ptr_array", "symm_local": "peer_ptr_array", "nvshmem_ptr": "peer_ptr_array",
              "signal_ptr": "signal_ptr_array", "peer_tensor": "peer_ptr_array"}
 
-_ATOMIC_RE = re.compile(r"^atomic(Add|Sub|Exch|Max|Min|And|Or|Xor|Inc|Dec|CAS)(_system|_block)?$")
+_ATOMIC_RE = re.compile(r"^(?:gpuA|a)tomic(Add|Sub|Exch|Max|Min|And|Or|Xor|Inc|Dec|CAS)(_system|_block)?$")
 _ATOMIC_REF_METHODS = {"load", "store", "exchange", "compare_exchange_strong", "compare_exchange_weak",
                        "fetch_add", "fetch_sub", "fetch_or", "fetch_and", "fetch_xor", "fetch_max",
                        "fetch_min", "wait"}
@@ -88,6 +91,7 @@ _ALLOC = {"cudaMalloc", "cudaMallocAsync", "cudaMallocManaged", "cudaMallocHost"
           "nvshmem_align", "nvshmem_calloc"}
 _TORCH_ALLOC = {"empty", "empty_like", "zeros", "zeros_like", "ones", "full", "empty_strided"}
 _MEMCPY_RE = re.compile(r"^(cudaMemcpy\w*|cuMemcpy\w*)$")
+_BLAS_GEMM_RE = re.compile(r"^(cublas\w*[Gg]emm\w*|cublasLtMatmul)$")
 _NVSHMEM_SYNC_RE = re.compile(r"^nvshmemx?_(\w+_)?(barrier\w*|sync_all\w*|team_sync|quiet\w*|fence|"
                               r"signal_wait_until\w*|wait_until\w*|wait\w*)$")
 _NVSHMEM_XFER_RE = re.compile(r"^nvshmemx?_\w*(put|get|_p|_g|ptr|signal_op)\w*$")
@@ -1067,6 +1071,14 @@ class _ClangPass:
         if _MEMCPY_RE.match(name):
             self.add_memcpy(f, n, args)
             return
+        if _BLAS_GEMM_RE.match(name):
+            # a GEMM operand that points into a peer's buffer is read by the library's kernel
+            # over NVLink: an SM load of peer memory, issued from host code
+            for a in args:
+                kind = self.eval(a)[0]
+                if kind in PEER_KINDS:
+                    self.record(f, n, "load", a, kind, "library")
+            return
         if name in _HOST_SYNC:
             self.api(f, n, name, "host_sync")
         elif name == "synchronize" and "Event" in (self.call_object(n).type.spelling if self.call_object(n) else ""):
@@ -1663,6 +1675,8 @@ def analyze_cuda(src: CudaSource, file: str, seeds: dict[str, list[str]] | None 
         facts.missing_headers = missing
         facts.status = "partial"
         facts.message = f"libclang unavailable or failed ({type(e).__name__}: {e}); regex scan only"
+    kittens.augment(facts, src, text)  # ThunderKittens kernels and parallel layouts (headers absent)
+    facts.fallback_ranges = cuda_branches.fallback_line_ranges(text, src.file_line)
     facts.seconds = time.perf_counter() - t0
     return facts
 

@@ -93,15 +93,17 @@ class Classifier:
             elif len(lab.evidence) < 6 and ev not in lab.evidence:
                 lab.evidence.append(ev)
 
-        inside = [a for a in k.cuda.accesses if a.function in k.reach]
+        inside = [a for a in k.cuda.accesses if a.function in k.reach and not _in_fallback(k.cuda, a.line)]
         # A bulk copy or multimem op written in inline asm is TMA / NVLS, not an SM load of the
         # same address: those asm lines do not count as SM traffic.
         engine_lines = {asm.line for asm in k.cuda.asm if asm.function in k.reach and any(
             m.startswith(("cp.async.bulk", "cp.reduce.async.bulk", "multimem.")) for m in asm.mnemonics)}
         for a in inside:
-            if a.via == "asm" and a.line in engine_lines:
+            if (a.via == "asm" and a.line in engine_lines) or a.via == "tma":
                 continue
-            if a.pointer_kind in PEER_KINDS:
+            if a.pointer_kind in PEER_KINDS and _is_flag_access(a):
+                add("sync", "device_flags", self.ev(a.line, "clang", f"flag {a.kind} ({a.order}.{a.scope or 'gpu'}) through {a.pointer}, a peer's symmetric buffer"))
+            elif a.pointer_kind in PEER_KINDS:
                 value = {"load": "sm_load", "store": "sm_store", "atomic": "sm_atomic"}[a.kind]
                 add("mechanism", value, self.ev(a.line, "clang", f"{a.kind} through {a.pointer} ({a.pointer_kind})"))
                 if a.pointer_kind == "nvshmem_ptr":
@@ -151,7 +153,8 @@ class Classifier:
         if not labels.get("mechanism"):
             peer_params = [p for p in k.fn.params if p.pointer_kind in PEER_KINDS]
             hidden = k.cuda.missing_headers or k.cuda.status in ("partial", "failed")
-            if peer_params and hidden:
+            seen_peer = any(a.pointer_kind in PEER_KINDS for a in inside)  # e.g. only its flags
+            if peer_params and hidden and not seen_peer:
                 add("mechanism", "unknown", self.ev(k.fn.line, "clang", f"peer pointer {peer_params[0].name} reaches the kernel, but its use is not visible ({', '.join(k.cuda.missing_headers) or k.cuda.message})"))
             else:
                 add("mechanism", "none", self.ev(k.fn.line, "clang", "no access through a peer, multicast or NVSHMEM address"))
@@ -235,6 +238,12 @@ class Classifier:
         rec.kernels = reports
         launched = self._launched_kernels(k_facts)
         fallback_only = self._launched_kernels(k_facts, paths=("fallback",)) or set()
+        # Kernels whose every launch sits in a CUDA branch the run does not take (multicast
+        # missing, unaligned sizes): fallbacks too, not the candidate's mechanism.
+        fb_kernels = _fallback_launched(self.facts.cuda)
+        if fb_kernels:
+            launched = (launched if launched is not None else {k.fn.name for k in k_facts}) - fb_kernels
+            fallback_only |= fb_kernels
         triton_timed = {c.target for c in self.timed("triton_launch")}
         triton_other = {c.target for c in self.facts.python.calls if c.category == "triton_launch" and c.path != "timed"}
         for rep in reports:
@@ -283,6 +292,14 @@ class Classifier:
                     rec.add_label(Label("mechanism", "copy_engine", ev))
                 if m.host:
                     rec.add_label(Label("mechanism", "host_staging", [self.ev(m.line, "clang", f"{m.api} {m.kind_arg}")]))
+        # A library GEMM (cuBLAS, cuBLASLt) issued from host code on a peer's buffer reads it.
+        ext_timed = bool(self.timed("ext_kernel"))
+        for cuda in self.facts.cuda:
+            hosts = {f.name for f in cuda.functions if f.kind in ("host", "host_device")}
+            for a in cuda.accesses:
+                if a.via == "library" and a.pointer_kind in PEER_KINDS and a.function in hosts and (
+                        not ext_timed or self._host_fn_timed(cuda, a.function)):
+                    rec.add_label(Label("mechanism", "sm_load", [self.ev(a.line, "clang", f"library GEMM reads {a.pointer} ({a.pointer_kind})")]))
         self._host_cuda_calls()
         for c in self.timed("host_transfer"):
             rec.add_label(Label("mechanism", "host_staging", [self.ev(c.line, "python", c.qualname)]))
@@ -460,6 +477,33 @@ class Classifier:
             rec.add_label(Label("overlap", "none", [self.ev(line, "python", "communication and computation run one after another")]))
 
 
+def _in_fallback(cuda: CudaFacts, line: int) -> bool:
+    return any(a <= line <= b for a, b in cuda.fallback_ranges)
+
+
+def _fallback_launched(cudas: list[CudaFacts]) -> set[str]:
+    """Kernels launched, and launched only inside fallback branches."""
+    where: dict[str, list[bool]] = {}
+    for cuda in cudas:
+        for launch in cuda.launches:
+            where.setdefault(launch.kernel, []).append(_in_fallback(cuda, launch.line))
+    return {k for k, flags in where.items() if flags and all(flags)}
+
+
+_FLAG_NAME = re.compile(r"flag|signal|sync|barrier|sem|ready|done|epoch", re.I)
+
+
+def _is_flag_access(a) -> bool:
+    """A release/acquire atomic, store or load on a peer pointer is a hand-written flag in the
+    candidate's own symmetric buffer (data moves with plain or relaxed accesses), and so is a
+    system-scope atomic on a pointer named as a flag (sync_ptrs, flags, ...)."""
+    if a.via in ("library", "tma"):
+        return False
+    ordered = a.order in ("acquire", "release", "acq_rel") and a.scope in ("system", "")
+    named = a.kind == "atomic" and a.scope == "system" and bool(_FLAG_NAME.search(a.pointer))
+    return ordered or named
+
+
 def _ptx_entry(ptx: PtxFacts, name: str):
     """The PTX entry of kernel `name`: demangled names carry namespaces, templates, parameters."""
     for e in ptx.entries:
@@ -471,7 +515,7 @@ def _ptx_entry(ptx: PtxFacts, name: str):
 
 def _matmul_lines(rec: CandidateRecord, py) -> list[int]:
     tree = rec.syntax_tree()
-    if tree is None:
+    if tree is None or not re.search(r"[\w)\]][ \t]*@=?[ \t]*[\w(]", rec.source):  # no `a @ b` anywhere (decorators are not one)
         return []
     timed = {c.function for c in py.calls if c.path == "timed"} | {"solution"}
     out = []

@@ -237,6 +237,8 @@ class MemAccess:
     pointer: str  # the pointer expression's base variable
     pointer_kind: str  # POINTER_KINDS
     via: str = "subscript"  # subscript | deref | member | asm | intrinsic | memcpy_async
+    #                          | tma (a bulk copy through a library call) | library (a library's
+    #                          own barrier or signal, which manages its flags itself)
     width_bits: int = 0
     scope: str = ""  # atomics and asm: system | gpu | cta | ''
     order: str = ""  # relaxed | acquire | release | acq_rel | seq_cst | volatile | ''
@@ -323,6 +325,9 @@ class CudaFacts:
     bounds_checked: list[str] = field(default_factory=list)
     # kernels indexing by a tile with no guard against the element count
     unguarded_tiles: list[int] = field(default_factory=list)  # file lines
+    # [first, last] file lines of branches that do not run on PKB's run (the multicast-missing
+    # or unaligned path of an `if (multicast_ptr != 0) ... else ...`)
+    fallback_ranges: list[list[int]] = field(default_factory=list)
     seconds: float = 0.0
 
 

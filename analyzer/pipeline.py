@@ -86,7 +86,9 @@ class FactCache:
 def _combined(name: str, parts: list[tuple[int, str, str]], seconds: float) -> PassStatus:
     """One status for a pass that ran once per CUDA source."""
     statuses = {status for _, status, _ in parts}
-    status = "ok" if statuses == {"ok"} else ("failed" if statuses == {"failed"} else "partial")
+    # a source the PTX pass skips (its labels decided by the source) does not make the pass partial
+    status = "ok" if statuses <= {"ok", "skipped"} and "ok" in statuses else (
+        next(iter(statuses)) if len(statuses) == 1 else "partial")
     msgs = [f"source {i}: {msg}" for i, st, msg in parts if msg and st != "ok"]
     return PassStatus(name, status, "; ".join(msgs)[:500], seconds)
 
@@ -187,7 +189,8 @@ class StaticAnalyzer:
             by_index = {c.source_index: c for c in rec.facts.cuda}
             for src in py.cuda_sources:
                 try:
-                    rec.facts.ptx.append(self.ptx.analyze_ptx(src, by_index.get(src.index), rec.path, self.nvcc, self.ptx_cache_dir))
+                    rec.facts.ptx.append(self.ptx.analyze_ptx(src, by_index.get(src.index), rec.path, self.nvcc, self.ptx_cache_dir,
+                                                              skip_decided=True))
                 except Exception as exc:
                     rec.facts.ptx.append(PtxFacts(source_index=src.index, status="failed", message=f"ptx pass error: {exc!r}"))
             rec.passes.append(_combined("ptx", [(p.source_index, p.status, p.message) for p in rec.facts.ptx], time.perf_counter() - t0))

@@ -1125,15 +1125,17 @@ def analyze_ptx(
     nvcc: str | None,
     cache_dir: Path | None = None,
     timeout_s: float = 120,
+    skip_decided: bool = False,
 ) -> PtxFacts:
     """Compile `src`'s device code to sm_90 PTX and record its entries' taxonomy-relevant
-    instructions with file lines. Never raises."""
+    instructions with file lines. Never raises. With `skip_decided`, a source whose labels the
+    source passes already decide is not compiled (status skipped, with the reason)."""
     t0 = time.monotonic()
     index = getattr(src, "index", 0)
     if nvcc is None:
         return PtxFacts(source_index=index if isinstance(index, int) else 0, status="skipped", message=SKIPPED_MESSAGE)
     try:
-        facts = _analyze(src, cuda, file, nvcc, cache_dir, timeout_s, t0)
+        facts = _analyze(src, cuda, file, nvcc, cache_dir, timeout_s, t0, skip_decided)
     except Exception as e:  # noqa: BLE001 - this pass must never break the analysis
         facts = PtxFacts(source_index=index, status="failed", message=f"PTX pass error: {type(e).__name__}: {e}")
     facts.source_index = index
@@ -1149,12 +1151,16 @@ def _analyze(
     cache_dir: Path | None,
     timeout_s: float,
     t0: float,
+    skip_decided: bool = True,
 ) -> PtxFacts:
     if nvcc is None:
         return PtxFacts(source_index=src.index, status="skipped", message=SKIPPED_MESSAGE)
     text = src.text or ""
     if not re.search(r"__global__|__device__", _mask(text)):
         return PtxFacts(source_index=src.index, status="ok", message="no device code in this source; nothing to compile")
+    reason = skip_reason(src, cuda, nvcc) if skip_decided else ""
+    if reason:
+        return PtxFacts(source_index=src.index, status="skipped", message="not compiled: " + reason)
     tu = build_device_tu(src, cuda)
     flags = list(NVCC_FLAGS) + (["-rdc=true"] if _needs_rdc(text) else [])
     tu_text = tu.text()
@@ -1327,3 +1333,59 @@ if __name__ == "__main__":  # pragma: no cover - manual use: python -m analyzer.
         f = analyze_ptx(s, None, arg, find_nvcc())
         print(json.dumps(to_data(f), indent=1))
         print(json.dumps(ptx_summary(f)))
+
+
+# --------------------------------------------------------------------------------------------
+# when the PTX pass has nothing to add
+# --------------------------------------------------------------------------------------------
+
+# Headers whose device code the clang prelude does not stand in for: templates in them can emit
+# multimem / bulk-copy / system-scope instructions the source pass cannot see.
+_DEVICE_HEADER_RE = re.compile(r"^(cuda/ptx|cuda/(?!atomic|std/atomic|barrier|pipeline|std/cstdint)|cub/|cute/|cutlass/|cooperative_groups/|nvshmem|cuda_pipeline|cuda_awbarrier)")
+_HOST_HEADER_RE = re.compile(r"^(torch|ATen|c10|caffe2|pybind11|Python\.h|THC|cublas|cublasLt|cusparse|cufft|curand|nccl|cuda_runtime|cuda\.h|std|[a-z_]+(\.h)?$)")
+
+
+@functools.lru_cache(maxsize=8)
+def _cuda_include_dirs(nvcc: str | None) -> tuple[str, ...]:
+    """Where nvcc finds the toolkit's headers (following a shell wrapper's `exec .../bin/nvcc`)."""
+    roots = []
+    for p in filter(None, [nvcc, os.environ.get("CUDA_HOME"), "/usr/local/cuda"]):
+        real = os.path.realpath(p)
+        if os.path.isfile(real) and os.path.getsize(real) < 4096:
+            try:
+                m = re.search(r"exec\s+\"?(\S+?)/bin/nvcc", Path(real).read_text(errors="replace"))
+            except OSError:
+                m = None
+            if m:
+                roots.append(m.group(1))
+        roots.append(os.path.dirname(os.path.dirname(real)) if real.endswith("/bin/nvcc") else real)
+    dirs = []
+    for r in roots:
+        for d in (os.path.join(r, "include"), os.path.join(r, "include", "cccl")):
+            if os.path.isdir(d) and d not in dirs:
+                dirs.append(d)
+    return tuple(dirs)
+
+
+def skip_reason(src: CudaSource, cuda: CudaFacts | None, nvcc: str | None = None) -> str:
+    """Why compiling `src` to PTX would add nothing, or '' when the PTX pass should run.
+
+    It is skipped (1) where the source includes a header nvcc cannot find either (ThunderKittens'
+    kittens.cuh: the compile would fail; the source pass reads those idioms), and (2) where the
+    clang pass saw every line of device code: no parse error inside a kernel or device function,
+    and no included header whose device templates the prelude does not model (cuda/ptx, cub,
+    cute, ...). Then the PTX could only repeat what the source already decided."""
+    if cuda is None or cuda.status == "failed":
+        return ""
+    unavailable = [h for h in cuda.missing_headers if not _HOST_HEADER_RE.match(h)
+                   and not any(os.path.exists(os.path.join(d, h)) for d in _cuda_include_dirs(nvcc))]
+    if unavailable:
+        return ("header " + ", ".join(unavailable[:3]) + " is not installed, so nvcc cannot compile this source;"
+                " the source pass read its device code")
+    if any(_DEVICE_HEADER_RE.match(h) for h in cuda.missing_headers):
+        return ""
+    device = [(f.line, f.end_line) for f in cuda.functions if f.kind != "host"]
+    errors = [d for d in cuda.diagnostics if d.severity in ("error", "fatal")]
+    if any(d.line == 0 or any(a <= d.line <= b for a, b in device) for d in errors):
+        return ""
+    return "the source pass saw all device code (no parse error in a kernel or device function, no unmodeled device header)"

@@ -67,6 +67,44 @@ PKB_HD int min(int, int); PKB_HD int max(int, int);
 PKB_HD unsigned umin(unsigned, unsigned); PKB_HD unsigned umax(unsigned, unsigned);
 PKB_HD long long llmin(long long, long long); PKB_HD long long llmax(long long, long long);
 PKB_HD float fmaf(float, float, float);
+// The rest of the CUDA math library device code calls (only their names and arity matter here).
+#define PKB_MATH1(N) PKB_HD float N##f(float); PKB_HD double N(double);
+#define PKB_MATH2(N) PKB_HD float N##f(float, float); PKB_HD double N(double, double);
+PKB_MATH1(ceil) PKB_MATH1(floor) PKB_MATH1(round) PKB_MATH1(rint) PKB_MATH1(nearbyint) PKB_MATH1(trunc)
+PKB_MATH1(log1p) PKB_MATH1(log2) PKB_MATH1(log10) PKB_MATH1(exp2) PKB_MATH1(expm1) PKB_MATH1(sin)
+PKB_MATH1(cos) PKB_MATH1(tan) PKB_MATH1(asin) PKB_MATH1(acos) PKB_MATH1(atan) PKB_MATH1(sinh) PKB_MATH1(cosh)
+PKB_MATH1(erf) PKB_MATH1(erfc) PKB_MATH1(cbrt) PKB_MATH1(rcbrt) PKB_MATH1(lgamma) PKB_MATH1(tgamma)
+PKB_MATH2(fmod) PKB_MATH2(copysign) PKB_MATH2(atan2) PKB_MATH2(hypot) PKB_MATH2(remainder) PKB_MATH2(fdim)
+PKB_HD double log(double); PKB_HD double pow(double, double); PKB_HD double tanh(double); PKB_HD double fma(double, double, double);
+PKB_HD double fmax(double, double); PKB_HD double fmin(double, double); PKB_HD double rsqrt(double);
+PKB_HD float ldexpf(float, int); PKB_HD double ldexp(double, int); PKB_HD float frexpf(float, int*);
+PKB_HD float scalbnf(float, int); PKB_HD void sincosf(float, float*, float*); PKB_HD float sqrt(float);
+PKB_HD float __logf(float); PKB_HD float __log2f(float); PKB_HD float __exp10f(float); PKB_HD float __powf(float, float);
+PKB_HD float __sinf(float); PKB_HD float __cosf(float); PKB_HD float __tanf(float); PKB_HD void __sincosf(float, float*, float*);
+PKB_HD float __frsqrt_rn(float); PKB_HD float __fsqrt_rn(float); PKB_HD float __fdiv_rn(float, float);
+PKB_HD float __fmaf_rn(float, float, float); PKB_HD float __fsub_rn(float, float);
+PKB_HD int __float2int_rn(float); PKB_HD int __float2int_rz(float); PKB_HD int __float2int_rd(float); PKB_HD int __float2int_ru(float);
+PKB_HD unsigned __float2uint_rn(float); PKB_HD long long __float2ll_rn(float); PKB_HD float __int2float_rn(int);
+PKB_HD float __ll2float_rn(long long); PKB_HD float __uint2float_rn(unsigned);
+PKB_HD unsigned __double2hiint(double); PKB_HD unsigned __double2loint(double);
+PKB_HD long long __double_as_longlong(double); PKB_HD double __longlong_as_double(long long);
+template <class T> PKB_HD bool isnan(T); template <class T> PKB_HD bool isinf(T); template <class T> PKB_HD bool isfinite(T);
+template <class T> PKB_HD bool signbit(T);
+PKB_HD int abs(int); PKB_HD long long llabs(long long); PKB_HD int __mul24(int, int); PKB_HD int __mulhi(int, int);
+PKB_HD unsigned __umulhi(unsigned, unsigned); PKB_HD unsigned __brev(unsigned); PKB_HD int __clzll(long long);
+PKB_HD int __ffsll(long long); PKB_HD unsigned __byte_perm(unsigned, unsigned, unsigned);
+PKB_HD unsigned __funnelshift_l(unsigned, unsigned, unsigned); PKB_HD unsigned __funnelshift_r(unsigned, unsigned, unsigned);
+template <class T, class U> PKB_HD void gpuAtomicAdd(T*, U);  // ATen/cuda/Atomic.cuh
+#define CUDART_INF_F __int_as_float(0x7f800000)
+#define CUDART_NAN_F __int_as_float(0x7fffffff)
+#define CUDART_INF __longlong_as_double(0x7ff0000000000000LL)
+#define CUDART_MAX_NORMAL_F 3.402823466e38f
+#define CUDART_PI_F 3.141592654f
+#define INFINITY (__builtin_inff())
+#define NAN (__builtin_nanf(""))
+#define FLT_MAX 3.402823466e+38F
+#define FLT_MIN 1.175494351e-38F
+#define FLT_EPSILON 1.192092896e-07F
 
 namespace std {
 template <class E> class initializer_list {
@@ -126,7 +164,18 @@ struct runtime_error { runtime_error(const char*); runtime_error(const string&);
 struct mutex {};
 template <class M> struct lock_guard { lock_guard(M&); };
 template <class T> struct numeric_limits { static constexpr T max(); static constexpr T min(); static constexpr T lowest(); };
-template <class T> struct is_same { static constexpr bool value = false; };
+template <class T, class U> struct is_same { static constexpr bool value = false; };
+template <class T> struct is_same<T, T> { static constexpr bool value = true; };
+template <class T, T v> struct integral_constant { static constexpr T value = v; constexpr operator T() const { return v; } };
+typedef integral_constant<bool, true> true_type; typedef integral_constant<bool, false> false_type;
+template <size_t Len, size_t Align = 16> struct aligned_storage { struct type { alignas(Align) unsigned char data[Len]; }; };
+template <bool B, class T = void> struct enable_if {}; template <class T> struct enable_if<true, T> { typedef T type; };
+template <bool B, class T, class F> struct conditional { typedef T type; };
+template <class T, class F> struct conditional<false, T, F> { typedef F type; };
+template <class T> PKB_HD T abs(T); template <class T> PKB_HD bool isnan(T); template <class T> PKB_HD bool isinf(T);
+template <class T> PKB_HD bool isfinite(T); template <class T> PKB_HD T ceil(T); template <class T> PKB_HD T floor(T);
+template <class T> PKB_HD T sqrt(T); template <class T> PKB_HD T exp(T); template <class T> PKB_HD T log(T);
+template <class T> PKB_HD T fabs(T); template <class T> PKB_HD T pow(T, T); template <class T> PKB_HD T round(T);
 template <class T> struct is_same_pair;
 }  // namespace std
 
@@ -145,6 +194,7 @@ PKB_VEC2(unsigned int, uint) PKB_VEC4(unsigned int, uint)
 PKB_VEC2(double, double) PKB_VEC4(double, double)
 PKB_VEC2(long long, longlong) PKB_VEC4(long long, longlong)
 PKB_VEC2(unsigned long long, ulonglong) PKB_VEC4(unsigned long long, ulonglong)
+PKB_VEC2(long, long) PKB_VEC4(long, long) PKB_VEC2(unsigned long, ulong) PKB_VEC4(unsigned long, ulong)
 PKB_VEC2(short, short) PKB_VEC4(short, short)
 PKB_VEC2(unsigned short, ushort) PKB_VEC4(unsigned short, ushort)
 PKB_VEC4(char, char) PKB_VEC4(unsigned char, uchar)
@@ -375,18 +425,18 @@ __device__ float __fadd_rn(float, float); __device__ float __fmul_rn(float, floa
 // ---- half and bfloat16 ----
 struct __half {
   unsigned short __x;
-  PKB_HD __half(); PKB_HD __half(float); PKB_HD __half(double); PKB_HD __half(int);
+  __half() = default; PKB_HD __half(float); PKB_HD __half(double); PKB_HD __half(int);
   PKB_HD operator float() const;
   PKB_HD __half& operator+=(const __half&); PKB_HD __half& operator*=(const __half&);
 };
-struct __half2 { __half x, y; PKB_HD __half2(); PKB_HD __half2(__half, __half); };
+struct __half2 { __half x, y; __half2() = default; PKB_HD __half2(__half, __half); };
 struct __nv_bfloat16 {
   unsigned short __x;
-  PKB_HD __nv_bfloat16(); PKB_HD __nv_bfloat16(float); PKB_HD __nv_bfloat16(double); PKB_HD __nv_bfloat16(int);
+  __nv_bfloat16() = default; PKB_HD __nv_bfloat16(float); PKB_HD __nv_bfloat16(double); PKB_HD __nv_bfloat16(int);
   PKB_HD operator float() const;
   PKB_HD __nv_bfloat16& operator+=(const __nv_bfloat16&); PKB_HD __nv_bfloat16& operator*=(const __nv_bfloat16&);
 };
-struct __nv_bfloat162 { __nv_bfloat16 x, y; PKB_HD __nv_bfloat162(); PKB_HD __nv_bfloat162(__nv_bfloat16, __nv_bfloat16); };
+struct __nv_bfloat162 { __nv_bfloat16 x, y; __nv_bfloat162() = default; PKB_HD __nv_bfloat162(__nv_bfloat16, __nv_bfloat16); };
 typedef __half half; typedef __half2 half2;
 typedef __nv_bfloat16 nv_bfloat16; typedef __nv_bfloat162 nv_bfloat162;
 PKB_HD __half operator+(const __half&, const __half&); PKB_HD __half operator*(const __half&, const __half&);
@@ -406,6 +456,24 @@ PKB_HD __half2 __hmul2(__half2, __half2); PKB_HD __half __hmul(__half, __half);
 PKB_HD __half2 __halves2half2(__half, __half); PKB_HD __half __low2half(__half2); PKB_HD __half __high2half(__half2);
 PKB_HD __nv_bfloat16 __low2bfloat16(__nv_bfloat162); PKB_HD __nv_bfloat16 __high2bfloat16(__nv_bfloat162);
 typedef unsigned char __nv_fp8_e4m3; typedef unsigned char __nv_fp8_e5m2;
+typedef unsigned char __nv_fp8_storage_t; typedef unsigned short __nv_fp8x2_storage_t; typedef unsigned int __nv_fp8x4_storage_t;
+enum __nv_saturation_t { __NV_NOSAT = 0, __NV_SATFINITE = 1 };
+enum __nv_fp8_interpretation_t { __NV_E4M3 = 0, __NV_E5M2 = 1 };
+PKB_HD __nv_fp8_storage_t __nv_cvt_float_to_fp8(float, __nv_saturation_t, __nv_fp8_interpretation_t);
+PKB_HD __nv_fp8x2_storage_t __nv_cvt_float2_to_fp8x2(float2, __nv_saturation_t, __nv_fp8_interpretation_t);
+PKB_HD __half __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t, __nv_fp8_interpretation_t);
+// tensor-core fragments (nvcuda::wmma): enough to parse kernels that use them
+namespace nvcuda { namespace wmma {
+struct matrix_a {}; struct matrix_b {}; struct accumulator {}; struct row_major {}; struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+namespace precision { struct tf32 {}; }
+template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment { T x[8]; static constexpr int num_elements = 8; };
+template <class F, class P> PKB_HD void load_matrix_sync(F&, const P*, unsigned);
+template <class F, class P> PKB_HD void load_matrix_sync(F&, const P*, unsigned, layout_t);
+template <class F, class P> PKB_HD void store_matrix_sync(P*, const F&, unsigned, layout_t);
+template <class F, class V> PKB_HD void fill_fragment(F&, const V&);
+template <class D, class A, class B, class C> PKB_HD void mma_sync(D&, const A&, const B&, const C&);
+} }
 
 // ---- cooperative groups ----
 namespace cooperative_groups {
@@ -570,8 +638,14 @@ namespace c10 {
 enum class ScalarType : signed char { Byte, Char, Short, Int, Long, Half, Float, Double, ComplexHalf,
                                       ComplexFloat, ComplexDouble, Bool, QInt8, QUInt8, QInt32, BFloat16,
                                       Float8_e5m2 = 23, Float8_e4m3fn = 24, UInt64 = 27, UInt32 = 28 };
-struct Half { unsigned short x; PKB_HD Half(); PKB_HD Half(float); PKB_HD operator float() const; };
-struct BFloat16 { unsigned short x; PKB_HD BFloat16(); PKB_HD BFloat16(float); PKB_HD operator float() const; };
+// c10's types convert to and from CUDA's (they do in c10/util/Half.h and BFloat16.h)
+struct Half { unsigned short x; Half() = default; PKB_HD Half(float); PKB_HD Half(__half); PKB_HD operator float() const;
+              PKB_HD operator __half() const; };
+struct BFloat16 { unsigned short x; BFloat16() = default; PKB_HD BFloat16(float); PKB_HD BFloat16(__nv_bfloat16);
+                  PKB_HD operator float() const; PKB_HD operator __nv_bfloat16() const; };
+struct Float8_e4m3fn { unsigned char x; Float8_e4m3fn() = default; PKB_HD Float8_e4m3fn(float); PKB_HD operator float() const; };
+struct Float8_e5m2 { unsigned char x; Float8_e5m2() = default; PKB_HD Float8_e5m2(float); PKB_HD operator float() const; };
+template <class T> struct complex { T real_, imag_; PKB_HD complex(); PKB_HD complex(T, T); PKB_HD T real() const; PKB_HD T imag() const; };
 struct Device { Device(int); int index() const; bool is_cuda() const; };
 struct TypeMeta { ScalarType toScalarType() const; size_t itemsize() const; bool operator==(const TypeMeta&) const;
                   bool operator!=(const TypeMeta&) const; TypeMeta(); TypeMeta(ScalarType); };
@@ -602,6 +676,8 @@ struct CUDAStreamGuard { explicit CUDAStreamGuard(CUDAStream); };
 }  // namespace c10
 namespace at {
 using c10::ScalarType; using c10::Half; using c10::BFloat16; using c10::TensorOptions; using c10::Device;
+using c10::Float8_e4m3fn; using c10::Float8_e5m2;
+constexpr ScalarType kFloat8_e4m3fn = ScalarType::Float8_e4m3fn; constexpr ScalarType kFloat8_e5m2 = ScalarType::Float8_e5m2;
 using c10::IntArrayRef;
 constexpr ScalarType kFloat = ScalarType::Float; constexpr ScalarType kFloat32 = ScalarType::Float;
 constexpr ScalarType kHalf = ScalarType::Half; constexpr ScalarType kFloat16 = ScalarType::Half;
@@ -699,3 +775,58 @@ namespace py = pybind11;
 #define TORCH_EXTENSION_NAME pkb_extension
 #define TORCH_LIBRARY(ns, m) void pkb_torch_library_##ns(::pybind11::module_& m)
 #define TORCH_LIBRARY_IMPL(ns, k, m) void pkb_torch_library_impl_##ns##_##k(::pybind11::module_& m)
+
+// ---- cuBLAS / cuBLASLt (what a GEMM call needs to parse; operands stay typed pointers) ----
+typedef struct cublasContext* cublasHandle_t;
+typedef struct cublasLtContext* cublasLtHandle_t;
+typedef struct cublasLtMatmulDescOpaque_t* cublasLtMatmulDesc_t;
+typedef struct cublasLtMatrixLayoutOpaque_t* cublasLtMatrixLayout_t;
+typedef struct cublasLtMatmulPreferenceOpaque_t* cublasLtMatmulPreference_t;
+struct cublasLtMatmulAlgo_t { uint64_t data[8]; };
+struct cublasLtMatmulHeuristicResult_t { cublasLtMatmulAlgo_t algo; size_t workspaceSize; int state; float wavesCount; int reserved[4]; };
+enum cublasStatus_t { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_INITIALIZED = 1, CUBLAS_STATUS_NOT_SUPPORTED = 15 };
+enum cublasOperation_t { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 };
+enum cublasGemmAlgo_t { CUBLAS_GEMM_DEFAULT = -1, CUBLAS_GEMM_DEFAULT_TENSOR_OP = 99 };
+enum cublasMath_t { CUBLAS_DEFAULT_MATH = 0, CUBLAS_TENSOR_OP_MATH = 1, CUBLAS_TF32_TENSOR_OP_MATH = 3 };
+enum cublasComputeType_t { CUBLAS_COMPUTE_16F = 64, CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_TF32 = 77,
+                           CUBLAS_COMPUTE_32F_FAST_16BF = 75 };
+enum cublasPointerMode_t { CUBLAS_POINTER_MODE_HOST = 0, CUBLAS_POINTER_MODE_DEVICE = 1 };
+enum cublasLtMatmulDescAttributes_t { CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4,
+                                      CUBLASLT_MATMUL_DESC_EPILOGUE = 7, CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8 };
+enum cublasLtMatmulPreferenceAttributes_t { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 };
+typedef int cudaDataType; typedef int cudaDataType_t;
+enum pkb_cublas_data_type { CUDA_R_16F = 2, CUDA_R_32F = 0, CUDA_R_64F = 1, CUDA_R_16BF = 14, CUDA_R_8F_E4M3 = 28,
+                            CUDA_R_8F_E5M2 = 29, CUDA_R_8I = 3, CUDA_R_32I = 10 };
+cublasStatus_t cublasCreate(cublasHandle_t*); cublasStatus_t cublasDestroy(cublasHandle_t);
+cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t); cublasStatus_t cublasSetMathMode(cublasHandle_t, int);
+cublasStatus_t cublasSetPointerMode(cublasHandle_t, cublasPointerMode_t);
+cublasStatus_t cublasSetWorkspace(cublasHandle_t, void*, size_t);
+// enum-typed arguments are plain int here: models pass CUDA_R_32F where a compute type is due.
+cublasStatus_t cublasGemmEx(cublasHandle_t, int, int, int, int, int, const void*, const void*, int, int,
+                            const void*, int, int, const void*, void*, int, int, int, int);
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, int, int, int, int, int, const void*, const void*, int, int,
+                                          long long, const void*, int, int, long long, const void*, void*, int, int,
+                                          long long, int, int, int);
+cublasStatus_t cublasGemmBatchedEx(cublasHandle_t, int, int, int, int, int, const void*, const void* const*, int, int,
+                                   const void* const*, int, int, const void*, void* const*, int, int, int, int, int);
+cublasStatus_t cublasSgemm(cublasHandle_t, int, int, int, int, int, const float*, const float*, int, const float*, int,
+                           const float*, float*, int);
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, int, int, int, int, int, const float*, const float*, int,
+                                         long long, const float*, int, long long, const float*, float*, int, long long, int);
+cublasStatus_t cublasLtCreate(cublasLtHandle_t*); cublasStatus_t cublasLtDestroy(cublasLtHandle_t);
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t*, int, int);
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t);
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t, int, const void*, size_t);
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t*, int, uint64_t, uint64_t, int64_t);
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t);
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t*);
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t);
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, int, const void*, size_t);
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatmulPreference_t, int, cublasLtMatmulHeuristicResult_t*, int*);
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t, const void*, const void*, cublasLtMatrixLayout_t,
+                              const void*, cublasLtMatrixLayout_t, const void*, const void*, cublasLtMatrixLayout_t,
+                              void*, cublasLtMatrixLayout_t, const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t);
+const char* cublasGetStatusString(cublasStatus_t);
+namespace at { namespace cuda { cublasHandle_t getCurrentCUDABlasHandle(); cublasLtHandle_t getCurrentCUDABlasLtHandle(); } }

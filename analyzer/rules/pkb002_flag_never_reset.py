@@ -41,9 +41,13 @@ class FlagNeverReset(Rule):
 
     def check(self, ctx):
         for cuda in ctx.facts.cuda:
-            flag_stores = [a for a in cuda.accesses if a.pointer_kind in SIGNAL_KINDS and a.kind in ("store", "atomic")]
+            # a library's barrier (ThunderKittens' barrier_all) manages its own flags
+            flag_stores = [a for a in cuda.accesses if a.pointer_kind in SIGNAL_KINDS and a.kind in ("store", "atomic") and a.via != "library"]
             if not flag_stores:
                 continue
+            src = ctx.py.cuda_sources[cuda.source_index]
+            if not all(_stores_constant(src, ctx, a) for a in flag_stores if a.kind == "store"):
+                continue  # a value handed in (an epoch the caller advances per call) is not a constant
             texts = [a.snippet or ctx.snippet(a.line) for a in cuda.accesses if a.pointer_kind in SIGNAL_KINDS]
             texts += [ctx.snippet(s.line) + " " + s.condition for s in cuda.spin_loops]
             if any(_EPOCH.search(t) for t in texts):
@@ -60,3 +64,20 @@ class FlagNeverReset(Rule):
                 continue
             first = flag_stores[0]
             yield self.finding(ctx, first.line, f"{first.function} writes {first.pointer} with a constant", kernel=first.function, pass_name="clang")
+
+
+def _stores_constant(src, ctx, access) -> bool:
+    """The value a flag store writes is a literal (`f[i] = 1`, `st.release [%0], 1` or `"r"(1)`);
+    a parameter or any other expression may change from call to call."""
+    text = access.snippet or ctx.snippet(access.line)
+    asm = re.search(r'asm\s*(?:volatile\s*)?\((.*)', text)
+    if asm:
+        ins = re.findall(r'"[rlhn]"\s*\(\s*([^()]*(?:\([^()]*\))?[^()]*)\)', text.split(":", 2)[-1] if text.count(":") >= 2 else text)
+        values = [v.strip() for v in ins[1:]] if ins else []
+        if re.search(r"\],\s*\d+\s*;", text):
+            return True
+        return bool(values) and all(re.fullmatch(r"\(?\s*(?:\w+\s*\)\s*)?\d+[uU]?\s*", v) for v in values)
+    rhs = re.search(r"(?<![=!<>])=(?!=)\s*([^;]+);", text)
+    if rhs:
+        return bool(re.fullmatch(r"\(?\s*(?:\w+\s*\)\s*)?\d+[uU]?\s*", rhs.group(1).strip()))
+    return True

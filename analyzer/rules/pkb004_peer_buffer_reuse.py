@@ -2,6 +2,7 @@ import ast
 import re
 
 from analyzer.facts import PEER_KINDS
+from analyzer import cuda_waits
 from analyzer.rules.base import Rule
 
 _PEER_ARGS = (*PEER_KINDS, "peer_ptr_array", "symm_local")
@@ -57,24 +58,90 @@ class PeerBufferReuseWithoutBarrier(Rule):
         position = _call_positions(ctx)
         last = max(peer_calls, key=lambda c: position(c.function, c.line))
         last_pos = position(last.function, last.line)
-        closing = [
-            c for c in calls
-            if (c.qualname in ("handle.barrier", "handle.wait_signal") or c.category in ("host_sync", "collective"))
-            and position(c.function, c.line) > last_pos
-        ]
+        def is_barrier(c) -> bool:
+            return (c.qualname in ("handle.barrier", "handle.wait_signal") or c.category in ("host_sync", "collective")
+                    or (c.category == "ext_kernel" and self._ext_waits(ctx, c)))
+
+        closing = [c for c in calls if is_barrier(c) and position(c.function, c.line) > last_pos]
         if closing:
+            return
+        # The next call's entry barrier: a barrier before anything of the call writes a buffer
+        # orders that write after every peer's accesses of the previous call.
+        writers = [c for c in calls if c.category in ("tensor_copy", "ext_kernel", "triton_launch", "cupy_launch")
+                   and not (c.category == "ext_kernel" and self._ext_waits(ctx, c) and not self._ext_accesses_peers(ctx, c))]
+        first_write = min((position(c.function, c.line) for c in writers), default=None)
+        if first_write is not None and any(is_barrier(c) and position(c.function, c.line) < first_write for c in calls):
+            return
+        if _double_buffered(ctx, last):
             return
         # A kernel that ends with its own wait (a spin after its last peer access) closes itself.
         for cuda in ctx.facts.cuda:
             entry = cuda.bindings.get(last.target, last.target)
-            kernels = {entry} | {l.kernel for l in cuda.launches if l.caller == entry}
+            kernels = _reached(cuda, entry)
             peer_lines = [a.line for a in cuda.accesses if a.function in kernels and a.pointer_kind in PEER_KINDS]
-            if peer_lines and any(w > max(peer_lines) for w in _wait_lines(ctx, cuda, kernels)):
+            src = ctx.py.cuda_sources[cuda.source_index]
+            if peer_lines and any(w > max(peer_lines) for w in cuda_waits.wait_lines(cuda, src, kernels)):
                 return
         for t in ctx.py.triton_kernels:
             if t.name == last.target and t.spin_loops and t.peer_loads and max(t.spin_loops) > max(t.peer_loads):
                 return
         yield self.finding(ctx, last.line, f"nothing after {last.qualname} waits for the peers")
+
+
+    @staticmethod
+    def _ext_waits(ctx, call) -> bool:
+        """The extension function `call` reaches waits for peers (a device barrier kernel)."""
+        for cuda in ctx.facts.cuda:
+            entry = cuda.bindings.get(call.target, call.target)
+            if entry not in {f.name for f in cuda.functions}:
+                continue
+            src = ctx.py.cuda_sources[cuda.source_index]
+            if _reached(cuda, entry) & cuda_waits.waiting_functions(cuda, src):
+                return True
+        return False
+
+    @staticmethod
+    def _ext_accesses_peers(ctx, call) -> bool:
+        for cuda in ctx.facts.cuda:
+            kernels = _reached(cuda, cuda.bindings.get(call.target, call.target))
+            if any(a.function in kernels and a.pointer_kind in PEER_KINDS for a in cuda.accesses):
+                return True
+        return False
+
+
+def _reached(cuda, entry: str) -> set[str]:
+    """`entry` and every function it calls or launches, transitively."""
+    by_name = {f.name: f for f in cuda.functions}
+    seen, todo = {entry}, [entry]
+    while todo:
+        name = todo.pop()
+        f = by_name.get(name)
+        nxt = list(f.calls) if f else []
+        nxt += [la.kernel for la in cuda.launches if la.caller == name]
+        for n in nxt:
+            if n not in seen and (n in by_name):
+                seen.add(n)
+                todo.append(n)
+    return seen
+
+
+# A parity kept across calls (an attribute, a cache entry, a global): `bufs[st["i"] % 2]`,
+# `self.parity ^= 1`, `_state["p"] = 1 - _state["p"]`. A loop's own `step % 2` is not one.
+_STATE = r"(?:\w+\.\w+|\w+\[[^\]]+\])"
+_TOGGLE = re.compile(rf"\[\s*{_STATE}\s*%\s*2\s*\]|{_STATE}\s*=\s*\(?\s*{_STATE}\s*\+\s*1\s*\)?\s*%\s*2\b"
+                     rf"|{_STATE}\s*\^=\s*1\b|{_STATE}\s*=\s*1\s*-\s*{_STATE}")
+
+
+def _double_buffered(ctx, last) -> bool:
+    """Two buffers used alternately from call to call (a parity kept across calls flips)."""
+    tree = ctx.rec.syntax_tree()
+    if tree is None:
+        return False
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef) and fn.name in ("solution", last.function):
+            if _TOGGLE.search(ast.unparse(fn)):
+                return True
+    return False
 
 
 def _call_positions(ctx):
@@ -100,18 +167,3 @@ def _call_positions(ctx):
         return position(owner.get(site, "solution"), site, depth + 1) + (line,)
 
     return position
-
-
-def _wait_lines(ctx, cuda, kernels: set[str]) -> list[int]:
-    """File lines inside the kernels where they wait on a flag: a spin, or a call of a helper that spins."""
-    spinning = {s.function for s in cuda.spin_loops}
-    lines = [s.line for s in cuda.spin_loops if s.function in kernels]
-    src = ctx.py.cuda_sources[cuda.source_index]
-    text = src.text.splitlines()
-    for f in cuda.functions:
-        if f.name not in kernels:
-            continue
-        for i in range(f.text_line - 1, min(f.text_end_line, len(text))):
-            if any(re.search(rf"\b{re.escape(h)}\s*[<(]", text[i]) for h in spinning if h != f.name):
-                lines.append(src.file_line(i + 1))
-    return lines

@@ -1,6 +1,7 @@
 import ast
 import re
 
+from analyzer import tail_guards
 from analyzer.rules.base import Rule
 
 # A count divided by a vector/tile width in host code: `out.numel() / 8`, `rows * cols / 4`.
@@ -41,8 +42,21 @@ class MissingTailHandling(Rule):
     fix = "add a scalar tail loop or a bounds check on the last tile (Triton: mask=offs < n)"
 
     def check(self, ctx):
+        tree = ctx.rec.syntax_tree()
         for cuda in ctx.facts.cuda:
+            src = ctx.py.cuda_sources[cuda.source_index]
+            kernels = [f for f in cuda.functions if f.kind != "host"]
+            handled: dict[str, bool] = {}
             for line in cuda.unguarded_tiles:
+                fn = next((f for f in kernels if f.line <= line <= f.end_line), None)
+                if fn is not None:
+                    if fn.name not in handled:
+                        # the tail may be handled beside the vector loop: a mask in the kernel,
+                        # a padded count, or the Python side (a remainder test, a tail copy)
+                        handled[fn.name] = tail_guards.kernel_handles_tail(src, fn) or tail_guards.python_guards_tail(
+                            tree, tail_guards.ext_call_lines(ctx.py, cuda, fn.name))
+                    if handled[fn.name]:
+                        continue
                 yield self.finding(ctx, line, pass_name="clang")
             yield from self._host_side(ctx, cuda)
         if not ctx.py.triton_kernels:
@@ -61,9 +75,12 @@ class MissingTailHandling(Rule):
                     if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "to"
                     and "pointer_type" in ast.unparse(n)
                 }
+                params = {a.arg for a in fn.args.args}
                 for node in ast.walk(fn):
                     if id(node) in scalar_loads:
                         continue
+                    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in params:
+                        continue  # `tl.load(A_ptr)`: one scalar at a parameter's address, nothing to mask
                     if (
                         uses_arange and isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                         and node.func.attr in ("load", "store") and not any(k.arg == "mask" for k in node.keywords)

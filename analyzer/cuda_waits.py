@@ -1,0 +1,58 @@
+"""Where CUDA code waits for peers (for the rules that ask whether something orders peer access).
+
+A wait is a spin loop the clang pass saw, or an acquire / volatile read of a flag inside a
+`while` / `do ... while` (an inline-asm `ld.acquire.sys` or `atom.acquire.cas` polled into a
+local, which the pass does not see as polling memory), or a call of a function that waits.
+"""
+
+from __future__ import annotations
+
+import re
+
+from analyzer.facts import CudaFacts, CudaSource
+
+_LOOP = re.compile(r"\bwhile\s*\(")
+
+
+def waiting_functions(cuda: CudaFacts, src: CudaSource) -> set[str]:
+    """Names of the functions that wait, directly or through a callee (ThunderKittens'
+    barrier_all and signal waits included)."""
+    lines = src.text.split("\n")
+    by_name = {f.name: f for f in cuda.functions}
+    out = {s.function for s in cuda.spin_loops}
+    for a in cuda.accesses:
+        fn = by_name.get(a.function)
+        if fn is None:
+            continue
+        if a.via == "library" and a.pointer_kind in ("signal_ptr", "signal_ptr_array"):
+            out.add(fn.name)  # a library barrier waits for every peer
+        elif a.kind in ("load", "atomic") and a.order in ("acquire", "acq_rel", "volatile"):
+            if _LOOP.search("\n".join(lines[fn.text_line - 1 : fn.text_end_line])):
+                out.add(fn.name)
+    changed = True
+    while changed:  # device callers of waiters wait too (a host launch is not a wait in a kernel)
+        changed = False
+        for f in cuda.functions:
+            if f.kind != "host" and f.name not in out and any(c in out for c in f.calls):
+                out.add(f.name)
+                changed = True
+    return out
+
+
+def wait_lines(cuda: CudaFacts, src: CudaSource, functions: set[str]) -> list[int]:
+    """File lines inside `functions` where they wait: a spin, or a call of a function that waits."""
+    waiters = waiting_functions(cuda, src)
+    text = src.text.split("\n")
+    out = [s.line for s in cuda.spin_loops if s.function in functions]
+    out += [a.line for a in cuda.accesses if a.function in functions and a.via == "library"
+            and a.pointer_kind in ("signal_ptr", "signal_ptr_array")]
+    for f in cuda.functions:
+        if f.name not in functions or f.kind == "host":
+            continue
+        own_poll = f.name in waiters and not any(c in waiters for c in f.calls)
+        for i in range(f.text_line - 1, min(f.text_end_line, len(text))):
+            line = text[i]
+            if any(re.search(rf"\b{re.escape(h)}\s*[<(]", line) for h in waiters if h != f.name) or (
+                    own_poll and _LOOP.search(line)):
+                out.append(src.file_line(i + 1))
+    return sorted(set(out))

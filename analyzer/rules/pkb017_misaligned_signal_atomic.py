@@ -1,0 +1,156 @@
+import re
+
+from analyzer.rules.base import Rule
+
+# 32- and 64-bit integer pointee types a flag slot is accessed as.
+_WIDE = r"(?:u?int32_t|u?int64_t|unsigned\s+int|unsigned|int|unsigned\s+long\s+long|long\s+long|uint|ulong|unsigned\s+long)"
+_CAST_RE = re.compile(
+    rf"reinterpret_cast\s*<\s*(?:const\s+)?(?:volatile\s+)?({_WIDE})\s*(?:volatile\s+)?\*\s*>\s*\("
+    rf"|\(\s*(?:const\s+)?(?:volatile\s+)?({_WIDE})\s*(?:volatile\s+)?\*\s*\)\s*\("
+)
+# An integer variable that holds an address (not a pointer: adding to it adds bytes).
+_INT_ADDR_DECL = re.compile(
+    r"\b(?:const\s+)?(?:uint64_t|uintptr_t|size_t|int64_t|intptr_t|unsigned\s+long\s+long|long\s+long|CUdeviceptr)"
+    r"\s+(\w+)\s*=\s*([^;]+);"
+)
+_INT_ADDR_PARAM = re.compile(r"(?:uint64_t|uintptr_t|int64_t|intptr_t|unsigned\s+long\s+long|CUdeviceptr)\s+(\w+)\s*[,)]")
+_SIGNAL_NAME = re.compile(r"signal|flag|sig_|_sig\b|sync|barrier|sema|ready|arrive", re.I)
+# An offset scaled to the slot width: sizeof(...), * 4 / * 8, << 2 / << 3, or a literal multiple.
+_SCALED = re.compile(r"sizeof\s*\(|\*\s*(?:4|8|16|32|64)\b|\b(?:4|8|16|32|64)\s*\*|<<\s*[2-6]\b")
+
+
+def _match_paren(text: str, i: int) -> int:
+    depth = 0
+    for j in range(i, len(text)):
+        if text[j] == "(":
+            depth += 1
+        elif text[j] == ")":
+            depth -= 1
+            if depth == 0:
+                return j
+    return -1
+
+
+def _split_plus(expr: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(expr):
+        if c in "([{<":
+            depth += 1
+        elif c in ")]}>":
+            depth -= 1
+        elif c in "+" and depth == 0 and expr[i - 1 : i] != "+" and expr[i + 1 : i + 2] != "+":
+            parts.append(expr[start:i])
+            start = i + 1
+        elif c == "-" and depth == 0 and expr[i + 1 : i + 2] not in ("-", ">") and expr[i - 1 : i] not in ("-", "e", "E"):
+            parts.append(expr[start:i])
+            start = i + 1
+    parts.append(expr[start:])
+    return [" ".join(p.split()) for p in parts if p.strip()]
+
+
+def _strip_casts(term: str) -> str:
+    t = term.strip()
+    while True:
+        m = re.match(r"^\(\s*[\w\s]+\)\s*(.*)$", t) or re.match(r"^static_cast\s*<[^>]*>\s*\((.*)\)$", t)
+        if not m or m.group(1) == t:
+            return t
+        t = m.group(1).strip()
+
+
+def _aligned(term: str, width_bytes: int) -> bool:
+    t = _strip_casts(term)
+    if re.fullmatch(r"\(?\s*0[uUlL]*\s*\)?", t):
+        return True
+    lit = re.fullmatch(r"\(?\s*(\d+)[uUlL]*\s*\)?", t)
+    if lit:
+        return int(lit.group(1)) % width_bytes == 0
+    return bool(_SCALED.search(t))
+
+
+def _resolve(text: str, term: str, before: int) -> str:
+    """A lone variable's initializer (its last declaration before the cast), else the term."""
+    name = _strip_casts(term)
+    if not re.fullmatch(r"\w+", name) or name.isdigit():
+        return term
+    decls = list(re.finditer(rf"\b[\w:]+\s+{name}\s*=\s*([^;]+);", text[:before]))
+    return decls[-1].group(1) if decls else term
+
+
+def misaligned_slots(text: str) -> list[tuple[int, str, str]]:
+    """(text offset, pointee type, offending term) of every cast of `signal integer + byte offset`
+    to a 32- or 64-bit pointer."""
+    int_addrs: dict[str, str] = {}
+    for m in _INT_ADDR_DECL.finditer(text):
+        int_addrs[m.group(1)] = m.group(2)
+    for m in _INT_ADDR_PARAM.finditer(text):
+        int_addrs.setdefault(m.group(1), m.group(1))
+    out = []
+    for m in _CAST_RE.finditer(text):
+        ctype = m.group(1) or m.group(2)
+        close = _match_paren(text, m.end() - 1)
+        if close < 0:
+            continue
+        expr = text[m.end() : close]
+        terms = _split_plus(expr)
+        if len(terms) < 2:
+            continue
+        base = _strip_casts(terms[0])
+        base_name = re.match(r"\w+", base)
+        if not base_name:
+            continue
+        name = base_name.group(0)
+        if "[" in base:  # signal_pad_ptrs[peer] + off: an element of an integer address table
+            is_signal = bool(_SIGNAL_NAME.search(name)) and name in int_addrs or bool(_SIGNAL_NAME.search(name) and re.search(rf"\b(?:u?int64_t|uintptr_t)\s*\*\s*(?:const\s+)?(?:__restrict__\s+)?{name}\b", text))
+        else:
+            init = int_addrs.get(name)
+            is_signal = init is not None and bool(_SIGNAL_NAME.search(name) or _SIGNAL_NAME.search(init))
+        if not is_signal:
+            continue
+        width = 8 if "64" in ctype or "long" in ctype else 4
+        bad = [t for t in terms[1:] if not _aligned(_resolve(text, t, m.start()), width)]
+        if bad:
+            out.append((m.start(), ctype, bad[0]))
+    return out
+
+
+class MisalignedSignalAtomic(Rule):
+    """Byte offset added to an integer signal address before a 32- or 64-bit flag access.
+
+    ## What it does
+    Finds a flag slot computed as an integer address (`uint64_t base = signal_pad_ptrs[peer]`)
+    plus an index that is not scaled to the slot's width (`base + block_id * world_size + rank`),
+    then cast to `uint32_t*` / `uint64_t*` for an atomic, a `ld.acquire` or a `st.release`.
+
+    ## Why is this bad?
+    Adding to an integer adds bytes, not elements: slot `rank` lands at byte `rank`, so for every
+    rank not a multiple of 4 (or 8) the 32-bit (64-bit) atomic is misaligned. On the GPU that is a
+    `misaligned address` fault (the kernel dies, the context is lost) on the first call where such
+    a rank signals; where it happens to be aligned, neighbouring ranks' flags overlap in one word
+    and a signal from one rank is seen as another's.
+
+    ## Example
+    ```cuda
+    uint64_t remote = signal_pad_ptrs[peer];
+    uint32_t* slot = reinterpret_cast<uint32_t*>(remote + block_id * world_size + rank);
+    asm volatile("atom.global.release.sys.cas.b32 %0, [%1], 0, 1;" : "=r"(t) : "l"(slot));
+    ```
+
+    ## Use instead
+    Cast first, then index (pointer arithmetic scales by the element size), or scale the offset:
+    ```cuda
+    uint32_t* slot = reinterpret_cast<uint32_t*>(signal_pad_ptrs[peer]) + block_id * world_size + rank;
+    ```
+    """
+
+    id = "PKB017"
+    name = "misaligned-signal-atomic"
+    severity = "error"
+    message = "byte offset added to an integer signal address before a 32/64-bit flag access (misaligned)"
+    fix = "cast the signal address to uint32_t* (or uint64_t*) first and index it, or scale the offset by sizeof(slot)"
+
+    def check(self, ctx):
+        for src in ctx.sources():
+            text = src.text
+            for off, ctype, term in misaligned_slots(text):
+                line = src.file_line(text.count("\n", 0, off) + 1)
+                yield self.finding(ctx, line, f"`{term}` bytes added before the cast to {ctype}*", pass_name="clang")

@@ -1,0 +1,96 @@
+"""Where a vectorised kernel's tail is handled outside the vector loop (for PKB006).
+
+A kernel that reads `n / 8` uint4 vectors loses the last `n % 8` elements only if nothing else
+handles them. Real files handle them in three other places, all of which count:
+  - the kernel itself, with a bit mask instead of `%` (`rem = nbytes & 15; if (tid < rem) ...`);
+  - the count handed in is already padded (`n_padded_bytes`: the Python side pads the buffer);
+  - the Python side: the extension call sits under a test of the remainder (`if n % 8 == 0:`),
+    after an assert or a raise on it, or next to a copy of the tail (`out[n_main:] = ...`).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from analyzer.facts import CudaFacts, CudaSource, Function
+
+_MASK_TAIL = re.compile(r"&\s*(?:0x[0-9a-fA-F]+|\d+)\b|\b(?:rem|tail|remainder|leftover)\w*\b", re.I)
+_PADDED = re.compile(r"pad|aligned|round", re.I)
+
+
+def kernel_handles_tail(src: CudaSource, fn: Function) -> bool:
+    body = "\n".join(src.text.split("\n")[fn.text_line - 1 : fn.text_end_line])
+    body = re.sub(r'"(?:[^"\\]|\\.)*"', '""', body)  # asm templates use %0, &...
+    if any(_MASK_TAIL.search(line) for line in body.split("\n")[1:]):
+        return True
+    return any(p.is_pointer is False and _PADDED.search(p.name) for p in fn.params)
+
+
+def _mentions_remainder(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(node))
+
+
+def _tail_slice(node: ast.AST) -> bool:
+    """`x[n_main:]`, `out[k * 8:]`: a slice from a computed start to the end."""
+    return any(isinstance(n, ast.Slice) and n.lower is not None and n.upper is None and not isinstance(n.lower, ast.Constant)
+               for n in ast.walk(node))
+
+
+def python_guards_tail(tree: ast.AST | None, call_lines: list[int]) -> bool:
+    """Every call at `call_lines` sits under a remainder test, after a check of the remainder in
+    its function, or in a function that also copies the tail."""
+    if tree is None or not call_lines:
+        return False
+    parents: dict[int, ast.AST] = {}
+    for p in ast.walk(tree):
+        for ch in ast.iter_child_nodes(p):
+            parents[id(ch)] = p
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.lineno in call_lines]
+    if not calls:
+        return False
+    for call in calls:
+        guarded = False
+        node: ast.AST | None = call
+        fn = None
+        while node is not None:
+            parent = parents.get(id(node))
+            if isinstance(parent, (ast.If, ast.IfExp, ast.While)) and _mentions_remainder(parent.test):
+                guarded = True
+            if isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                fn = parent
+                break
+            node = parent
+        if not guarded and fn is not None:
+            for st in ast.walk(fn):
+                if getattr(st, "lineno", 10**9) >= call.lineno and not isinstance(st, ast.Assign):
+                    continue
+                if isinstance(st, ast.Assert) and _mentions_remainder(st.test):
+                    guarded = True
+                elif isinstance(st, ast.If) and _mentions_remainder(st.test) and any(
+                        isinstance(b, (ast.Raise, ast.Return)) for b in ast.walk(st)):
+                    guarded = True
+            if any(isinstance(st, (ast.Assign, ast.AugAssign, ast.Expr)) and _tail_slice(st) for st in ast.walk(fn)):
+                guarded = True
+        if not guarded:
+            return False
+    return True
+
+
+def ext_call_lines(py, cuda: CudaFacts, kernel: str) -> list[int]:
+    """Python lines of the extension calls whose host function launches `kernel`."""
+    by_name = {f.name: f for f in cuda.functions}
+    hosts = {la.caller for la in cuda.launches if la.kernel == kernel}
+    # host functions reached from a binding, transitively
+    bound = {}
+    for pyname, cname in cuda.bindings.items():
+        seen, todo = {cname}, [cname]
+        while todo:
+            f = by_name.get(todo.pop())
+            for c in f.calls if f else []:
+                if c not in seen and c in by_name and by_name[c].kind == "host":
+                    seen.add(c)
+                    todo.append(c)
+        bound[pyname] = seen
+    names = {p for p, reach in bound.items() if reach & hosts} | {h for h in hosts}
+    return [c.line for c in py.calls if c.category == "ext_kernel" and c.path == "timed" and c.target in names]

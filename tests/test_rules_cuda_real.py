@@ -1,0 +1,292 @@
+"""New and corrected CUDA-side rules, each on a small candidate file of our own: one that shows
+the bug and one with the correct idiom the rule must not flag."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from analyzer.pipeline import StaticAnalyzer, StaticOptions
+from pkb.corpus import read_candidate
+
+
+def analyze(tmp_path: Path, body: str, name: str = "1_allreduce_cuda.py"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    rec = read_candidate(path, tmp_path)
+    StaticAnalyzer(StaticOptions(ptx=False, use_cache=False)).analyze(rec)
+    return rec
+
+
+def lines_of(rec, rule: str) -> list[int]:
+    return sorted(f.line for f in rec.findings if f.rule == rule)
+
+
+def line_of(rec, needle: str) -> int:
+    return next(i + 1 for i, ln in enumerate(rec.source.splitlines()) if needle in ln)
+
+
+def candidate(cuda: str, launch: str = "_ext.run(hdl.signal_pad_ptrs_dev, buf, dist.get_rank(), dist.get_world_size())") -> str:
+    return f'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+#include <torch/extension.h>
+{cuda}
+"""
+
+_ext = load_inline("ext", cpp_sources="", cuda_sources=CUDA, functions=["run"])
+_cache = {{}}
+
+
+def solution(x: torch.Tensor) -> torch.Tensor:
+    st = _cache.get("st")
+    if st is None:
+        buf = symm_mem.empty(x.numel(), device=x.device, dtype=x.dtype)
+        st = (buf, symm_mem.rendezvous(buf, dist.group.WORLD))
+        _cache["st"] = st
+    buf, hdl = st
+    buf.copy_(x)
+    {launch}
+    return buf.clone()
+'''
+
+
+MISALIGNED = r"""
+__device__ void barrier(const uint64_t* signal_pad_ptrs, uint64_t block_id, int rank, int world_size) {
+    int t = threadIdx.x;
+    if (t >= world_size) return;
+    uint64_t remote_base = signal_pad_ptrs[t];
+    uint32_t* send_addr = reinterpret_cast<uint32_t*>(remote_base + block_id * (uint64_t)world_size + (uint64_t)rank);
+    uint32_t old;
+    do {
+        asm volatile("atom.global.release.sys.cas.b32 %0, [%1], 0, 1;" : "=r"(old) : "l"(send_addr) : "memory");
+    } while (old != 0u);
+}
+
+__global__ void k(const uint64_t* signal_pad_ptrs, float* buf, int rank, int world_size) {
+    barrier(signal_pad_ptrs, blockIdx.x, rank, world_size);
+}
+
+void run(int64_t signal_pad_ptrs, torch::Tensor buf, int64_t rank, int64_t world_size) {
+    k<<<4, 32>>>(reinterpret_cast<const uint64_t*>(signal_pad_ptrs), buf.data_ptr<float>(), rank, world_size);
+}
+"""
+
+
+def test_pkb017_byte_offset_on_an_integer_signal_address(tmp_path):
+    rec = analyze(tmp_path, candidate(MISALIGNED))
+    assert lines_of(rec, "PKB017") == [line_of(rec, "uint32_t* send_addr = reinterpret_cast<uint32_t*>(remote_base +")]
+
+
+def test_pkb017_cast_first_or_scaled_offset_is_aligned(tmp_path):
+    cast_first = MISALIGNED.replace(
+        "reinterpret_cast<uint32_t*>(remote_base + block_id * (uint64_t)world_size + (uint64_t)rank)",
+        "reinterpret_cast<uint32_t*>(remote_base) + block_id * (uint64_t)world_size + (uint64_t)rank")
+    scaled = MISALIGNED.replace(
+        "uint32_t* send_addr = reinterpret_cast<uint32_t*>(remote_base + block_id * (uint64_t)world_size + (uint64_t)rank);",
+        "const uint64_t off = (block_id * (uint64_t)world_size + (uint64_t)rank) * sizeof(uint32_t);\n"
+        "    uint32_t* send_addr = reinterpret_cast<uint32_t*>(remote_base + off);")
+    for src in (cast_first, scaled):
+        assert lines_of(analyze(tmp_path, candidate(src)), "PKB017") == []
+
+
+PARTIAL_WAIT = r"""
+__device__ void wait_flag(const uint32_t* flag, uint32_t epoch) {
+    uint32_t v;
+    do {
+        asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+    } while (v < epoch);
+}
+
+__global__ void gather(const int64_t* peer_ptrs, const uint32_t* flags, float* out, int world_size, int n, uint32_t epoch) {
+    if (blockIdx.x == 0 && threadIdx.x < world_size) {
+        wait_flag(flags + threadIdx.x, epoch);
+    }
+    __syncthreads();
+    int stride = gridDim.x * blockDim.x;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        for (int p = 0; p < world_size; ++p) {
+            const float* peer = reinterpret_cast<const float*>(peer_ptrs[p]);
+            out[p * n + i] = peer[i];
+        }
+    }
+}
+
+void run(torch::Tensor peer_ptrs, torch::Tensor flags, torch::Tensor out, int64_t world_size, int64_t n, int64_t epoch) {
+    int blocks = (n + 255) / 256;
+    gather<<<blocks, 256>>>(peer_ptrs.data_ptr<int64_t>(), reinterpret_cast<const uint32_t*>(flags.data_ptr<int>()),
+                            out.data_ptr<float>(), world_size, n, epoch);
+}
+"""
+PARTIAL_LAUNCH = "_ext.run(torch.tensor(hdl.buffer_ptrs, device=x.device), _cache['flags'], buf, dist.get_world_size(), x.numel(), 1)"
+
+
+def test_pkb020_block_zero_waits_and_every_block_reads(tmp_path):
+    rec = analyze(tmp_path, candidate(PARTIAL_WAIT, PARTIAL_LAUNCH))
+    assert lines_of(rec, "PKB020") == [line_of(rec, "if (blockIdx.x == 0 && threadIdx.x < world_size)")]
+
+
+def test_pkb020_every_block_waits_or_one_block_grid(tmp_path):
+    every_block = PARTIAL_WAIT.replace("if (blockIdx.x == 0 && threadIdx.x < world_size)", "if (threadIdx.x < world_size)")
+    one_block = PARTIAL_WAIT.replace("int blocks = (n + 255) / 256;", "int blocks = 1;")
+    for src in (every_block, one_block):
+        assert lines_of(analyze(tmp_path, candidate(src, PARTIAL_LAUNCH)), "PKB020") == []
+
+
+VEC_COPY = r"""
+__global__ void copy_vec(const char* __restrict__ src, char* __restrict__ dst, int64_t nbytes) {
+    int64_t nvec = nbytes >> 4;
+    int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    const uint4* s4 = reinterpret_cast<const uint4*>(src);
+    uint4* d4 = reinterpret_cast<uint4*>(dst);
+    for (int64_t i = tid; i < nvec; i += stride) d4[i] = s4[i];
+}
+
+void run(torch::Tensor src, torch::Tensor dst, int64_t nbytes) {
+    copy_vec<<<64, 256>>>((const char*)src.data_ptr(), (char*)dst.data_ptr(), nbytes);
+}
+"""
+VEC_LAUNCH = "_ext.run(x, buf, x.numel() * x.element_size())"
+
+
+def test_pkb006_vector_copy_with_no_tail(tmp_path):
+    rec = analyze(tmp_path, candidate(VEC_COPY, VEC_LAUNCH))
+    assert line_of(rec, "const uint4* s4 = reinterpret_cast<const uint4*>(src);") in lines_of(rec, "PKB006")
+
+
+def test_pkb006_tail_copied_in_the_kernel_or_guarded_in_python(tmp_path):
+    masked_tail = VEC_COPY.replace(
+        "    for (int64_t i = tid; i < nvec; i += stride) d4[i] = s4[i];\n",
+        "    for (int64_t i = tid; i < nvec; i += stride) d4[i] = s4[i];\n"
+        "    int rem = (int)(nbytes & 15);\n"
+        "    if (tid < rem) dst[(nvec << 4) + tid] = src[(nvec << 4) + tid];\n")
+    rec = analyze(tmp_path, candidate(masked_tail, VEC_LAUNCH))
+    assert lines_of(rec, "PKB006") == []
+    guarded = "if (x.numel() * x.element_size()) % 16 == 0:\n        " + VEC_LAUNCH + "\n    else:\n        buf.copy_(x)"
+    rec = analyze(tmp_path, candidate(VEC_COPY, guarded))
+    assert lines_of(rec, "PKB006") == []
+
+
+PUSH = r"""
+__device__ void barrier_all(const uint64_t* signal_pad_ptrs, int rank, int world_size, uint32_t epoch) {
+    int t = threadIdx.x;
+    if (t < world_size) {
+        uint32_t* remote = reinterpret_cast<uint32_t*>(signal_pad_ptrs[t]) + rank;
+        uint32_t* local = reinterpret_cast<uint32_t*>(signal_pad_ptrs[rank]) + t;
+        asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(remote), "r"(epoch) : "memory");
+        uint32_t v;
+        do {
+            asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(local) : "memory");
+        } while (v < epoch);
+    }
+    __syncthreads();
+}
+
+__global__ void push(const float* src, const int64_t* out_ptrs, const uint64_t* signal_pad_ptrs,
+                     int64_t n, int rank, int world_size, uint32_t epoch) {
+    for (int p = 0; p < world_size; ++p) {
+        float* dst = reinterpret_cast<float*>(out_ptrs[p]) + rank * n;
+        for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) dst[i] = src[i];
+    }
+    __threadfence_system();
+    BARRIER_AT_END
+}
+
+void run(torch::Tensor src, torch::Tensor out_ptrs, torch::Tensor signal_pad_ptrs, int64_t rank, int64_t world_size, int64_t epoch) {
+    push<<<1, 256>>>(src.data_ptr<float>(), out_ptrs.data_ptr<int64_t>(),
+                     reinterpret_cast<const uint64_t*>(signal_pad_ptrs.data_ptr<int64_t>()),
+                     src.numel(), rank, world_size, epoch);
+}
+"""
+PUSH_LAUNCH = ("_cache['epoch'] = _cache.get('epoch', 0) + 1\n"
+               "    _ext.run(x, torch.tensor(hdl.buffer_ptrs, device=x.device), torch.tensor(hdl.signal_pad_ptrs, device=x.device), "
+               "dist.get_rank(), dist.get_world_size(), _cache['epoch'])")
+
+
+def test_pkb004_push_into_peers_with_no_ack(tmp_path):
+    rec = analyze(tmp_path, candidate(PUSH.replace("BARRIER_AT_END", ""), PUSH_LAUNCH), "2_allgather_cuda.py")
+    assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.run(x, torch.tensor(hdl.buffer_ptrs")]
+
+
+def test_pkb004_kernel_ending_in_a_barrier_or_an_entry_barrier_is_safe(tmp_path):
+    acked = PUSH.replace("BARRIER_AT_END", "barrier_all(signal_pad_ptrs, rank, world_size, epoch);")
+    rec = analyze(tmp_path, candidate(acked, PUSH_LAUNCH), "2_allgather_cuda.py")
+    assert lines_of(rec, "PKB004") == []
+    entry = PUSH_LAUNCH.replace("_cache['epoch'] = _cache.get('epoch', 0) + 1\n", "_cache['epoch'] = _cache.get('epoch', 0) + 1\n    hdl.barrier(channel=0)\n")
+    rec = analyze(tmp_path, candidate(PUSH.replace("BARRIER_AT_END", ""), entry).replace("    buf.copy_(x)\n", ""), "2_allgather_cuda.py")
+    assert lines_of(rec, "PKB004") == []
+
+
+FLAG_CONST = r"""
+__global__ void signal_and_wait(const int64_t* signal_ptrs, int rank, int world_size, uint32_t want) {
+    int t = threadIdx.x;
+    if (t < world_size) {
+        uint32_t* remote = reinterpret_cast<uint32_t*>(signal_ptrs[t]) + rank;
+        uint32_t* local = reinterpret_cast<uint32_t*>(signal_ptrs[rank]) + t;
+        asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(remote), "r"(VALUE) : "memory");
+        uint32_t v;
+        do {
+            asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(local) : "memory");
+        } while (v != VALUE);
+    }
+}
+
+void run(torch::Tensor signal_ptrs, int64_t rank, int64_t world_size, int64_t want) {
+    signal_and_wait<<<1, 32>>>(signal_ptrs.data_ptr<int64_t>(), rank, world_size, want);
+}
+"""
+FLAG_LAUNCH = ("_cache['n'] = _cache.get('n', 0) + 1\n"
+               "    _ext.run(torch.tensor(hdl.signal_pad_ptrs, device=x.device), dist.get_rank(), dist.get_world_size(), _cache['n'])")
+
+
+def test_pkb002_constant_flag_never_reset(tmp_path):
+    rec = analyze(tmp_path, candidate(FLAG_CONST.replace("VALUE", "1u"), FLAG_LAUNCH))
+    assert lines_of(rec, "PKB002") == [line_of(rec, "st.release.sys.global.u32")]
+
+
+def test_pkb002_value_advanced_every_call_is_not_flagged(tmp_path):
+    rec = analyze(tmp_path, candidate(FLAG_CONST.replace("VALUE", "want"), FLAG_LAUNCH))
+    assert lines_of(rec, "PKB002") == []
+
+
+GROWING = '''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+
+_CACHE = {}
+
+
+def _get_buf(rows: int, hidden: int, device):
+    entry = _CACHE.get(hidden)
+    if entry is not None and entry[2] >= rows:
+        return entry
+    buf = symm_mem.empty((rows, hidden), device=device, dtype=torch.bfloat16)
+    hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+    entry = (buf, hdl, rows)
+    _CACHE[hidden] = entry
+    return entry
+
+
+def solution(x: torch.Tensor, input_splits: list) -> torch.Tensor:
+    n_in = ROWS
+    buf, hdl, cap = _get_buf(n_in, x.shape[1], x.device)
+    buf[:x.shape[0]].copy_(x)
+    hdl.barrier(channel=0)
+    return buf[:x.shape[0]].clone()
+'''
+
+
+def test_pkb007_rendezvous_only_where_this_ranks_count_outgrows_the_cache(tmp_path):
+    rec = analyze(tmp_path, GROWING.replace("ROWS", "int(sum(input_splits))"), "27_moe_all2all_primitive_cuda.py")
+    assert lines_of(rec, "PKB007") == [line_of(rec, "hdl = symm_mem.rendezvous(buf, dist.group.WORLD)")]
+
+
+def test_pkb007_capacity_from_a_size_every_rank_shares(tmp_path):
+    rec = analyze(tmp_path, GROWING.replace("ROWS", "x.shape[0] * dist.get_world_size()"), "27_moe_all2all_primitive_cuda.py")
+    assert lines_of(rec, "PKB007") == []
