@@ -330,3 +330,19 @@ def test_a_build_inside_a_call_runs_under_the_compile_limit_not_the_calls():
     time.sleep(0.7)  # past what the call had left: now it is a hang
     assert len(expired) == 1 and expired[0].endswith("one candidate call"), expired
     assert phases == ["compile", "trial 0 candidate"]
+
+
+def test_bitwise_equal_takes_sparse_inputs():
+    # PKB's spherical convolution hands the candidate a sparse tensor; the input-untouched check
+    # must compare it, not fail the harness ("reshape is not implemented for sparse tensors").
+    import torch
+
+    from pkb.eval.worker import bitwise_equal
+
+    dense = torch.tensor([[0.0, 1.5], [2.0, 0.0]])
+    a, b = dense.to_sparse(), dense.clone().to_sparse()
+    assert bitwise_equal((a,), (b,))
+    changed = dense.clone()
+    changed[0, 1] = 3.0
+    assert not bitwise_equal((a,), (changed.to_sparse(),))
+    assert not bitwise_equal((a,), (dense,))  # a layout change is a change
