@@ -168,3 +168,17 @@ def test_verdict_keeps_failures_that_address_zero_does_not_explain():
     assert needs_multicast_verdict({**ran, "outcome": "faster", "correct": True}, need) is None
     assert needs_multicast_verdict({"status": "ran", "outcome": "hang", "details": {"multicast_reads": 0}}, need) is None
     assert needs_multicast_verdict({**ran, "outcome": "hang"}, {**need, "multimem": []}) is None
+
+
+def test_multimem_named_in_a_docstring_or_comment_is_no_evidence():
+    from pkb.emulate.multicast import multicast_need
+
+    source = (
+        '"""Uses multimem.ld_reduce for the all-reduce."""\n'
+        "# multimem.st would be faster here\n"
+        'CUDA = r"""\n'
+        "// multimem.red is not used\n"
+        '__global__ void k(float* p) { asm volatile("multimem.ld_reduce.relaxed.sys.global.add.f32 %0, [%1];" :: "l"(p)); }\n'
+        '"""\n'
+    )
+    assert [e["line"] for e in multicast_need(source)["multimem"]] == [5]

@@ -37,12 +37,16 @@ def multicast_need(source: str, record: Any = None) -> dict[str, Any]:
         if _MULTIMEM.search(ev.get("snippet", "")) and ev["line"] not in seen:
             seen.add(ev["line"])
             evidence.append(ev)
+    in_strings = _string_lines(source)
+    code_lines = in_strings - _docstring_lines(source)
     for i, text in enumerate(lines, 1):
-        if i not in seen and _MULTIMEM.search(text):
+        # CUDA source strings only: a docstring or comment that names multimem is no evidence
+        if i in seen or i not in code_lines or text.lstrip().startswith(("//", "/*", "*")):
+            continue
+        if _MULTIMEM.search(text):
             seen.add(i)
             evidence.append({"line": i, "snippet": text.strip()[:200], "pass": "python"})
     evidence.sort(key=lambda e: e["line"])
-    in_strings = _string_lines(source)
     guards = python_guards(source) + [
         {"line": i, "snippet": lines[i - 1].strip()[:200], "where": "cuda"}
         for i in sorted(in_strings) if i <= len(lines) and _CUDA_GUARD.search(lines[i - 1]) and not _RAISES_ONLY.search(lines[i - 1])
@@ -66,6 +70,21 @@ def _string_lines(source: str) -> set[int]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.end_lineno:
             out.update(range(node.lineno, node.end_lineno + 1))
+    return out
+
+
+def _docstring_lines(source: str) -> set[int]:
+    """Lines of the module's, classes' and functions' docstrings."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                out.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
     return out
 
 
