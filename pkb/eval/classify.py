@@ -42,7 +42,7 @@ _COMPILE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     (
         "type_mismatch",
         re.compile(
-            r"no suitable (conversion|constructor)|cannot be used to initialize|is incompatible with"
+            r"no suitable (user-defined )?(conversion|constructor)|cannot be used to initialize|is incompatible with"
             r"|invalid conversion from|cannot convert|no instance of (overloaded )?function"
             r"|no matching function for call|a value of type .* cannot be|invalid operands"
             r"|incompatible type",
