@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import re
 
+from analyzer.brackets import closing
+
 _MC_NAME = r"\w*(?:multicast|mcast|mc_ptr|mc_addr|mc_base|mcptr|mc_va)\w*|mc"
 _IF_RE = re.compile(r"\bif\s*\(")
 _ZERO_LIT = r"(?:0|0ULL|0ull|0u|0UL|nullptr|NULL)"
@@ -25,21 +27,9 @@ _MC_ZERO = re.compile(rf"^(?:!\s*({_MC_NAME})|({_MC_NAME})\s*==\s*{_ZERO_LIT})$"
 _ALIGNED = re.compile(r"^[^=!<>]*%\s*\d+\s*\)?\s*==\s*0$")
 
 
-def _match(text: str, i: int, open_c: str, close_c: str) -> int:
-    depth = 0
-    for j in range(i, len(text)):
-        if text[j] == open_c:
-            depth += 1
-        elif text[j] == close_c:
-            depth -= 1
-            if depth == 0:
-                return j
-    return -1
-
-
 def _unparen(s: str) -> str:
     s = s.strip()
-    while s.startswith("(") and _match(s, 0, "(", ")") == len(s) - 1:
+    while s.startswith("(") and closing(s, 0, "(", ")") == len(s) - 1:
         s = s[1:-1].strip()
     return s
 
@@ -91,7 +81,7 @@ def _statement_end(text: str, i: int) -> tuple[int, int]:
     while i < len(text) and text[i].isspace():
         i += 1
     if i < len(text) and text[i] == "{":
-        return i, _match(text, i, "{", "}")
+        return i, closing(text, i, "{", "}")
     j = text.find(";", i)
     return i, (j if j >= 0 else len(text))
 
@@ -101,7 +91,7 @@ def fallback_spans(text: str) -> list[tuple[int, int, str]]:
     flags = _flag_names(text)
     spans = []
     for m in _IF_RE.finditer(text):
-        close = _match(text, m.end() - 1, "(", ")")
+        close = closing(text, m.end() - 1, "(", ")")
         if close < 0:
             continue
         cond = text[m.end() : close].strip()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from analyzer.brackets import closing
 from analyzer.facts import ApiCall, CudaFacts, CudaSource, Function, MemAccess, Param
 
 _LAUNCH_RE = re.compile(r"\blaunch_kernel\s*<")
@@ -60,16 +61,8 @@ def uses_kittens(text: str) -> bool:
 
 
 def _match_brace(text: str, open_idx: int) -> int:
-    depth = 0
-    for i in range(open_idx, len(text)):
-        c = text[i]
-        if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-    return len(text)
+    end = closing(text, open_idx, "{", "}")
+    return end if end >= 0 else len(text)
 
 
 def _namespace_at(spans: list[tuple[int, int, str]], pos: int) -> str:
@@ -281,12 +274,5 @@ def augment(facts: CudaFacts, src: CudaSource, text: str) -> None:
 
 
 def _args_end(text: str, open_idx: int) -> int:
-    depth = 0
-    for i in range(open_idx, len(text)):
-        if text[i] == "(":
-            depth += 1
-        elif text[i] == ")":
-            depth -= 1
-            if depth == 0:
-                return i
-    return len(text)
+    end = closing(text, open_idx, "(", ")")
+    return end if end >= 0 else len(text)

@@ -1,6 +1,7 @@
 import re
 
 from analyzer import cuda_waits
+from analyzer.brackets import closing
 from analyzer.facts import PEER_KINDS
 from analyzer.rules.base import Rule
 
@@ -9,30 +10,18 @@ _GRID_SYNC = re.compile(r"\.sync\s*\(\s*\)|this_grid\s*\(\s*\)\s*\.sync|cg::sync
 _SINGLE_GRID = re.compile(r"^\s*(?:dim3\s*\(\s*)?1\s*(?:,\s*1\s*)*\)?\s*$")
 
 
-def _match(text: str, i: int, open_c: str, close_c: str) -> int:
-    depth = 0
-    for j in range(i, len(text)):
-        if text[j] == open_c:
-            depth += 1
-        elif text[j] == close_c:
-            depth -= 1
-            if depth == 0:
-                return j
-    return -1
-
-
 def _one_block_ifs(body: str) -> list[tuple[int, int, int]]:
     """(if offset, block start, block end) of `if (... blockIdx.x == 0 ...) { ... }` in `body`."""
     out = []
     for m in re.finditer(r"\bif\s*\(", body):
-        close = _match(body, m.end() - 1, "(", ")")
+        close = closing(body, m.end() - 1, "(", ")")
         if close < 0 or not _ONE_BLOCK.search(body[m.end() : close]):
             continue
         rest = body[close + 1 :]
         lead = len(rest) - len(rest.lstrip())
         start = close + 1 + lead
         if start < len(body) and body[start] == "{":
-            end = _match(body, start, "{", "}")
+            end = closing(body, start, "{", "}")
         else:
             end = body.find(";", start)
         if end > start:
