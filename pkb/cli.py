@@ -159,6 +159,10 @@ def run_eval(records, out: Path, options, quiet: bool) -> None:
     typer.echo(console.eval_table(records))
     typer.echo(console.eval_totals(records))
     typer.echo(f"wrote {path} and the store {options.store_path}")
+    if options.profile:
+        from profiling.hooks import profile_locations
+
+        typer.echo("\n".join(profile_locations(records)) or "--profile: no candidate left a trace (none ran its timed calls)")
 
 
 def parse_jobs(value: str) -> int:
