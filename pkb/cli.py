@@ -24,7 +24,7 @@ from pkb import __version__
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Explain multi-GPU kernel candidates of ParallelKernelBench.",
                   context_settings={"help_option_names": ["-h", "--help"]})
 err = Console(stderr=True, soft_wrap=True)
-COMMANDS = ("analyze", "rules", "eval", "report", "explain")
+COMMANDS = ("analyze", "rules", "eval", "report", "explain", "export")
 
 
 def _split(values: Optional[list[str]]) -> list[str]:
@@ -159,6 +159,10 @@ def run_eval(records, out: Path, options, quiet: bool) -> None:
     typer.echo(console.eval_table(records))
     typer.echo(console.eval_totals(records))
     typer.echo(f"wrote {path} and the store {options.store_path}")
+    if options.profile:
+        from profiling.hooks import profile_locations
+
+        typer.echo("\n".join(profile_locations(records)) or "--profile: no candidate left a trace (none ran its timed calls)")
 
 
 def parse_jobs(value: str) -> int:
@@ -531,3 +535,31 @@ def explain_command(
         raise typer.Exit(2)
     rec, used = analyze_file(path, store=store, ptx=ptx)
     render(rec, Console(soft_wrap=False), used)
+
+
+class ExportFormat(str, Enum):
+    pkb = "pkb"
+    kernelbench = "kernelbench"
+
+
+@app.command("export")
+def export_command(
+    path: Path = typer.Argument(..., help="a run folder (with static.jsonl and its evaluation store) or a static.jsonl"),
+    fmt: ExportFormat = typer.Option(..., "--format", help="pkb: PKB's per-trial eval JSON, a line per candidate; kernelbench: a KernelBench-style CSV table"),
+    to: Optional[Path] = typer.Option(None, "--to", help="file to write (default: standard output)"),
+    store: Optional[Path] = typer.Option(None, "--store", help="evaluation store (default: pkb_eval.sqlite beside the run, if any)"),
+) -> None:
+    """Export evaluated candidates in PKB's or KernelBench's result format (mapping: reports/export.py)."""
+    from reports.export import evaluated, render
+    from reports.load import gather
+
+    if not (path.is_dir() and (path / "static.jsonl").is_file()) and not (path.is_file() and path.suffix == ".jsonl"):
+        err.print(f"[red]error:[/] {escape(str(path))}: not a run folder with static.jsonl, nor a .jsonl")
+        raise typer.Exit(2)
+    records, _ = gather(path, path if path.is_dir() else path.parent, store=store)
+    text = render(records, fmt.value)
+    if to is None:
+        sys.stdout.write(text)
+    else:
+        to.write_text(text, encoding="utf-8")
+    err.print(f"{len(evaluated(records))} of {len(records)} candidates evaluated and exported" + (f" to {escape(str(to))}" if to else ""))

@@ -109,6 +109,11 @@ def summarize_job(
             out["ranks"].append(profile_summary(t, names, sol_bytes, link_GBps=link_GBps or NVLINK4_GBPS))
         except Exception as exc:
             out["errors"].append({"rank": r, "path": str(p), "error": f"{type(exc).__name__}: {exc}"[:1000]})
+    if loaded:
+        try:
+            out.update(write_frames(loaded, profile_dir(job_dir), names, sol_bytes))
+        except Exception as exc:
+            out["errors"].append({"rank": None, "path": "frames", "error": f"{type(exc).__name__}: {exc}"[:1000]})
     kineto = {r: p for r, p in traces.items() if not p.name.endswith(".jsonl")}
     if kineto:
         try:
@@ -125,3 +130,57 @@ def summarize_job(
         except Exception as exc:
             out["errors"].append({"rank": 0, "path": "timeline", "error": str(exc)[:1000]})
     return out
+
+
+def _parquet_safe(frame: Any) -> Any:
+    """Dicts and lists (per-source times, sync calls, event args) as JSON text: parquet needs one type a column."""
+    import json
+
+    frame = frame.copy()
+    for col in frame.columns:
+        if frame[col].dtype == object and frame[col].map(lambda v: isinstance(v, (dict, list, tuple))).any():
+            frame[col] = frame[col].map(lambda v: json.dumps(v, default=str) if v is not None else None)
+    return frame
+
+
+def write_frames(loaded: dict[int, Any], out_dir: str | Path, comm_kernel_names: Iterable[str] = (), sol_bytes: float | None = None) -> dict[str, str]:
+    """Per-call and per-kernel frames of every rank, a `rank` column first (as HTA users expect frames).
+
+    calls.parquet: one row per rank and candidate call (profiling.analyze.per_call's figures);
+    kernels.parquet: one row per GPU kernel, copy or memset, with its call and kind (compute/comm).
+    """
+    import pandas as pd
+
+    from profiling.analyze import assign_calls, classify_gpu, per_call
+
+    names = list(comm_kernel_names)
+    calls, kernels = [], []
+    for rank, trace in sorted(loaded.items()):
+        c = per_call(trace, names, sol_bytes)
+        calls.append(c.assign(rank=rank)[["rank", *c.columns]])
+        g = classify_gpu(trace, names)
+        g["call"] = assign_calls(trace).loc[g.index, "call"]
+        kernels.append(g.assign(rank=rank)[["rank", *g.columns]])
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"calls_parquet": out_dir / "calls.parquet", "kernels_parquet": out_dir / "kernels.parquet"}
+    _parquet_safe(pd.concat(calls, ignore_index=True)).to_parquet(paths["calls_parquet"], index=False)
+    _parquet_safe(pd.concat(kernels, ignore_index=True)).to_parquet(paths["kernels_parquet"], index=False)
+    return {k: str(v) for k, v in paths.items()}
+
+
+def profile_locations(records: Iterable[Any]) -> list[str]:
+    """Where `eval --profile` left each candidate's traces, and how to open them (said at the end of a run)."""
+    lines = []
+    for rec in records:
+        prof = getattr(rec, "profile", None) or {}
+        ranks = [r.get("path") for r in prof.get("ranks") or [] if r.get("path")]
+        if not (ranks or prof.get("merged_trace")):
+            continue
+        folder = Path(prof.get("merged_trace") or ranks[0]).parent
+        lines.append(f"{rec.path}: traces in {folder}")
+        if prof.get("merged_trace"):
+            lines.append(f"  every rank in one trace: {prof['merged_trace']} (ui.perfetto.dev, \"Open trace file\")")
+        if prof.get("calls_parquet"):
+            lines.append(f"  frames: {prof['calls_parquet']}, {prof['kernels_parquet']} (pandas.read_parquet)")
+    return lines

@@ -44,7 +44,16 @@ def labels_table(labels: dict[str, list[Any]]) -> str:
 
 
 def timeline_img(record: Any) -> tuple[str, int]:
-    """(HTML, number of images) for the record's profiled call, or a sentence why there is none."""
+    """(HTML, number of images) for the record's profiled call, or a sentence why there is none;
+    where the ranks' merged trace exists, a line saying how to open it."""
+    html, images = _timeline_img(record)
+    merged = (record.profile or {}).get("merged_trace")
+    if merged:
+        html += f'<p class="muted">every rank in one trace: <code>{esc(str(merged))}</code>; open it at ui.perfetto.dev ("Open trace file")</p>'
+    return html, images
+
+
+def _timeline_img(record: Any) -> tuple[str, int]:
     prof = record.profile or {}
     ranks = prof.get("ranks") or []
     png = prof.get("timeline_png")
