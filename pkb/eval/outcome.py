@@ -209,7 +209,7 @@ def _decide(launch: LaunchResult, job: Any, ranks: list[Any]) -> dict[str, Any]:
     reason = f"correct on every trial; speedup {speedup:.3g}x"
     if details.get("speed_verdict") == "tie":
         lo_hi = details.get("speedup_interval")
-        reason += (f", a tie: the rounds give {lo_hi[0]:.3g}x to {lo_hi[1]:.3g}x, which spans 1x" if lo_hi
+        reason += (f", a tie: its timings give {lo_hi[0]:.3g}x to {lo_hi[1]:.3g}x, which spans 1x" if lo_hi
                    else ", a tie: no spread was measured to tell it from 1x")
     if _output_reuse(ranks, details, outcome):
         reason += "; its returned output is overwritten by its next call (details.output_reused)"
