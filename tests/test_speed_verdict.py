@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 import torch
+from test_eval_support import REFERENCE, quick_options, run_eval, write_candidate
 
 from pkb.eval.launcher import LaunchResult, RankReport
 from pkb.eval.metrics import fast_p, speed_text, speed_verdict, summarize
@@ -118,3 +119,17 @@ def test_fastest_table_takes_only_correct_unsuspected_non_tie_candidates():
     only_ties = candidate_rows(records[:1], ["0.html"])
     assert fastest_per_problem(only_ties) == {}
     assert rows[0]["speed"] == "3x (tie, 0.8-4x)"
+
+
+def test_reference_as_its_own_candidate_on_cpu_carries_an_interval_and_a_labelled_speedup(tmp_path):
+    """One real launch (torchrun, gloo): every rank keeps its rounds, and the record's speedup comes
+    with its interval, a verdict and the CPU (gloo) label."""
+    path = write_candidate(tmp_path / "cands", "1_same.py", REFERENCE, True)
+    ev = run_eval([path], quick_options(tmp_path, timeout_s=180.0, jobs=1))[0].evaluation
+    assert ev["status"] == "ran" and ev["outcome"] in ("faster", "slower"), ev["reason"]
+    for rank in ev["ranks"]:
+        rounds = rank["timing"]["candidate"]["round_medians_ms"]["wall"]
+        assert len(rounds) == rank["timing"]["candidate"]["rounds"] >= 2
+    lo, hi = ev["details"]["speedup_interval"]
+    assert lo <= hi and ev["details"]["speed_verdict"] == ("faster" if lo > 1 else "slower" if hi < 1 else "tie")
+    assert speed_text(ev).endswith("CPU (gloo)")
