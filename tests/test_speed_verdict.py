@@ -133,3 +133,13 @@ def test_reference_as_its_own_candidate_on_cpu_carries_an_interval_and_a_labelle
     lo, hi = ev["details"]["speedup_interval"]
     assert lo <= hi and ev["details"]["speed_verdict"] == ("faster" if lo > 1 else "slower" if hi < 1 else "tie")
     assert speed_text(ev).endswith("CPU (gloo)")
+
+
+def test_explain_headline_and_kernel_page_show_the_tie_and_device():
+    from pkb.diagnose.explain import diagnose
+    from reports.kernel_page import _evaluation_html
+
+    rec = CandidateRecord(path="a/b.py", evaluation=_ev(1.03, "tie", [0.9, 1.2], device="cpu", backend="gloo"))
+    diagnose(rec)
+    assert "speedup 1.03x (tie, 0.9-1.2x) CPU (gloo)" in rec.diagnosis["explanation"]["headline"]
+    assert "1.03x (tie, 0.9-1.2x) CPU (gloo)" in _evaluation_html(rec)
