@@ -7,6 +7,7 @@ from typing import Iterable
 
 from tabulate import tabulate
 
+from pkb.eval.metrics import speed_text
 from pkb.record import CandidateRecord
 
 
@@ -63,10 +64,9 @@ def eval_table(records: list[CandidateRecord], width: int = 56) -> str:
     for r in records:
         ev = r.evaluation or {}
         path = elide_middle(r.path, width)
-        speed = ev.get("speedup")
         outcome = ev.get("outcome") or ("correct" if ev.get("correct") else "-")
         rows.append([path, ev.get("status", "-"), outcome, ev.get("subtype") or "",
-                     f"{speed:.3g}x" if isinstance(speed, (int, float)) else "", (ev.get("reason") or "")[:50]])
+                     speed_text(ev), (ev.get("reason") or "")[:50]])
     return tabulate(rows, headers=["candidate", "status", "outcome", "subtype", "speedup", "reason"], tablefmt="simple")
 
 
@@ -79,7 +79,7 @@ def eval_line(rec: CandidateRecord, index: int, total: int) -> str:
         return f"[{index}/{total}] {rec.path}: not run: {ev.get('reason') or 'no reason recorded'}"
     outcome = ev.get("outcome") or ("correct" if ev.get("correct") else "-")
     sub = f" ({ev['subtype']})" if ev.get("subtype") else ""
-    speed = f" {ev['speedup']:.3g}x" if isinstance(ev.get("speedup"), (int, float)) else ""
+    speed = f" {speed_text(ev)}" if speed_text(ev) else ""
     wall = f", {ev['wall_s']:.1f} s" if isinstance(ev.get("wall_s"), (int, float)) else ""
     cached = " (stored result)" if status == "skipped_cached" else ""
     return f"[{index}/{total}] {rec.path}: {outcome}{sub}{speed}{wall}{cached}"

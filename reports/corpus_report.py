@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pkb import taxonomy
+from pkb.eval.metrics import device_label, speed_text, speed_verdict
 from reports import kernel_page, paper_table
 from reports.html_parts import badge, esc, fig_to_img, fmt, matplotlib_agg, page, pct, table
 from reports.report_parts import breakable, candidates_table, failed_problems
@@ -60,11 +61,29 @@ def candidate_rows(records: list[Any], pages: list[str]) -> list[dict[str, Any]]
             "evaluated": evaluated, "outcome": outcome, "subtype": diag.get("subtype") or ev.get("subtype") or "",
             "speedup": ev.get("speedup") if isinstance(ev.get("speedup"), (int, float)) else None,
             "correct": ev.get("outcome") in ("faster", "slower"),
+            # speed_verdict: faster | slower | tie (the interval spans 1x); speed: the speedup as shown
+            # everywhere, with its tie and a CPU (gloo) label; unsuspected: no reused-output evidence.
+            "speed_verdict": speed_verdict(ev), "speed": speed_text(ev) or fmt(None),
+            "speedup_lo": ((ev.get("details") or {}).get("speedup_interval") or [None])[0],
+            "device": device_label(ev),
+            "unsuspected": not (ev.get("details") or {}).get("output_reused"),
             "mechanism": rec.label_values("mechanism"), "sync": rec.label_values("sync"), "overlap": rec.label_values("overlap"),
             "findings": [f.rule for f in rec.findings], "parse": rec.parse_status,
             "headline": ((diag.get("explanation") or {}).get("headline") or ""),
         })
     return rows
+
+
+def fastest_per_problem(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per problem, the candidate with the largest speedup among the correct, unsuspected ones
+    whose speed verdict is not a tie (a tie within the timing spread names no winner)."""
+    fastest: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        if not (r["correct"] and r["unsuspected"] and r["speedup"] is not None and r["speed_verdict"] in ("faster", "slower")):
+            continue
+        if r["problem"] not in fastest or r["speedup"] > fastest[r["problem"]]["speedup"]:
+            fastest[r["problem"]] = r
+    return fastest
 
 
 def _shares(rows: list[dict[str, Any]], axis: str, values: list[tuple[str, tuple[str, ...]]]) -> list[dict[str, Any]]:
@@ -146,6 +165,9 @@ def _plot_outcomes(rows: list[dict[str, Any]], key: str) -> str:
     return fig_to_img(fig, f"outcomes by {key}")
 
 
+TIE_COLOR = "#9e9e9e"  # a speed tie: neither the faster nor the slower colour
+
+
 def _plot_speedups(rows: list[dict[str, Any]]) -> str:
     plt = matplotlib_agg()
     sp = [r for r in rows if r["correct"] and r["speedup"]]
@@ -153,12 +175,15 @@ def _plot_speedups(rows: list[dict[str, Any]]) -> str:
     fig, ax = plt.subplots(figsize=(8, 0.9 + 0.4 * len(probs)))
     for i, p in enumerate(probs):
         xs = [r["speedup"] for r in sp if r["problem"] == p]
-        ax.scatter(xs, [i] * len(xs), color=[OUTCOME_COLORS["faster"] if x >= 1 else OUTCOME_COLORS["slower"] for x in xs], zorder=3)
+        verdicts = [r["speed_verdict"] for r in sp if r["problem"] == p]
+        ax.scatter(xs, [i] * len(xs), color=[OUTCOME_COLORS.get(v, TIE_COLOR) for v in verdicts], zorder=3)
     ax.axvline(1.0, color="#555", lw=1, ls="--")
     ax.set_xscale("log")
     ax.set_yticks(range(len(probs)))
     ax.set_yticklabels(probs)
-    ax.set_xlabel("speedup over the reference (log scale; dashed = 1x)")
+    devices = sorted({r["device"] for r in sp if r["device"]})
+    ax.set_xlabel("speedup over the reference (log scale; dashed = 1x; grey = a tie within the spread)"
+                  + (f"; {', '.join(devices)} timings" if devices else ""))
     ax.set_title("Speedups of correct candidates", fontsize=11)
     ax.grid(axis="x", alpha=0.3)
     return fig_to_img(fig, "speedups of correct candidates per problem")
@@ -181,7 +206,7 @@ def _metrics(rows: list[dict[str, Any]], key: str) -> tuple[list[str], list[list
     from pkb.eval.metrics import summarize
 
     ev = [r for r in rows if r["evaluated"]]
-    frame = pd.DataFrame([{key: r[key], "outcome": r["outcome"], "speedup": r["speedup"], "correct": r["correct"]} for r in ev])
+    frame = pd.DataFrame([{key: r[key], "outcome": r["outcome"], "speedup": r["speedup"], "speedup_lo": r["speedup_lo"], "correct": r["correct"]} for r in ev])
     summary = summarize(frame, by=key, ks=(1, 5), ps=(0.0, 1.0))
     cols = [key, "n", "correct", "pass@1", "pass@5", "fast_0", "fast_1", "fast_1@1", "fast_1@5", "geomean_speedup"]
     body = [[row[c] if c in (key, "n", "correct") else fmt(row[c]) for c in cols] for _, row in summary.iterrows()]
@@ -227,10 +252,7 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     # ---- the minute answers ----
     used = [f"{m['name']} {m['n']} ({pct(m['share'])})" for m in mech if m["n"] and m["name"] not in ("none found", "unknown")]
     unused = [m["name"] for m in mech if not m["n"] and m["name"] not in ("none found", "unknown")]
-    fastest: dict[str, dict[str, Any]] = {}
-    for r in rows:
-        if r["correct"] and r["speedup"] is not None and (r["problem"] not in fastest or r["speedup"] > fastest[r["problem"]]["speedup"]):
-            fastest[r["problem"]] = r
+    fastest = fastest_per_problem(rows)
 
     def link(r: dict[str, Any], text: str | None = None, anchor: str = "") -> str:
         return f'<a href="{esc(r["page"])}{anchor}">{esc(text or r["path"])}</a>'
@@ -242,7 +264,7 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     if any_eval:
         fh, fb_ = failed_problems(rows)
         ftable = table(fh, fb_, num=set(range(1, len(fh) - 2)), id="failed-table") if fb_ else "<p>none failed</p>"
-        fa = "".join(f"<li><b>{esc(p)}</b>: {link(r, Path(r['path']).parent.name + '/' + Path(r['path']).name)} {fmt(r['speedup'])}x</li>" for p, r in sorted(fastest.items()))
+        fa = "".join(f"<li><b>{esc(p)}</b>: {link(r, Path(r['path']).parent.name + '/' + Path(r['path']).name)} {esc(r['speed'])}</li>" for p, r in sorted(fastest.items()))
         cards.append(f"<div class=\"card\"><h3>Fastest kernel per problem</h3><ul>{fa or '<li>no correct timed candidate</li>'}</ul></div>")
         cards.append(f"<div class=\"card wide\"><h3>Failed problems and why</h3>{ftable}</div>")  # a full row, under the two lists
     else:
@@ -271,7 +293,7 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     if any_eval:
         fh, fb_ = failed_problems(rows)
         md += ["Failed problems and why:", "", _md_table(fh, fb_) if fb_ else "none failed", ""]
-        md += ["Fastest per problem: " + ("; ".join(f"{p}: {r['path']} {fmt(r['speedup'])}x" for p, r in sorted(fastest.items())) or "none"), ""]
+        md += ["Fastest per problem: " + ("; ".join(f"{p}: {r['path']} {r['speed']}" for p, r in sorted(fastest.items())) or "none"), ""]
 
     # outcomes
     body.append('<h2 id="outcomes">Outcomes by problem category and by model</h2>')
@@ -368,11 +390,11 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     # fastest
     body.append('<h2 id="fastest">Fastest kernel per problem</h2>')
     h = ["problem", "fastest candidate", "model", "speedup", "mechanism", "sync", "overlap"]
-    fb2 = [[esc(p), link(r), esc(r["model"]), fmt(r["speedup"]), esc("+".join(r["mechanism"])), esc("+".join(r["sync"])), esc("+".join(r["overlap"]))] for p, r in sorted(fastest.items())]
+    fb2 = [[esc(p), link(r), esc(r["model"]), esc(r["speed"]), esc("+".join(r["mechanism"])), esc("+".join(r["sync"])), esc("+".join(r["overlap"]))] for p, r in sorted(fastest.items())]
     body.append(table(h, fb2, raw=set(range(7)), num={3}) if fb2 else f'<p class="muted">{"no correct timed candidate" if any_eval else "needs an evaluation (none in this data)"}</p>')
     if any_eval and any(r["speedup"] for r in rows if r["correct"]):
         body.append(plots[-1])
-    md += ["## Fastest kernel per problem", "", _md_table(h, [[p, f"[{r['path']}]({r['page']})", r["model"], fmt(r["speedup"]), "+".join(r["mechanism"]), "+".join(r["sync"]), "+".join(r["overlap"])] for p, r in sorted(fastest.items())]) if fastest else "none", ""]
+    md += ["## Fastest kernel per problem", "", _md_table(h, [[p, f"[{r['path']}]({r['page']})", r["model"], r["speed"], "+".join(r["mechanism"]), "+".join(r["sync"]), "+".join(r["overlap"])] for p, r in sorted(fastest.items())]) if fastest else "none", ""]
 
     # candidates
     body.append('<h2 id="candidates">Candidates</h2>')
@@ -380,12 +402,12 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     h = ["problem", "model", "candidate", "outcome", "subtype", "speedup", "mechanism", "sync", "overlap", "findings"]
     # The model has its own column: the candidate shows its file name, the full path on hover.
     cb = [[breakable(esc(r["problem"])), breakable(esc(r["model"])), f'<a href="{esc(r["page"])}" title="{esc(r["path"])}">{breakable(esc(Path(r["path"]).name))}</a>',
-           badge(r["outcome"]) if r["evaluated"] else '<span class="muted">not evaluated</span>', breakable(esc(r["subtype"])), fmt(r["speedup"]),
+           badge(r["outcome"]) if r["evaluated"] else '<span class="muted">not evaluated</span>', breakable(esc(r["subtype"])), esc(r["speed"]),
            breakable(esc(" + ".join(r["mechanism"]) or "-")), breakable(esc(" + ".join(r["sync"]) or "-")), breakable(esc(" + ".join(r["overlap"]) or "-")), esc(" ".join(sorted(set(r["findings"]))))] for r in rows]
     keys = [[r["problem_id"] if r["problem_id"] is not None else "", None, r["path"], r["outcome"] or "not evaluated", None,
              "" if r["speedup"] is None else r["speedup"], None, None, None, len(r["findings"])] for r in rows]
     body.append(candidates_table(h, cb, keys))
-    md += ["## Candidates", "", _md_table(h, [[r["problem"], r["model"], f"[{r['path']}]({r['page']})", r["outcome"] or "not evaluated", r["subtype"], fmt(r["speedup"]),
+    md += ["## Candidates", "", _md_table(h, [[r["problem"], r["model"], f"[{r['path']}]({r['page']})", r["outcome"] or "not evaluated", r["subtype"], r["speed"],
                                                "+".join(r["mechanism"]), "+".join(r["sync"]), "+".join(r["overlap"]), " ".join(sorted(set(r["findings"])))] for r in rows]), ""]
 
     html_path = out_dir / "index.html"

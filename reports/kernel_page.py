@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pkb.eval.metrics import speed_text
 from reports.html_parts import badge, esc, fmt, page, png_to_img, table
 
 AXES = ("mechanism", "sync", "ordering", "overlap")
@@ -99,7 +100,7 @@ def _evaluation_html(record: Any) -> str:
     d = ev.get("details") or {}
     rows = [
         ["status", ev.get("status")], ["outcome", ev.get("outcome")], ["subtype", ev.get("subtype")],
-        ["speedup", fmt(ev.get("speedup"))], ["reference ms (slowest rank)", fmt(d.get("reference_ms"))],
+        ["speedup", speed_text(ev) or fmt(ev.get("speedup"))], ["reference ms (slowest rank)", fmt(d.get("reference_ms"))],
         ["candidate ms (slowest rank)", fmt(d.get("candidate_ms"))], ["speedup by CUDA events only", fmt(d.get("speedup_event"))],
         ["world size", ev.get("world_size")], ["backend / device / dtype", f"{ev.get('backend', '')} / {ev.get('device', '')} / {ev.get('dtype', '')}"],
         ["reason", ev.get("reason")], ["wall s", fmt(ev.get("wall_s"))],

@@ -15,6 +15,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from pkb.eval.metrics import speed_text
+
 AXES = ("mechanism", "sync", "ordering", "overlap")
 
 
@@ -99,7 +101,7 @@ def render(rec: Any, console: Console | None = None, store_used: str = "") -> No
         t.add_column("value")
         for key in ("status", "outcome", "subtype", "speedup", "world_size", "dtype", "reason"):
             if ev.get(key) not in (None, ""):
-                t.add_row(Text(key), Text(str(ev[key])))
+                t.add_row(Text(key), Text(speed_text(ev) if key == "speedup" else str(ev[key])))
         console.print(t)
     else:
         console.print(Text("Evaluation: none stored for this file (static passes only)", style="dim"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from pkb.diagnose.slow import diagnose_slow
+from pkb.eval.metrics import speed_text
 from pkb.diagnose.wrong import diagnose_wrong
 
 # Rules whose findings, where present, are the likely cause of an outcome's subtype.
@@ -179,7 +180,7 @@ def explain(record: Any) -> dict[str, Any]:
         rule_ids = [r for r in SUBTYPE_RULES.get(subtype, ()) if _has_rule(record, r)]
     else:  # slower / faster / correct but not timed
         speed = ev.get("speedup")
-        headline = OUTCOME_WORDS.get(outcome, "correct") + (f": speedup {speed:.3g}x" if isinstance(speed, (int, float)) else "")
+        headline = OUTCOME_WORDS.get(outcome, "correct") + (f": speedup {speed_text(ev)}" if isinstance(speed, (int, float)) else "")
         details = ev.get("details") or {}
         if isinstance(speed, (int, float)):
             lines.append(_cite_data("evaluation", ["speedup"], speed, f"speedup {speed:.3g}x (reference {_ms(details.get('reference_ms'))} / candidate {_ms(details.get('candidate_ms'))}, slowest rank)"))

@@ -39,7 +39,7 @@ from pkb.eval.classify import RUNTIME_PRIORITY, runtime_subtype
 from pkb.eval.compare import TOLERANCE_FACTOR
 from pkb.eval.launcher import LaunchResult
 from pkb.eval.static_checks import HOST_SYNCS
-from pkb.eval.timing import event_time_ms, rank_time_ms
+from pkb.eval.timing import event_time_ms, rank_time_ms, rank_time_range_ms
 
 _ERROR_PRIORITY = ("compile_error", "load_error", "runtime_error")
 
@@ -207,6 +207,10 @@ def _decide(launch: LaunchResult, job: Any, ranks: list[Any]) -> dict[str, Any]:
         return _result("ran", "suspect", suspect[0], details, speedup=speedup, correct=False, reason=suspect[1])
     outcome = "faster" if speedup is not None and speedup >= 1.0 else "slower"
     reason = f"correct on every trial; speedup {speedup:.3g}x"
+    if details.get("speed_verdict") == "tie":
+        lo_hi = details.get("speedup_interval")
+        reason += (f", a tie: its timings give {lo_hi[0]:.3g}x to {lo_hi[1]:.3g}x, which spans 1x" if lo_hi
+                   else ", a tie: no spread was measured to tell it from 1x")
     if _output_reuse(ranks, details, outcome):
         reason += "; its returned output is overwritten by its next call (details.output_reused)"
     return _result("ran", outcome, "", details, speedup=speedup, correct=True, reason=reason)
@@ -287,7 +291,32 @@ def speedups(timings: dict[int, dict[str, Any] | None]) -> tuple[float | None, d
     out["reference_ms"], out["candidate_ms"] = side_time["reference"], side_time["candidate"]
     speedup = _ratio(side_time["reference"], side_time["candidate"])
     out["speedup_event"] = _ratio(side_event["reference"], side_event["candidate"])
+    out["speedup_interval"] = speedup_interval(timings)
+    out["speed_verdict"] = speed_verdict(out["speedup_interval"])
     return speedup, out
+
+
+def speedup_interval(timings: dict[int, dict[str, Any] | None]) -> list[float] | None:
+    """[lo, hi] of the speedup: each side charged its slowest rank's low and high ends
+    (timing.rank_time_range_ms); lo = reference low / candidate high, hi = reference high /
+    candidate low. None without a range on both sides."""
+    ends: dict[str, tuple[float, float]] = {}
+    for side in ("reference", "candidate"):
+        ranges = [rg for rg in (rank_time_range_ms(t[side]) for t in timings.values() if t) if rg]
+        if not ranges:
+            return None
+        ends[side] = (max(lo for lo, _ in ranges), max(hi for _, hi in ranges))
+    lo = _ratio(ends["reference"][0], ends["candidate"][1])
+    hi = _ratio(ends["reference"][1], ends["candidate"][0])
+    return [lo, hi] if lo is not None and hi is not None else None
+
+
+def speed_verdict(interval: list[float] | None) -> str:
+    """faster / slower only when the whole interval is on one side of 1x; else tie."""
+    if not interval:
+        return "tie"
+    lo, hi = interval
+    return "faster" if lo > 1.0 else "slower" if hi < 1.0 else "tie"
 
 
 def _suspect(ranks: list[Any], details: dict[str, Any], job: Any = None) -> tuple[str, str] | None:
