@@ -50,6 +50,9 @@ def fake_ncu(tmp_path, monkeypatch):
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     log = tmp_path / "ncu_calls.jsonl"
     monkeypatch.setenv("FAKE_NCU_LOG", str(log))
+    # The stand-in logs its argv to a file outside the job folder, which a sandboxed launch cannot
+    # write (its /tmp is private): these tests are about the ncu pass, the sandbox has its own.
+    monkeypatch.setenv("PKB_SANDBOX", "none")
     return exe, log
 
 

@@ -59,8 +59,10 @@ class PeerBufferReuseWithoutBarrier(Rule):
         last = max(peer_calls, key=lambda c: position(c.function, c.line))
         last_pos = position(last.function, last.line)
         def is_barrier(c) -> bool:
+            # An extension kernel closes the exchange only if it both tells the peers (a store or
+            # atomic to peer memory) and waits: a receiver spinning on its own flag tells nobody.
             return (c.qualname in ("handle.barrier", "handle.wait_signal") or c.category in ("host_sync", "collective")
-                    or (c.category == "ext_kernel" and self._ext_waits(ctx, c)))
+                    or (c.category == "ext_kernel" and self._ext_waits(ctx, c) and self._ext_accesses_peers(ctx, c)))
 
         closing = [c for c in calls if is_barrier(c) and position(c.function, c.line) > last_pos]
         if closing:

@@ -100,6 +100,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _wrapper_dirs(wrapper: list[str] | None) -> list[str]:
+    """The folder of the program each rank runs under (ncu), so the sandbox can see it."""
+    exe = shutil.which(wrapper[0]) if wrapper else None
+    return [str(Path(exe).resolve().parent)] if exe else []
+
+
 def torchrun_command(job_file: Path, world_size: int, port: int, python: str | None = None, wrapper: list[str] | None = None) -> list[str]:
     """torchrun for the job; with a wrapper (ncu ...) each rank runs `wrapper python -m worker`."""
     py = python or sys.executable
@@ -182,7 +188,8 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
         # writable, so one candidate could tamper with another's build (a known gap)
         writable=[str(job_dir), *(p for p in (job.extensions_dir, job.build_root) if p)],
         readonly=[repo, str(Path(job.candidate_path).parent), *job.extra_sys_path, *env.get("PYTHONPATH", "").split(os.pathsep),
-                  *(str(job.problem[k]) for k in ("path", "root") if job.problem.get(k))],  # a problem file, a PKB checkout
+                  *(str(job.problem[k]) for k in ("path", "root") if job.problem.get(k)),  # a problem file, a PKB checkout
+                  *_wrapper_dirs(job.rank_wrapper)],  # ncu, wherever it is installed
         hidden=job.sandbox_hide, name=Path(job_dir).name[-40:],
     )
     if box.kind != "none":
