@@ -58,11 +58,16 @@ class PeerBufferReuseWithoutBarrier(Rule):
         position = _call_positions(ctx)
         last = max(peer_calls, key=lambda c: position(c.function, c.line))
         last_pos = position(last.function, last.line)
+        def tells_peers(c) -> bool:
+            # handed every peer's signal pad or buffer, or seen writing peer memory
+            return (any(a.pointer_kind in ("signal_ptr_array", "peer_ptr_array") for a in c.args)
+                    or self._ext_accesses_peers(ctx, c))
+
         def is_barrier(c) -> bool:
-            # An extension kernel closes the exchange only if it both tells the peers (a store or
-            # atomic to peer memory) and waits: a receiver spinning on its own flag tells nobody.
+            # An extension kernel closes the exchange only if it both tells the peers and waits:
+            # a receiver spinning on its own flag tells nobody that it is done.
             return (c.qualname in ("handle.barrier", "handle.wait_signal") or c.category in ("host_sync", "collective")
-                    or (c.category == "ext_kernel" and self._ext_waits(ctx, c) and self._ext_accesses_peers(ctx, c)))
+                    or (c.category == "ext_kernel" and self._ext_waits(ctx, c) and tells_peers(c)))
 
         closing = [c for c in calls if is_barrier(c) and position(c.function, c.line) > last_pos]
         if closing:
