@@ -48,7 +48,7 @@ print(json.dumps(out), flush=True)
 
 @pytest.fixture(scope="module")
 def kind():
-    sandbox.choose.cache_clear()
+    sandbox._choose.cache_clear()
     k, why = sandbox.choose()
     if k != "bwrap":
         pytest.skip(f"bwrap does not start here: {why}")
@@ -97,13 +97,13 @@ def test_the_init_ignores_the_candidates_signals_and_reports_the_exit(tmp_path, 
 
 def test_fallback_is_chosen_and_said_when_forced(monkeypatch):
     monkeypatch.setenv("PKB_SANDBOX", "none")
-    sandbox.choose.cache_clear()
+    sandbox._choose.cache_clear()
     try:
         assert sandbox.choose() == ("none", "PKB_SANDBOX=none")
         box = sandbox.for_job([], [], [], "x")
         assert box.wrap(["true"], sys.executable, "/") == ["true"]
     finally:
-        sandbox.choose.cache_clear()
+        sandbox._choose.cache_clear()
         if box.cgroup is not None:
             box.cgroup.remove()
 

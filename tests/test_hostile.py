@@ -366,12 +366,12 @@ def _one(tmp_path, name, monkeypatch, **env):
 
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    sandbox.choose.cache_clear()
+    sandbox._choose.cache_clear()
     try:
         rec = read_candidate(HOSTILE / name)
         evaluate([rec], hostile_options(tmp_path, jobs=1))
     finally:
-        sandbox.choose.cache_clear()
+        sandbox._choose.cache_clear()
     return rec.evaluation
 
 

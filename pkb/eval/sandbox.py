@@ -45,10 +45,14 @@ ISOLATES = {
 END_WAIT_S = 10.0  # for the init to name and kill what is left, after torchrun exited
 
 
-@lru_cache(maxsize=None)
 def choose() -> tuple[str, str]:
-    """(kind, why not a stronger one): the strongest sandbox that starts on this machine."""
-    forced = os.environ.get("PKB_SANDBOX", "").strip().lower()
+    """(kind, why not a stronger one): the strongest sandbox that starts on this machine, or the
+    one PKB_SANDBOX forces (read at each launch; the probe is made once per value)."""
+    return _choose(os.environ.get("PKB_SANDBOX", "").strip().lower())
+
+
+@lru_cache(maxsize=None)
+def _choose(forced: str) -> tuple[str, str]:
     if forced == "none":
         return "none", "PKB_SANDBOX=none"
     reasons = []
