@@ -9,19 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pkb.cli import main
+from cli_runner import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def run_cli(args, tmp_path, capsys):
-    os.environ["PKB_CACHE_DIR"] = str(tmp_path / "cache")
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:  # typer exits with the command's code
-        code = exc.code or 0
-    return code, capsys.readouterr()
 
 
 def test_bundled_corpus_writes_every_output(tmp_path, capsys):

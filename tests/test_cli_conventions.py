@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from pkb.cli import main
 from pkb.config import ConfigError, load_config, rule_choice
 from pkb.suppress import noqa_codes
 from reports.console import elide_middle
+from cli_runner import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 BROADCAST = ROOT / "corpus" / "solutions_cuda_bf16_h100_8_pkb_sample-b" / "3_broadcast_cuda.py"
@@ -27,16 +27,6 @@ HOST_SYNC = (
     "    torch.cuda.synchronize()\n"
     "    return out\n"
 )
-
-
-def run_cli(args, tmp_path, capsys):
-    os.environ["PKB_CACHE_DIR"] = str(tmp_path / "cache")
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = exc.code or 0
-    return code, capsys.readouterr()
 
 
 def broadcast_copy(folder: Path, noqa: str | None) -> Path:

@@ -10,25 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from pkb.cli import main
 from pkb.eval.not_run import hint, summary_lines
 from pkb.record import CandidateRecord
+from cli_runner import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = (
     "import torch\nimport torch.distributed as dist\n\n"
     "@torch.no_grad()\ndef solution(tensor):\n    out = tensor.clone()\n    dist.all_reduce(out)\n    return out\n"
 )
-
-
-def run_cli(args, tmp_path, capsys):
-    os.environ["PKB_CACHE_DIR"] = str(tmp_path / "cache")
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = exc.code or 0
-    return code, capsys.readouterr()
 
 
 @pytest.mark.parametrize("bad", [

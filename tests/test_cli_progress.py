@@ -1,29 +1,16 @@
 """Progress of `pkb-analyze eval`: a line per candidate as it lands when output is not a terminal,
 Ctrl-C says what was saved, --force runs stored results again, and the limits are options."""
 
-import json
-import os
 from pathlib import Path
 
-import pytest
 
 import pkb.eval
-from pkb.cli import main
+from cli_runner import run_cli
 
 GOOD = (
     "import torch\nimport torch.distributed as dist\n\n"
     "@torch.no_grad()\ndef solution(tensor):\n    out = tensor.clone()\n    dist.all_reduce(out)\n    return out\n"
 )
-
-
-def run_cli(args, tmp_path, capsys):
-    os.environ["PKB_CACHE_DIR"] = str(tmp_path / "cache")
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = exc.code or 0
-    return code, capsys.readouterr()
 
 
 def two_candidates(tmp_path: Path) -> Path:

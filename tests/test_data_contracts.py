@@ -2,7 +2,6 @@
 every output, a schema_version in every record, and the published JSON Schema of the record."""
 
 import json
-import os
 from dataclasses import fields
 from pathlib import Path
 
@@ -10,23 +9,13 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from pkb.cli import main
 from pkb.record import SCHEMA_VERSION, CandidateRecord
 from pkb.schema import RecordModel, SCHEMA_PATH, schema_text, validate_line
 from reports.tables import DTYPES, read_csv_typed
+from cli_runner import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 PURE = "import torch\n\ndef solution(tensor):\n    return tensor.clone()\n"
-
-
-def run_cli(args, tmp_path, capsys):
-    os.environ["PKB_CACHE_DIR"] = str(tmp_path / "cache")
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = exc.code or 0
-    return code, capsys.readouterr()
 
 
 def test_table_dtypes_are_fixed_whatever_the_data(tmp_path, capsys):
