@@ -207,10 +207,9 @@ def _wrap_build(fn: Callable[..., Any], kind: str, per_thread: bool, build_log: 
                 try:
                     return fn(*args, **kwargs)
                 except BaseException as exc:
-                    try:
-                        exc.pkb_during_build = True  # type: ignore[attr-defined]
-                    except Exception:
-                        pass
+                    from pkb.eval.classify import mark_during_build
+
+                    mark_during_build(exc)
                     raise
                 finally:
                     if build_log is not None:

@@ -135,6 +135,14 @@ def runtime_subtype(text: str) -> str:
     return ""
 
 
+def mark_during_build(exc: BaseException) -> None:
+    """Note on `exc` that it escaped a JIT build, so classify_exception reads it as a compile error."""
+    try:
+        exc.pkb_during_build = True  # type: ignore[attr-defined]
+    except Exception:  # an exception type that takes no attributes
+        pass
+
+
 def classify_exception(exc: BaseException, *, during_build: bool = False, phase: str = "") -> tuple[str, str]:
     """(outcome, subtype) for an exception raised while loading or calling a candidate."""
     text = _exception_text(exc)

@@ -161,10 +161,9 @@ class BuildTracker:
             try:
                 return fn(*args, **kwargs)
             except BaseException as exc:
-                try:
-                    exc.pkb_during_build = True  # type: ignore[attr-defined]
-                except Exception:
-                    pass
+                from pkb.eval.classify import mark_during_build
+
+                mark_during_build(exc)
                 raise
             finally:
                 reporter.result["compile_s"] += time.perf_counter() - t0
