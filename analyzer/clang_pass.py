@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from analyzer import cuda_branches, kittens
-from analyzer.facts import (
+from pkb.facts import (
     PEER_KINDS,
     ApiCall,
     AsmStmt,

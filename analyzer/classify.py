@@ -11,7 +11,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from analyzer.facts import PEER_KINDS, SIGNAL_KINDS, CallSite, CudaFacts, CudaSource, Function, PtxFacts
+from pkb.facts import PEER_KINDS, SIGNAL_KINDS, CallSite, CudaFacts, CudaSource, Function, PtxFacts
 from analyzer.python_pass import is_metadata_collective
 from pkb.record import CandidateRecord, Evidence, KernelReport, Label
 

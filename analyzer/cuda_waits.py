@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from analyzer.facts import CudaFacts, CudaSource
+from pkb.facts import CudaFacts, CudaSource
 
 _LOOP = re.compile(r"\bwhile\s*\(")
 

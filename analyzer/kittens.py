@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 
 from analyzer.brackets import closing
-from analyzer.facts import ApiCall, CudaFacts, CudaSource, Function, MemAccess, Param
+from pkb.facts import ApiCall, CudaFacts, CudaSource, Function, MemAccess, Param
 
 _LAUNCH_RE = re.compile(r"\blaunch_kernel\s*<")
 _NAMESPACE_RE = re.compile(r"\bnamespace\s+([A-Za-z_]\w*)\s*\{")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from analyzer.classify import classify, problem_has_compute
-from analyzer.facts import CudaFacts, PtxFacts, StaticFacts
+from pkb.facts import CudaFacts, PtxFacts, StaticFacts
 from analyzer.python_pass import analyze_python, run_context
 from analyzer.rules import Rule, run_rules, select_rules
 from pkb.record import CandidateRecord, PassStatus

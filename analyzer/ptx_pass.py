@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analyzer.facts import CudaFacts, CudaSource, PtxEntry, PtxFacts, PtxInstr
+from pkb.facts import CudaFacts, CudaSource, PtxEntry, PtxFacts, PtxInstr
 
 # Bump when the TU construction or the PTX parser changes: old cache entries then miss.
 PASS_VERSION = "ptx-pass-4"

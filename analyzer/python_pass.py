@@ -13,7 +13,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from analyzer.facts import (
+from pkb.facts import (
     ArgInfo,
     AssertFact,
     CallSite,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import re
 
-from analyzer.facts import CudaFacts, CudaSource, Function
+from pkb.facts import CudaFacts, CudaSource, Function
 
 _MASK_TAIL = re.compile(r"&\s*(?:0x[0-9a-fA-F]+|\d+)\b|\b(?:rem|tail|remainder|leftover)\w*\b", re.I)
 _PADDED = re.compile(r"pad|aligned|round", re.I)

@@ -115,7 +115,7 @@ def open_run(ctx: typer.Context, out: Path, store_path: str | None) -> None:
     """Before anything in OUT is written: this run's lock on OUT and (when it evaluates) on the
     store, the store's version checked or migrated and a corrupt store set aside. A second run
     on either is refused (exit 2, saying which run holds it). Released when the command ends."""
-    from pkb.eval.store import Store, StoreError, run_lock
+    from pkb.store import Store, StoreError, run_lock
 
     try:
         ctx.call_on_close(run_lock(out).release)

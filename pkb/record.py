@@ -11,7 +11,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from analyzer.facts import StaticFacts
+from pkb.facts import StaticFacts
 from pkb import taxonomy
 from pkb.serde import from_data, to_data
 

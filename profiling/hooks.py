@@ -24,7 +24,10 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from pkb.eval.job import PROFILE_DIR  # one name for the harness and the capture
+# Where a profiled job's ranks write their traces. The harness (pkb.eval.job) takes this name from
+# here and allows the folder in a job directory only when the job profiles, so a candidate cannot
+# hide files under that name otherwise.
+PROFILE_DIR = "profile"
 
 
 def profile_dir(job_dir: str | Path) -> Path:

@@ -7,7 +7,7 @@ from typing import Iterable
 
 from tabulate import tabulate
 
-from pkb.eval.metrics import speed_text
+from pkb.metrics import speed_text
 from pkb.record import CandidateRecord
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pkb import taxonomy
-from pkb.eval.metrics import device_label, speed_text, speed_verdict
+from pkb.metrics import device_label, speed_text, speed_verdict
 from reports import kernel_page, paper_table
 from reports.html_parts import badge, esc, fig_to_img, fmt, matplotlib_agg, page, pct, table
 from reports.report_parts import breakable, candidates_table, failed_problems
@@ -203,7 +203,7 @@ def _crosstab(rows: list[dict[str, Any]], key: str) -> tuple[list[str], list[lis
 def _metrics(rows: list[dict[str, Any]], key: str) -> tuple[list[str], list[list[Any]]]:
     import pandas as pd
 
-    from pkb.eval.metrics import summarize
+    from pkb.metrics import summarize
 
     ev = [r for r in rows if r["evaluated"]]
     frame = pd.DataFrame([{key: r[key], "outcome": r["outcome"], "speedup": r["speedup"], "speedup_lo": r["speedup_lo"], "correct": r["correct"]} for r in ev])

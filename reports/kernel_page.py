@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pkb.eval.metrics import speed_text
+from pkb.metrics import speed_text
 from reports.html_parts import badge, esc, fmt, page, png_to_img, table
 
 AXES = ("mechanism", "sync", "ordering", "overlap")

@@ -54,7 +54,7 @@ def records_from_jsonl(path: str | Path) -> list[CandidateRecord]:
 
 def attach_store(records: list[CandidateRecord], store_path: str | Path) -> int:
     """Give each record without an evaluation its latest stored one (by content); returns how many."""
-    from pkb.eval.store import Store
+    from pkb.store import Store
 
     with Store(store_path) as store:
         frame = store.outcomes()

@@ -15,7 +15,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from pkb.eval.metrics import speed_text
+from pkb.metrics import speed_text
 
 AXES = ("mechanism", "sync", "ordering", "overlap")
 

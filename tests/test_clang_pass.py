@@ -10,7 +10,7 @@ import pytest
 
 from analyzer import clang_pass
 from analyzer.clang_pass import analyze_cuda
-from analyzer.facts import CudaSource
+from pkb.facts import CudaSource
 
 OFFSET = 10
 

@@ -13,7 +13,7 @@ from pkb.emulate import emulated_evaluate
 from pkb.emulate.isolate import parse_stacks, run_child
 from pkb.emulate.records import emulate_records
 from pkb.eval.options import EvalOptions
-from pkb.eval.store import Store
+from pkb.store import Store
 
 GOOD = '''
 import torch
@@ -193,7 +193,7 @@ def test_packed_runs_keep_their_verdicts_and_the_store_has_each(tmp_path):
     assert sorted(landed) == sorted(r.path for r in recs)
     import hashlib
 
-    from pkb.eval.store import Store
+    from pkb.store import Store
 
     with Store(options.store_path) as store:  # written by the parent as each landed
         assert store.done(hashlib.sha256(recs[2].source.encode()).hexdigest(), good["config_key"])

@@ -13,7 +13,7 @@ import pytest
 from test_eval_support import REFERENCE, allreduce_then, quick_options, run_eval, write_candidate
 
 import problems
-from pkb.eval.store import Store
+from pkb.store import Store
 
 HANG_TIMEOUT_S = 30.0
 RTOL = problems.get(1).spec.tolerances["float32"][1]

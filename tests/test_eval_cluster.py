@@ -13,7 +13,7 @@ pytest.importorskip("submitit")
 
 from pkb.corpus import read_candidate  # noqa: E402
 from pkb.eval.cluster import ClusterOptions, collect, run_sharded, split  # noqa: E402
-from pkb.eval.store import Store  # noqa: E402
+from pkb.store import Store  # noqa: E402
 
 
 def test_split_keeps_order_and_sizes():

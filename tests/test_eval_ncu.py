@@ -59,7 +59,7 @@ def fake_ncu(tmp_path, monkeypatch):
 def test_ncu_pass_runs_every_rank_under_ncu_and_drops_refused_metrics(tmp_path, fake_ncu):
     from pkb.eval import EvalOptions, environment, prepare
     from pkb.eval.ncu import ncu_pass
-    from pkb.eval.store import Store
+    from pkb.store import Store
 
     exe, log = fake_ncu
     cand = tmp_path / "1_allreduce_good.py"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pkb.eval.store import SCHEMA, SCHEMA_VERSION, Store, StoreError, StoreLocked, StoreVersionError, run_lock
+from pkb.store import SCHEMA, SCHEMA_VERSION, Store, StoreError, StoreLocked, StoreVersionError, run_lock
 
 REPO = Path(__file__).resolve().parents[1]
 EVALUATION = {"status": "ran", "outcome": "faster", "subtype": "", "speedup": 2.0, "correct": True, "world_size": 2}
@@ -23,7 +23,7 @@ def _hold(lock_target: str, kind: str = "store") -> subprocess.Popen:
     """Another process holding a store (or a folder) open for a run, until killed."""
     code = (
         "import sys, time\n"
-        "from pkb.eval.store import Store, run_lock\n"
+        "from pkb.store import Store, run_lock\n"
         f"held = Store(sys.argv[1], lock=True) if {kind!r} == 'store' else run_lock(sys.argv[1])\n"
         "print('held', flush=True)\n"
         "time.sleep(120)\n"
@@ -56,7 +56,7 @@ def test_one_process_may_open_its_own_store_many_times(tmp_path):
     inner = Store(path, lock=True)  # evaluate() opens it again inside a CLI run
     inner.close()
     try:
-        code = "import sys\nfrom pkb.eval.store import Store\nStore(sys.argv[1], lock=True)\n"
+        code = "import sys\nfrom pkb.store import Store\nStore(sys.argv[1], lock=True)\n"
         other = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
                                env={**os.environ, "PYTHONPATH": str(REPO)})
         assert other.returncode != 0 and "StoreLocked" in other.stderr  # still held by `outer`

@@ -13,7 +13,7 @@ from pkb.eval.classify import classify_exception, compile_subtype
 from pkb.eval.compare import compare_outputs
 from pkb.eval.device_needs import cuda_requirement
 from pkb.eval.launcher import LaunchResult, RankReport
-from pkb.eval.metrics import fast_p, geomean, pass_at_k, summarize
+from pkb.metrics import fast_p, geomean, pass_at_k, summarize
 from pkb.eval.options import EvalOptions, config_key
 from pkb.eval.outcome import decide, wrong_result_subtype
 from pkb.eval.poison import filled_with_sentinel, sentinel_mask

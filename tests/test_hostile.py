@@ -24,7 +24,7 @@ import torch
 from pkb.corpus import load_corpus, read_candidate
 from pkb.eval import EvalOptions, evaluate
 from pkb.eval import job as jobfiles
-from pkb.eval.store import Store
+from pkb.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
 HOSTILE = REPO / "corpus" / "hostile"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from analyzer import ptx_pass
-from analyzer.facts import CudaFacts, CudaSource, Function, Launch, Param, PtxEntry, PtxFacts, PtxInstr
+from pkb.facts import CudaFacts, CudaSource, Function, Launch, Param, PtxEntry, PtxFacts, PtxInstr
 from analyzer.ptx_pass import SKIPPED_MESSAGE, analyze_ptx, build_device_tu, find_nvcc, parse_ptx, ptx_summary
 
 NVCC = find_nvcc()

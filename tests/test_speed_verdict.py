@@ -9,7 +9,7 @@ import torch
 from test_eval_support import REFERENCE, quick_options, run_eval, write_candidate
 
 from pkb.eval.launcher import LaunchResult, RankReport
-from pkb.eval.metrics import fast_p, speed_text, speed_verdict, summarize
+from pkb.metrics import fast_p, speed_text, speed_verdict, summarize
 from pkb.eval.outcome import decide, speedup_interval
 from pkb.eval.timing import rank_time_range_ms, summarize as timing_summary, time_interleaved
 from pkb.record import CandidateRecord

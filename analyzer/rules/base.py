@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from functools import lru_cache
 
-from analyzer.facts import CallSite, CudaSource
+from pkb.facts import CallSite, CudaSource
 from pkb.record import CandidateRecord, Finding
 
 

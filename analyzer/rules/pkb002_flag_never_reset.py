@@ -1,6 +1,6 @@
 import re
 
-from analyzer.facts import SIGNAL_KINDS
+from pkb.facts import SIGNAL_KINDS
 from analyzer.rules.base import Rule
 
 _EPOCH = re.compile(r"\b\w*(epoch|seq|generation|gen|iter|phase|round|call_id|counter|step|version|tag|token)\w*\b", re.I)

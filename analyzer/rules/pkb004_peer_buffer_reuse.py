@@ -1,7 +1,7 @@
 import ast
 import re
 
-from analyzer.facts import PEER_KINDS
+from pkb.facts import PEER_KINDS
 from analyzer import cuda_waits
 from analyzer.rules.base import Rule
 

@@ -2,7 +2,7 @@ import re
 
 from analyzer import cuda_waits
 from analyzer.brackets import closing
-from analyzer.facts import PEER_KINDS
+from pkb.facts import PEER_KINDS
 from analyzer.rules.base import Rule
 
 _ONE_BLOCK = re.compile(r"\bblockIdx\.x\s*==\s*\w+|\b\w+\s*==\s*blockIdx\.x\b|!\s*blockIdx\.x\b|\bblockIdx\.x\s*<\s*1\b")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from pkb.diagnose.slow import diagnose_slow
-from pkb.eval.metrics import speed_text
+from pkb.metrics import speed_text
 from pkb.diagnose.wrong import diagnose_wrong
 
 # Rules whose findings, where present, are the likely cause of an outcome's subtype.

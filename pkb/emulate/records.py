@@ -66,7 +66,7 @@ def emulate_records(records: Iterable[Any], world_size: int, options: Any, *, de
     Three steps, as the real path's: every record prepared (decided at once where it can be:
     cached, no problem, not runnable here); every candidate's builds in a pool
     (pkb.eval.build.prebuild_many) before any run's clock starts; then one process per candidate."""
-    from pkb.eval.store import Store
+    from pkb.store import Store
 
     dev = device or _default_device()
     with Store(options.store_path, lock=True) as store:  # a second run on this store is refused

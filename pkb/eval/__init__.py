@@ -63,7 +63,7 @@ def evaluate(records: Iterable[Any], options: EvalOptions | None = None, on_resu
     """
     from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
-    from pkb.eval.store import Store
+    from pkb.store import Store
 
     options = options or EvalOptions()
     env = environment(options)

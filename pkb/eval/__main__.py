@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 except (OSError, UnicodeDecodeError):
                     pass
             records.append(rec)
-    from pkb.eval.store import Store, StoreError
+    from pkb.store import Store, StoreError
 
     try:  # held for the whole run: a second run on this store is refused before anything launches
         held = Store(options.store_path, lock=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pkb.eval import Environment, EvalOptions, environment, prepare
-from pkb.eval.store import Store
+from pkb.store import Store
 
 RESULTS = "results"
 MERGED = "merged"

@@ -112,9 +112,8 @@ HARNESS_FILE_PATTERNS = (
     "rank*.stderr", "torchrun.log", "torchelastic_error.json", "tensors", "scratch", ".key_rank*",
     ".*.tmp",
 )
-# Where a profiled job's ranks write their traces (profiling.hooks): the harness's own only when
-# the job profiles, so a candidate cannot hide files under that name otherwise.
-PROFILE_DIR = "profile"
+# Where a profiled job's ranks write their traces: named by the profiling stage below us.
+from profiling.hooks import PROFILE_DIR  # noqa: E402  (re-exported for the launcher and ncu)
 
 MAC_FIELD = "mac"
 
