@@ -23,6 +23,7 @@ import json
 import os
 import random
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -149,13 +150,15 @@ def copy_sample(chosen: list[Any], pkb_root: Path, dest: Path) -> None:
         shutil.copy2(pkb_root / rec.path, target)
 
 
-def run_eval(sample_dir: Path, out: Path, pkb_root: Path, emulate: int | None) -> tuple[list[Any], dict[str, Any]]:
+def run_eval(sample_dir: Path, out: Path, pkb_root: Path, emulate: int | None,
+             extra: list[str] = ()) -> tuple[list[Any], dict[str, Any]]:
     """`pkb-analyze eval` on the sample (its own process: what a user runs), then its records."""
     from reports.load import records_from_jsonl
 
     cmd = [sys.executable, "-c", "from pkb.cli import main; main()", "eval", str(sample_dir), "--out", str(out),
            "--pkb-root", str(pkb_root), "-q"]
     cmd += ["--emulate", str(emulate)] if emulate else ["--world-size", "1"]
+    cmd += list(extra)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -200,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--include-problems", default="",
                     help="problem ids (1,2,3) whose files of the sampled trees are always evaluated; the sample draws the rest")
     ap.add_argument("--jobs", type=int, default=0, help="processes for the static passes (0: the cores)")
+    ap.add_argument("--eval-args", default="",
+                    help="more options for both `pkb-analyze eval` runs, e.g. '--iters 0 --trials 2' (correctness only)")
     args = ap.parse_args(argv)
     root = args.pkb_root.resolve()
     if not solution_trees(root):
@@ -238,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         copy_sample(chosen, root, out / "sample")
         runs = [("eval_ws1", None)] + ([(f"emulate_{args.emulate}", args.emulate)] if args.emulate else [])
         for name, emulate in runs:
-            recs, figures = run_eval(out / "sample", out / name, root, emulate)
+            recs, figures = run_eval(out / "sample", out / name, root, emulate, shlex.split(args.eval_args))
             summary[name] = figures
             print(f"\n{name}: {figures['records']} records, exit {figures['exit']}, wall {figures['wall_s']} s, "
                   f"harness failures {len(figures['harness_failures'])}")

@@ -89,6 +89,9 @@ def evaluate(records: Iterable[Any], options: EvalOptions | None = None, on_resu
                 seen[(pending.sha256, pending.config_key)] = pending
                 queue.append((rec, pending))
         prebuild_all([p for _, p in queue], options, env)
+        # Candidates whose build failed are over within seconds of their launch (compile_error):
+        # launch them first, so a run cut short still holds every verdict its builds decided.
+        queue.sort(key=lambda item: _prebuild_failed(item[1]), reverse=True)
         if _screens(options, env):
             queue = screen(queue, options, env, store, landed)
         with ThreadPoolExecutor(max_workers=len(slots)) as pool:
@@ -184,6 +187,11 @@ def _uses_builds(path: str) -> bool:
     except OSError:
         return False
     return any(s in text for s in ("load_inline", "compile_cuda_extension", "cpp_extension"))
+
+
+def _prebuild_failed(pending: Pending) -> bool:
+    pre = (pending.evaluation.get("details") or {}).get("prebuild")
+    return bool(pre) and not pre.get("ok")
 
 
 def prebuild_all(pendings: list[Pending], options: EvalOptions, env: Environment) -> None:
