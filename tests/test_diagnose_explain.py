@@ -17,11 +17,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def corpus_records(tmp_path_factory):
-    from reports.load import run_static
+    from analyzer.pipeline import StaticOptions
+    from pkb.cli import run_static
 
     tmp = tmp_path_factory.mktemp("explain")
     os.environ["PKB_CACHE_DIR"] = str(tmp / "cache")
-    records = run_static(ROOT / "corpus", tmp / "out", ptx=False)
+    records = run_static(ROOT / "corpus", tmp / "out", StaticOptions(ptx=False), quiet=True)
     for rec in records:
         diagnose(rec)
     return records
