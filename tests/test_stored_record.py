@@ -89,6 +89,14 @@ def test_report_shows_the_stored_profile_and_diagnosis(analyzed, tmp_path, capsy
     assert "HEADLINE-AS-STORED" in page  # read back, not made again
     assert "no profile recorded" not in page and "no profile trace" not in page
     assert TRACE.name in page and 'alt="timeline of rank 0' in page
+    # the whole stored record, read back as one, is a record of the published schema
+    from pkb.schema import validate_line
+    from reports.load import stored_record
+
+    whole = stored_record(out / "pkb_eval.sqlite", line["sha256"])
+    model = validate_line(whole.to_json_line())
+    assert model.profile.ranks[0]["n_calls"] == whole.profile["ranks"][0]["n_calls"]
+    assert model.diagnosis.explanation["headline"] == "HEADLINE-AS-STORED"
     # asked to: the diagnosis is made again from the record, and the output says so
     code, cap = run_cli(["report", str(out), "--out", str(tmp_path / "rep2"), "--rerun", "diagnosis"], tmp_path, capsys)
     assert code == 0, cap.err
