@@ -318,6 +318,10 @@ def analyze(
     store_path = str(out / "pkb_eval.sqlite")  # the static parts go there as they are produced, evaluated or not
     open_run(ctx, out, store_path)
     records = run_static(paths, out, options, quiet or fmt != "text", max_bytes=conf.max_file_size, store_path=store_path)
+    if n_gpu == 0:  # no evaluation will land: the diagnosis of what the static stage saw is stored now
+        with _open_store(store_path) as store:
+            for rec in records:
+                store_later_parts(store, rec)
     root = corpus_root(paths)
     failures = _failures(records) if fail_on_error else []
     exit_code = 1 if failures else 0

@@ -70,13 +70,20 @@ def _page(folder: Path) -> str:
     return pages[0].read_text()
 
 
-def test_analyze_stores_the_static_part_as_its_line(analyzed):
+def test_analyze_stores_the_static_part_and_its_diagnosis(analyzed, tmp_path, capsys):
     _, out, line = analyzed
     with Store(out / "pkb_eval.sqlite") as store:
         stored = store.part(line["sha256"], "", "static")
+        diagnosis = store.part(line["sha256"], "", "diagnosis")  # '': of no evaluation
     assert stored == {k: v for k, v in line.items() if k not in LATER_PARTS}
     assert CandidateRecord.from_json_line(stored).to_json_line() == line  # nothing lost on the way back
     assert line["mechanism"][0]["label"] == "nccl"
+    assert diagnosis["outcome"] == "" and diagnosis["explanation"]["headline"]
+    # a report of the static-only run reads that diagnosis: nothing is made again
+    code, cap = run_cli(["report", str(out), "--out", str(tmp_path / "rep")], tmp_path, capsys)
+    assert code == 0, cap.err
+    assert "static only" in cap.out and "diagnosis: stored (1)" in cap.out
+    assert diagnosis["explanation"]["headline"] in _page(tmp_path / "rep").replace("&#x27;", "'").replace("&quot;", '"')
 
 
 def test_report_shows_the_stored_profile_and_diagnosis(analyzed, tmp_path, capsys):
