@@ -80,6 +80,18 @@ def test_slow_causes_need_evidence_and_rank_by_cost():
     assert "launch_bound" not in names  # 3 launches is not many
 
 
+def test_low_occupancy_reads_the_ncu_rows_as_stored():
+    rec = _record()
+    rec.profile = {"ncu": {"status": "ok", "kernels": [{"rank": 0, "kernel": "pull_kernel", "achieved_occupancy": 0.1, "duration_ns": 5000.0}]}}
+    causes = diagnose_slow(rec, has_compute=True)
+    assert [c["cause"] for c in causes] == ["low_occupancy"] and causes[0]["cost"] == "5 us per call"
+    # what --ncu stores where it could not run (a CPU run, a failed pass): no rows, no cause
+    rec.profile = {"ncu": {"status": "skipped", "error": "no GPU: ncu profiles CUDA kernels"}}
+    assert diagnose_slow(rec, has_compute=True) == []
+    rec.profile = {"ncu": {"status": "ok", "kernels": [{"rank": 0, "kernel": "pull_kernel", "achieved_occupancy": 0.9, "duration_ns": 5000.0}]}}
+    assert diagnose_slow(rec, has_compute=True) == []
+
+
 def test_slower_explanation_names_the_costliest_cause():
     rec = _record()
     rec.findings = [Finding("PKB012", "library-collective-on-timed-path", "warning", "library collective on the timed path", "c.py", 30, "dist.all_gather_into_tensor(g, a)")]
