@@ -113,7 +113,11 @@ def store_later_parts(store, rec) -> None:
             store.write_part(rec.sha256, key, "profile", rec.profile)
         else:
             rec.profile = store.part(rec.sha256, key, "profile") or {}
-    diagnose(rec)
+    try:
+        diagnose(rec)
+    except Exception as exc:  # noqa: BLE001 - a diagnosis that fails never stops the run; nothing is stored, the report retries
+        err.print(f"[yellow]warning:[/] {escape(rec.path)}: diagnosis failed ({escape(type(exc).__name__)}: {escape(str(exc)[:200])}); not stored")
+        return
     if rec.sha256:
         store.write_part(rec.sha256, key, "diagnosis", rec.diagnosis)
 

@@ -180,3 +180,22 @@ def test_a_store_of_version_2_gains_record_parts_keeping_its_rows(tmp_path):
         assert store.done("c" * 64, "k") and store.part("c" * 64, "k", "profile") is None
         store.write_part("c" * 64, "k", "profile", {"ranks": []})
         assert store.part("c" * 64, "k", "profile") == {"ranks": []}
+
+
+def test_a_failing_diagnosis_never_stops_the_run_and_stores_nothing(tmp_path, capsys, monkeypatch):
+    import pkb.diagnose.explain
+    from pkb.cli import store_later_parts
+
+    def broken(record):
+        raise KeyError("no such figure")
+
+    rec = CandidateRecord(path="1_allreduce_good.py", sha256="a" * 64, evaluation=_evaluation("k1"), profile={"ranks": []})
+    with Store(tmp_path / "s.sqlite", lock=True) as store:
+        monkeypatch.setattr(pkb.diagnose.explain, "diagnose", broken)
+        store_later_parts(store, rec)
+        assert store.part(rec.sha256, "k1", "diagnosis") is None
+        assert store.part(rec.sha256, "k1", "profile") == {"ranks": []}  # what was produced is kept all the same
+        monkeypatch.undo()
+        store_later_parts(store, rec)
+        assert store.part(rec.sha256, "k1", "diagnosis")["outcome"] == "slower"
+    assert "diagnosis failed (KeyError" in capsys.readouterr().err
