@@ -615,8 +615,8 @@ def report_command(
     if not stored_run:
         info["input"], info["static"] = str(path), f"static passes run now on {path}"
     stored, made = diagnose_missing(records, "diagnosis" in again)
-    info["diagnosis"] = _diagnosis_note(stored, made, "diagnosis" in again)
-    notes.append(info["diagnosis"])
+    notes.append(_diagnosis_note(stored, made, "diagnosis" in again))
+    info["diagnosis"] = notes[-1].removeprefix("diagnosis: ")
     result = build(records, out, info)
     evaluated = f"{result['evaluated']} evaluated" if result["evaluated"] else "static only (no evaluation found)"
     typer.echo(f"{result['candidates']} candidates, {evaluated}; wrote {result['html']}, {result['markdown']} and {len(result['pages'])} pages in {out}/{'kernels'}/")
@@ -652,7 +652,10 @@ def explain_command(
     if found is not None and "static" not in again:
         rec = stored_record(found, content_hash(path.read_bytes()))
     notes = []
-    if rec is None:
+    if rec is not None:
+        parts = ["static"] + [part for part in ("evaluation", "profile", "diagnosis") if getattr(rec, part)]
+        notes.append(f"read from the store {found}: {', '.join(parts)}")
+    else:
         rec = _analyze_one(path, ptx)
         why = "asked: --rerun static" if "static" in again else (f"nothing stored for this file in {found}" if found else "no store found")
         notes.append(f"static passes run now ({why})")

@@ -100,5 +100,6 @@ def gather(path: Path, *, store: Path | None = None) -> tuple[list[CandidateReco
     store = store or find_store(jsonl.parent)
     if store is not None and Path(store).is_file():
         info["store"] = str(store)
-        info["from_store"] = attach_store(records, store)
+        counts = attach_store(records, store)
+        info["read from the store"] = ", ".join(f"{part} {n}" for part, n in counts.items())
     return records, info

@@ -39,7 +39,7 @@ def render(rec: Any, console: Console | None = None, store_used: str = "", notes
 
     console = console or Console()
     for note in notes:
-        console.print(Text(note, style="dim"))
+        console.print(Text(note, style="dim"), soft_wrap=True)  # whole, so a long store path never splits it
     diag = rec.diagnosis or {}
     parts = explanation_parts(diag.get("explanation") or {})
     ev = rec.evaluation or {}

@@ -154,6 +154,7 @@ def test_explain_reads_the_stored_record_and_says_what_it_ran(analyzed, tmp_path
     assert code == 0, cap.err
     assert "FINDING-AS-STORED" in cap.out and "HEADLINE-AS-STORED" in cap.out and "slower" in cap.out
     assert "static passes run now" not in cap.out and "made now" not in cap.out
+    assert "static, evaluation, profile, diagnosis" in cap.out  # what was read, said
     code, cap = run_cli(["explain", str(f), "--store", str(out / "pkb_eval.sqlite"), "--rerun", "static,diagnosis"], tmp_path, capsys)
     assert code == 0, cap.err
     assert "static passes run now (asked: --rerun static)" in cap.out and "made now (asked: --rerun diagnosis)" in cap.out
