@@ -3,6 +3,8 @@
 load (pkb.corpus) -> static facts (analyzer passes) -> labels and findings (analyzer.classify,
 analyzer.rules) -> evaluation (pkb.eval) -> profile (profiling) -> diagnosis -> reports.
 Each stage fills its own fields and leaves the others alone; nothing downstream re-reads the file.
+Each part is stored as it is produced (pkb.store: the static line, the evaluation, the profile,
+the diagnosis), and the views read the record back from there (CandidateRecord.from_json_line).
 """
 
 from __future__ import annotations
