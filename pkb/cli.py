@@ -48,9 +48,10 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def run_static(path, out: Path, options, quiet: bool, max_bytes: int | None = None):
-    """Static passes over one path or several; writes static.jsonl as records finish, then the
-    tables and SARIF. Record paths are relative to the corpus root (pkb.roots)."""
+def run_static(path, out: Path, options, quiet: bool, max_bytes: int | None = None, store_path: str | None = None):
+    """Static passes over one path or several; writes static.jsonl (and, given a store, each
+    record's static part there) as records finish, then the tables and SARIF. Record paths are
+    relative to the corpus root (pkb.roots)."""
     from analyzer.pipeline import StaticAnalyzer
     from pkb.corpus import discover, read_candidate
     from pkb.roots import corpus_root
@@ -71,17 +72,54 @@ def run_static(path, out: Path, options, quiet: bool, max_bytes: int | None = No
     out.mkdir(parents=True, exist_ok=True)
     records = []
     jsonl_path = out / "static.jsonl"
-    with jsonl_path.open("w", encoding="utf-8") as jsonl, _progress(len(files), quiet) as (progress, task):
-        for rec in analyzer.analyze_all(read_candidate(f, base, max_bytes) for f in files):
-            # Written as it comes: a killed run keeps what it had finished.
-            jsonl.write(json.dumps(rec.to_json_line()) + "\n")
-            jsonl.flush()
-            records.append(rec)
-            progress.advance(task)
-    analyzer.close()
+    store = _open_store(store_path)
+    try:
+        with jsonl_path.open("w", encoding="utf-8") as jsonl, _progress(len(files), quiet) as (progress, task):
+            for rec in analyzer.analyze_all(read_candidate(f, base, max_bytes) for f in files):
+                # Written as it comes: a killed run keeps what it had finished.
+                jsonl.write(json.dumps(rec.to_json_line()) + "\n")
+                jsonl.flush()
+                if store is not None and rec.sha256:
+                    store.write_part(rec.sha256, "", "static", rec.static_line())
+                records.append(rec)
+                progress.advance(task)
+    finally:
+        analyzer.close()
+        if store is not None:
+            store.close()
     write_tables(records, out)
     write_sarif(records, out, analyzer.rules, base)
     return records
+
+
+def _open_store(store_path: str | None):
+    """The run's store for writing (its lock is this run's, taken by open_run), or None."""
+    if not store_path:
+        return None
+    from pkb.store import Store
+
+    return Store(store_path, lock=True)
+
+
+def store_later_parts(store, rec) -> None:
+    """When a candidate's evaluation lands: its diagnosis is made (pkb.diagnose) and stored with
+    its profile, under the evaluation's key, so reports read them instead of recomputing. A
+    result the store already had (not run again) gets the profile stored with it back."""
+    from pkb.diagnose.explain import diagnose
+
+    key = (rec.evaluation or {}).get("config_key") or ""
+    if rec.sha256 and key:
+        if rec.profile:
+            store.write_part(rec.sha256, key, "profile", rec.profile)
+        else:
+            rec.profile = store.part(rec.sha256, key, "profile") or {}
+    try:
+        diagnose(rec)
+    except Exception as exc:  # noqa: BLE001 - a diagnosis that fails never stops the run; nothing is stored, the report retries
+        err.print(f"[yellow]warning:[/] {escape(rec.path)}: diagnosis failed ({escape(type(exc).__name__)}: {escape(str(exc)[:200])}); not stored")
+        return
+    if rec.sha256:
+        store.write_part(rec.sha256, key, "diagnosis", rec.diagnosis)
 
 
 def write_sarif(records, out: Path, rules, root: Path, exit_code: int = 0) -> None:
@@ -137,10 +175,12 @@ def run_eval(records, out: Path, options, quiet: bool) -> None:
     done = 0
     lines_out = not sys.stdout.isatty()
     try:
-        with path.open("w", encoding="utf-8") as jsonl, _progress(len(records), quiet) as (progress, task):
+        with path.open("w", encoding="utf-8") as jsonl, _progress(len(records), quiet) as (progress, task), \
+                _open_store(options.store_path) as store:
 
             def landed(rec, evaluation, rank_results) -> None:
                 nonlocal done
+                store_later_parts(store, rec)
                 jsonl.write(json.dumps(rec.to_json_line(), default=str) + "\n")
                 jsonl.flush()
                 done += 1
@@ -187,8 +227,10 @@ def run_emulated(records, out: Path, world_size: int, options, quiet: bool) -> N
     from reports import console
 
     path = out / "eval_emulated.jsonl"
-    with path.open("w", encoding="utf-8") as jsonl, _progress(len(records), quiet) as (progress, task):
+    with path.open("w", encoding="utf-8") as jsonl, _progress(len(records), quiet) as (progress, task), \
+            _open_store(options.store_path) as store:
         def done(rec) -> None:
+            store_later_parts(store, rec)
             jsonl.write(json.dumps(rec.to_json_line(), default=str) + "\n")
             jsonl.flush()
             progress.advance(task)
@@ -259,7 +301,6 @@ def analyze(
     Where CUDA devices are present (and not --static-only), every candidate is also evaluated
     against its problem's reference on all of them, through torchrun with NCCL.
     """
-    from analyzer.pipeline import StaticOptions
     from analyzer.rules import select_rules
     from pkb.config import ConfigError, load_config, rule_choice
     from pkb.roots import corpus_root
@@ -278,8 +319,13 @@ def analyze(
     options = _static_options(ptx, cache, cache_dir, None, None, parse_jobs(jobs))
     options.select, options.ignore = chosen, skipped
     n_gpu = 0 if static_only else gpu_count()
-    open_run(ctx, out, str(out / "pkb_eval.sqlite") if n_gpu else None)
-    records = run_static(paths, out, options, quiet or fmt != "text", max_bytes=conf.max_file_size)
+    store_path = str(out / "pkb_eval.sqlite")  # the static parts go there as they are produced, evaluated or not
+    open_run(ctx, out, store_path)
+    records = run_static(paths, out, options, quiet or fmt != "text", max_bytes=conf.max_file_size, store_path=store_path)
+    if n_gpu == 0:  # no evaluation will land: the diagnosis of what the static stage saw is stored now
+        with _open_store(store_path) as store:
+            for rec in records:
+                store_later_parts(store, rec)
     root = corpus_root(paths)
     failures = _failures(records) if fail_on_error else []
     exit_code = 1 if failures else 0
@@ -389,7 +435,7 @@ def eval_command(
     n_jobs = parse_jobs(jobs)
 
     open_run(ctx, out, str(store or out / "pkb_eval.sqlite"))
-    records = run_static(path, out, _static_options(ptx, True, None, None, None), quiet=True)
+    records = run_static(path, out, _static_options(ptx, True, None, None, None), quiet=True, store_path=str(store or out / "pkb_eval.sqlite"))
     if problem is not None:
         _give_problem(records, problem, every=path.is_file())
     options = EvalOptions(
@@ -413,8 +459,9 @@ def eval_command(
         cluster = ClusterOptions(executor=executor, shards=shards, partition=partition, gpus_per_node=gpus_per_node,
                                  cpus_per_task=cpus_per_task, time_min=time_min, account=account, folder=str(out / "shards"))
         summary = run_sharded(records, options, cluster)
-        with (out / "eval.jsonl").open("w", encoding="utf-8") as jsonl:
+        with (out / "eval.jsonl").open("w", encoding="utf-8") as jsonl, _open_store(options.store_path) as parts:
             for rec in records:
+                store_later_parts(parts, rec)
                 jsonl.write(json.dumps(rec.to_json_line(), default=str) + "\n")
         for line in summary["errors"]:
             err.print(f"[yellow]warning:[/] {line}")
@@ -497,44 +544,139 @@ def main(argv: Optional[list[str]] = None) -> None:
     app(args=args, prog_name="pkb-analyze")
 
 
+RERUN_PARTS = ("static", "diagnosis")
+
+
+def _rerun(values: Optional[list[str]], allowed: tuple[str, ...]) -> set[str]:
+    """--rerun PART,...: the stages to run again although their part is stored."""
+    asked = set(_split(values))
+    unknown = sorted(asked - set(allowed))
+    if unknown:
+        err.print(f"[red]error:[/] --rerun {', '.join(unknown)}: one of {', '.join(allowed)}")
+        raise typer.Exit(2)
+    return asked
+
+
+def diagnose_missing(records, rerun: bool) -> tuple[int, int]:
+    """The diagnosis of records that carry none (every record when asked to rerun): (stored, made now).
+    A view only draws a diagnosis; making one is a stage's job, wired here."""
+    from pkb.diagnose.explain import diagnose
+
+    stored = made = 0
+    for rec in records:
+        if rec.diagnosis and not rerun:
+            stored += 1
+        else:
+            diagnose(rec)
+            made += 1
+    return stored, made
+
+
+def _diagnosis_note(stored: int, made: int, rerun: bool) -> str:
+    if not made:
+        return f"diagnosis: stored ({stored})"
+    why = "asked: --rerun diagnosis" if rerun else "none stored"
+    return f"diagnosis: {stored} stored, {made} made now ({why})"
+
+
 @app.command("report")
 def report_command(
     path: Path = typer.Argument(..., help="a run folder (with static.jsonl), a static.jsonl, or a corpus folder (static passes run first)"),
     out: Path = typer.Option(Path("pkb-report"), "--out", "-o", help="folder for index.html, report.md and kernels/"),
-    store: Optional[Path] = typer.Option(None, "--store", help="evaluation store (default: pkb_eval.sqlite beside the run, if any)"),
+    store: Optional[Path] = typer.Option(None, "--store", help="the store (default: pkb_eval.sqlite beside the run, if any)"),
     ptx: bool = typer.Option(True, "--ptx/--no-ptx", help="run the PTX pass where nvcc exists (corpus input only)"),
     cache: bool = typer.Option(True, "--cache/--no-cache", help="reuse pass facts of unchanged files (corpus input only)"),
+    rerun: Optional[list[str]] = typer.Option(None, "--rerun", help="diagnosis: make every candidate's diagnosis again instead of reading the stored one"),
 ) -> None:
-    """Write the corpus report (one self-contained HTML page, Markdown) and a page per candidate."""
+    """Write the corpus report (one self-contained HTML page, Markdown) and a page per candidate.
+
+    Drawn from what is stored: the run's static.jsonl and its store (evaluation, profile, ncu
+    results, diagnosis). A stage runs only for a part nothing stores (the static passes for a
+    corpus folder, the diagnosis of records stored without one) or when --rerun asks, and the
+    output says which.
+    """
+    from analyzer.pipeline import StaticOptions
     from reports.corpus_report import build
     from reports.load import gather
 
+    again = _rerun(rerun, ("diagnosis",))
     if not path.exists():
         err.print(f"[red]error:[/] {path}: no such file or folder")
         raise typer.Exit(2)
     if store is not None and not store.is_file():
         err.print(f"[red]error:[/] {store}: no such store")
         raise typer.Exit(2)
-    records, info = gather(path, out, store=store, ptx=ptx, cache=cache)
+    stored_run = (path.is_file() and path.suffix == ".jsonl") or (path.is_dir() and (path / "static.jsonl").is_file())
+    notes = []
+    if not stored_run:  # a corpus: no record of it is stored, so its static passes run now
+        run_static(path, out, StaticOptions(ptx=ptx, use_cache=cache), quiet=True)
+        notes.append(f"static passes run now on {path} (a corpus folder: no stored records)")
+    records, info = gather(path if stored_run else out, store=store)
+    if not stored_run:
+        info["input"], info["static"] = str(path), f"static passes run now on {path}"
+    stored, made = diagnose_missing(records, "diagnosis" in again)
+    notes.append(_diagnosis_note(stored, made, "diagnosis" in again))
+    info["diagnosis"] = notes[-1].removeprefix("diagnosis: ")
     result = build(records, out, info)
     evaluated = f"{result['evaluated']} evaluated" if result["evaluated"] else "static only (no evaluation found)"
     typer.echo(f"{result['candidates']} candidates, {evaluated}; wrote {result['html']}, {result['markdown']} and {len(result['pages'])} pages in {out}/{'kernels'}/")
+    typer.echo("; ".join(notes))
 
 
 @app.command("explain")
 def explain_command(
     path: Path = typer.Argument(..., help="one candidate file"),
-    store: Optional[Path] = typer.Option(None, "--store", help="evaluation store to read a previous evaluation from (default: ./pkb_eval.sqlite, if any)"),
-    ptx: bool = typer.Option(True, "--ptx/--no-ptx", help="run the PTX pass where nvcc exists"),
+    store: Optional[Path] = typer.Option(None, "--store", help="the store to read its record from (default: ./pkb_eval.sqlite, else one beside the file)"),
+    ptx: bool = typer.Option(True, "--ptx/--no-ptx", help="run the PTX pass where nvcc exists (when the static passes run)"),
+    rerun: Optional[list[str]] = typer.Option(None, "--rerun", help="static, diagnosis: run that stage again instead of reading its stored part"),
 ) -> None:
-    """Print one candidate's page in the terminal: explanation, labels with evidence, findings, evaluation."""
-    from reports.terminal import analyze_file, render
+    """Print one candidate's page in the terminal: explanation, labels with evidence, findings, evaluation.
 
+    The record is the one stored for this file's content (static labels, latest evaluation,
+    profile, diagnosis); the static passes and the diagnosis run only where nothing is stored for
+    them, or when --rerun asks, and the page says so.
+    """
+    from pkb.record import content_hash
+    from reports.load import attach_store, find_store, stored_record
+    from reports.terminal import render
+
+    again = _rerun(rerun, RERUN_PARTS)
     if not path.is_file():
         err.print(f"[red]error:[/] {path}: not a file")
         raise typer.Exit(2)
-    rec, used = analyze_file(path, store=store, ptx=ptx)
-    render(rec, Console(soft_wrap=False), used)
+    if store is not None and not store.is_file():
+        err.print(f"[red]error:[/] {store}: no such store")
+        raise typer.Exit(2)
+    found = store or find_store(Path.cwd()) or find_store(path.parent)
+    rec = None
+    if found is not None and "static" not in again:
+        rec = stored_record(found, content_hash(path.read_bytes()))
+    notes = []
+    if rec is not None:
+        parts = ["static"] + [part for part in ("evaluation", "profile", "diagnosis") if getattr(rec, part)]
+        notes.append(f"read from the store {found}: {', '.join(parts)}")
+    else:
+        rec = _analyze_one(path, ptx)
+        why = "asked: --rerun static" if "static" in again else (f"nothing stored for this file in {found}" if found else "no store found")
+        notes.append(f"static passes run now ({why})")
+        if found is not None:
+            attach_store([rec], found)
+    stored, made = diagnose_missing([rec], "diagnosis" in again)
+    if made:
+        notes.append(_diagnosis_note(stored, made, "diagnosis" in again))
+    render(rec, Console(soft_wrap=False), str(found) if found is not None and rec.evaluation else "", notes)
+
+
+def _analyze_one(path: Path, ptx: bool):
+    """The static passes over one file (its record, with paths relative to its folder)."""
+    from analyzer.pipeline import StaticAnalyzer, StaticOptions
+    from pkb.corpus import read_candidate
+
+    analyzer = StaticAnalyzer(StaticOptions(ptx=ptx))
+    try:
+        return analyzer.analyze(read_candidate(path, path.parent))
+    finally:
+        analyzer.close()
 
 
 class ExportFormat(str, Enum):
@@ -556,7 +698,7 @@ def export_command(
     if not (path.is_dir() and (path / "static.jsonl").is_file()) and not (path.is_file() and path.suffix == ".jsonl"):
         err.print(f"[red]error:[/] {escape(str(path))}: not a run folder with static.jsonl, nor a .jsonl")
         raise typer.Exit(2)
-    records, _ = gather(path, path if path.is_dir() else path.parent, store=store)
+    records, _ = gather(path, store=store)
     text = render(records, fmt.value)
     if to is None:
         sys.stdout.write(text)

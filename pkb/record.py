@@ -3,6 +3,8 @@
 load (pkb.corpus) -> static facts (analyzer passes) -> labels and findings (analyzer.classify,
 analyzer.rules) -> evaluation (pkb.eval) -> profile (profiling) -> diagnosis -> reports.
 Each stage fills its own fields and leaves the others alone; nothing downstream re-reads the file.
+Each part is stored as it is produced (pkb.store: the static line, the evaluation, the profile,
+the diagnosis), and the views read the record back from there (CandidateRecord.from_json_line).
 """
 
 from __future__ import annotations
@@ -199,6 +201,44 @@ class CandidateRecord:
             "profile": self.profile,
             "diagnosis": self.diagnosis,
         }
+
+    def static_line(self) -> dict[str, Any]:
+        """The JSON line without the later stages' parts: what the static stage stores."""
+        line = self.to_json_line()
+        for part in LATER_PARTS:
+            line.pop(part)
+        return line
+
+    @classmethod
+    def from_json_line(cls, data: dict[str, Any]) -> CandidateRecord:
+        """The inverse of to_json_line (the facts and the source text are not in the line)."""
+
+        def axes(d: dict[str, Any]) -> dict[str, list[Label]]:
+            out: dict[str, list[Label]] = {}
+            for axis in (*taxonomy.AXES, "ordering", "fallback"):
+                labs = [Label(axis, item["label"], [Evidence(**e) for e in item.get("evidence", [])]) for item in d.get(axis) or []]
+                if labs:
+                    out[axis] = labs
+            return out
+
+        rec = cls(path=data["path"])
+        for key in ("sha256", "problem_id", "problem_name", "problem_match", "run_tree", "backend", "precision", "hardware",
+                    "provider", "model", "parse_status", "parse_message"):
+            if data.get(key) is not None:
+                setattr(rec, key, data[key])
+        rec.passes = [PassStatus(**p) for p in data.get("passes", [])]
+        rec.labels = axes(data)
+        rec.kernels = [KernelReport(name=k["name"], language=k.get("language", ""), line=k.get("line", 0), labels=axes(k))
+                       for k in data.get("kernels", [])]
+        rec.findings = [Finding(**f) for f in data.get("findings", [])]
+        rec.suppressed = [Finding(**f) for f in data.get("suppressed", [])]
+        for part in LATER_PARTS:
+            setattr(rec, part, data.get(part) or {})
+        return rec
+
+
+# The fields later stages add to the record, each stored as it is produced (pkb.store).
+LATER_PARTS = ("evaluation", "profile", "diagnosis")
 
 
 def content_hash(data: bytes) -> str:

@@ -108,6 +108,29 @@ class EvaluationModel(BaseModel):
         return v
 
 
+class ProfileModel(BaseModel):
+    """What `eval --profile` / `--ncu` stored (profiling.hooks.summarize_job, pkb.eval.ncu); open to
+    the fields those stages add (the frames' paths...)."""
+
+    model_config = ConfigDict(extra="allow")
+    ranks: list[Optional[dict[str, Any]]] = Field(default=[], description="per rank: the profile summary of its trace (calls, medians, kernels)")
+    errors: list[Any] = Field(default=[], description="what could not be read or drawn, per rank")
+    merged_trace: Optional[str] = Field(default=None, description="every rank's trace in one chrome trace (Perfetto)")
+    timeline_png: Optional[str] = None
+    ncu: Optional[dict[str, Any]] = Field(default=None, description="Nsight Compute counters per profiled kernel and rank")
+
+
+class DiagnosisModel(BaseModel):
+    """Why the outcome (pkb.diagnose.explain.diagnose), made when the evaluation lands and stored with it."""
+
+    model_config = ConfigDict(extra="allow")
+    outcome: str = ""
+    subtype: str = ""
+    wrong: Optional[dict[str, Any]] = Field(default=None, description="the wrong-result hypotheses tested per trial and rank")
+    slow: list[dict[str, Any]] = Field(default=[], description="slowness causes, ranked by measured cost, each with evidence")
+    explanation: dict[str, Any] = Field(default={}, description="headline, cited evidence, likely fixes")
+
+
 class RecordModel(_Axes):
     """One candidate: where it came from, how reading and each pass went, its labels (overall and
     per kernel) with evidence, its findings, and what later stages added."""
@@ -131,8 +154,8 @@ class RecordModel(_Axes):
     findings: list[FindingModel] = []
     suppressed: list[FindingModel] = Field(default=[], description="findings a noqa comment on their line silenced")
     evaluation: EvaluationModel = EvaluationModel()
-    profile: dict[str, Any] = {}
-    diagnosis: dict[str, Any] = {}
+    profile: ProfileModel = ProfileModel()
+    diagnosis: DiagnosisModel = DiagnosisModel()
 
 
 def validate_line(data: dict[str, Any]) -> RecordModel:

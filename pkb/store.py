@@ -1,4 +1,10 @@
-"""SQLite store of evaluation results (standard library sqlite3, WAL mode).
+"""SQLite store of the candidate records (standard library sqlite3, WAL mode): what each stage
+produced, as it was produced, so the views (reports/) read it instead of re-running a stage.
+
+    candidates, trials, timings, outcomes   the evaluation (pkb.eval writes them, one launch a transaction)
+    record_parts                            the other parts of the record, as plain JSON: the static
+                                            labels and findings (the static.jsonl line), the profile
+                                            summary with its ncu results, and the diagnosis
 
 One transaction per launch writes that candidate's trial rows, timings and outcome together, so a
 run killed at any moment leaves each candidate either fully recorded or not at all: a rerun
@@ -90,11 +96,28 @@ CREATE TABLE IF NOT EXISTS outcomes (
     PRIMARY KEY (sha256, config_key)
 );
 """
+RECORD_PARTS_TABLE = """
+CREATE TABLE IF NOT EXISTS record_parts (
+    sha256 TEXT NOT NULL,
+    config_key TEXT NOT NULL,      -- the evaluation's configuration; '' for parts that have none (static, a diagnosis without evaluation)
+    part TEXT NOT NULL,            -- static | profile | diagnosis
+    data TEXT NOT NULL,            -- JSON: the record's field (static: its JSON line without the later stages)
+    created REAL,
+    PRIMARY KEY (sha256, config_key, part)
+);
+"""
+SCHEMA += RECORD_PARTS_TABLE
+
+# The parts of a record kept in record_parts (the evaluation has tables of its own).
+PARTS = ("static", "profile", "diagnosis")
+# Parts that describe one evaluation: a new evaluation under the same key drops them.
+EVALUATION_PARTS = ("profile", "diagnosis")
 
 
 # The schema this code writes. A store without a version (user_version 0) holding the tables is
-# one written before versions were kept. Version 1: the tables of that time; 2: outcomes.emulated.
-SCHEMA_VERSION = 2
+# one written before versions were kept. Version 1: the tables of that time; 2: outcomes.emulated;
+# 3: record_parts (static labels, profile, diagnosis stored beside the evaluation).
+SCHEMA_VERSION = 3
 
 
 def _migrate_0_to_1(conn: sqlite3.Connection) -> None:
@@ -109,8 +132,14 @@ def _migrate_1_to_2(conn: sqlite3.Connection) -> None:
         conn.execute("ALTER TABLE outcomes ADD COLUMN emulated INTEGER DEFAULT 0")
 
 
+def _migrate_2_to_3(conn: sqlite3.Connection) -> None:
+    """The record's other parts are stored too (record_parts); older stores have none yet, and
+    the views say so and compute what is missing."""
+    conn.execute(RECORD_PARTS_TABLE)  # execute, not executescript: it stays in the step's transaction
+
+
 # from_version -> the step to from_version + 1, run in one transaction with the version bump.
-MIGRATIONS = {0: _migrate_0_to_1, 1: _migrate_1_to_2}
+MIGRATIONS = {0: _migrate_0_to_1, 1: _migrate_1_to_2, 2: _migrate_2_to_3}
 
 
 class StoreError(RuntimeError):
@@ -214,6 +243,9 @@ class Store:
             self._drop_foreign_objects()
             self.conn.execute("DELETE FROM trials WHERE sha256=? AND config_key=?", (sha256, config_key))
             self.conn.execute("DELETE FROM timings WHERE sha256=? AND config_key=?", (sha256, config_key))
+            # a profile or a diagnosis of an earlier evaluation under this key is not this one's
+            self.conn.execute(f"DELETE FROM record_parts WHERE sha256=? AND config_key=? AND part IN ({','.join('?' * len(EVALUATION_PARTS))})",
+                              (sha256, config_key, *EVALUATION_PARTS))
             for res in rank_results:
                 if not res:
                     continue
@@ -255,6 +287,17 @@ class Store:
                 ),
             )
 
+    def write_part(self, sha256: str, config_key: str, part: str, data: dict[str, Any]) -> None:
+        """One part of a candidate's record (PARTS), replacing what was stored for it. `config_key`
+        is the evaluation's ('' for the static part, or a diagnosis of a record never evaluated)."""
+        if part not in PARTS:
+            raise ValueError(f"unknown record part {part!r}; one of {', '.join(PARTS)}")
+        with self.conn:
+            self.conn.execute(
+                "INSERT OR REPLACE INTO record_parts (sha256, config_key, part, data, created) VALUES (?,?,?,?,?)",
+                (sha256, config_key, part, json.dumps(data, default=str), time.time()),
+            )
+
     def _drop_foreign_objects(self) -> None:
         """This store defines no triggers: one found was planted (a candidate that reached the file
         where no sandbox hid it) and would rewrite what the harness writes; it goes, loudly."""
@@ -276,6 +319,17 @@ class Store:
     def evaluation(self, sha256: str, config_key: str) -> dict[str, Any] | None:
         row = self.conn.execute("SELECT details FROM outcomes WHERE sha256=? AND config_key=?", (sha256, config_key)).fetchone()
         return json.loads(row[0]) if row else None
+
+    def part(self, sha256: str, config_key: str, part: str) -> dict[str, Any] | None:
+        """A stored part of a record (PARTS), or None when nothing is stored for it."""
+        row = self.conn.execute("SELECT data FROM record_parts WHERE sha256=? AND config_key=? AND part=?",
+                                (sha256, config_key, part)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def latest_config_key(self, sha256: str) -> str | None:
+        """The configuration of this content's newest evaluation (real or emulated), or None."""
+        row = self.conn.execute("SELECT config_key FROM outcomes WHERE sha256=? ORDER BY created DESC LIMIT 1", (sha256,)).fetchone()
+        return row[0] if row else None
 
     def outcomes(self) -> Any:
         """Outcomes joined with what is known of each candidate (a pandas DataFrame)."""

@@ -120,7 +120,7 @@ def summarize_job(
     kineto = {r: p for r, p in traces.items() if not p.name.endswith(".jsonl")}
     if kineto:
         try:
-            from profiling.timeline import merge_rank_traces
+            from profiling.merge import merge_rank_traces
 
             out["merged_trace"] = str(merge_rank_traces(kineto, profile_dir(job_dir) / "merged.trace.json.gz"))
         except Exception as exc:

@@ -222,16 +222,14 @@ def _md_table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(out)
 
 
-def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None = None, *, diagnose: bool = True) -> dict[str, Any]:
+def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The report of these records as they are: their diagnosis is the one they carry (stored, or
+    computed by the command line where none was), none is computed here."""
     from analyzer.rules import all_rules
-    from pkb.diagnose.explain import diagnose as run_diagnosis
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     info = info or {}
-    if diagnose:
-        for rec in records:
-            run_diagnosis(rec)
     names = [kernel_page.page_name(i, rec) for i, rec in enumerate(records)]
     page_imgs = 0
     for rec, name in zip(records, names):

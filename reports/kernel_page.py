@@ -1,8 +1,8 @@
 """One HTML page per candidate (in the report's kernels/ folder, linking back to the corpus page).
 
 Labels per axis for the candidate and for each kernel with their evidence (file:line, pass,
-snippet), findings with the rule's fix, the evaluation's figures per trial and rank, the
-diagnosis, the timeline of one profiled call (profiling.timeline.plot_call on the record's trace,
+snippet), findings with the rule's fix, the evaluation's figures per trial and rank, the stored profile
+summary and ncu counters, the diagnosis, the timeline of one profiled call (profiling.timeline.plot_call on the record's trace,
 inline PNG) and the explanation.
 """
 
@@ -146,6 +146,30 @@ def _diagnosis_html(record: Any) -> str:
     return out or '<p class="muted">nothing to diagnose</p>'
 
 
+_PROFILE_COLUMNS = (("cpu_us", "CPU us"), ("gpu_span_us", "GPU span us"), ("comm_us", "comm us"), ("compute_us", "compute us"),
+                    ("overlap_share", "overlap"), ("launches", "launches"), ("host_syncs", "host syncs"), ("achieved_GBps", "GB/s"))
+
+
+def profile_html(record: Any) -> str:
+    """The stored profile summary of `eval --profile`: per rank, the medians over its profiled
+    calls, the trace it was read from, and what went wrong reading one; or why there is none."""
+    prof = record.profile or {}
+    ranks = [r for r in prof.get("ranks") or [] if r]
+    errors = prof.get("errors") or []
+    if not ranks and not errors:
+        return '<p class="muted">no profile recorded (pkb-analyze eval --profile)</p>'
+    rows = [[r.get("rank"), r.get("n_calls")] + [fmt((r.get("median") or {}).get(c)) for c, _ in _PROFILE_COLUMNS]
+            + [f"<code>{esc(Path(str(r.get('path') or '')).name)}</code>"] for r in ranks]
+    out = table(["rank", "calls"] + [h for _, h in _PROFILE_COLUMNS] + ["trace"], rows, num=set(range(0, 2 + len(_PROFILE_COLUMNS))),
+                raw={2 + len(_PROFILE_COLUMNS)}) if rows else ""
+    notes = sorted({n for r in ranks for n in r.get("notes") or []})
+    out += "".join(f'<p class="muted">note: {esc(n)}</p>' for n in notes)
+    for e in errors:
+        text = e.get("error") if isinstance(e, dict) else e
+        out += f'<p class="notice">profile: {esc(str(text)[:300])}</p>'
+    return out
+
+
 _NCU_COLUMNS = (("duration_ns", "ns"), ("nvlink_tx_bytes", "NVLink tx B"), ("nvlink_rx_bytes", "NVLink rx B"),
                 ("peer_l2_bytes", "peer L2 B"), ("tma_load_bytes", "TMA load B"), ("tma_store_bytes", "TMA store B"),
                 ("dram_bytes", "DRAM B"), ("sm_throughput_pct", "SM %"))
@@ -183,7 +207,7 @@ def render(record: Any, back: str = "../index.html") -> tuple[str, int]:
                                   f"model {record.model}" if record.model else "", record.run_tree) if x)
     parts = [
         f'<nav class="toc"><a href="{esc(back)}">&larr; corpus report</a> <a href="#labels">labels</a> <a href="#kernels">kernels</a> '
-        '<a href="#findings">findings</a> <a href="#evaluation">evaluation</a> <a href="#ncu">ncu</a> <a href="#diagnosis">diagnosis</a> <a href="#timeline">timeline</a></nav>',
+        '<a href="#findings">findings</a> <a href="#evaluation">evaluation</a> <a href="#profile">profile</a> <a href="#ncu">ncu</a> <a href="#diagnosis">diagnosis</a> <a href="#timeline">timeline</a></nav>',
         f"<h1>{esc(record.path)}</h1>",
         f'<p class="sub">{esc(where)} &middot; {badge(ev.get("outcome", ""))}'
         + (f" <code>{esc(ev.get('subtype') or (record.diagnosis or {}).get('subtype'))}</code>" if (ev.get("subtype") or (record.diagnosis or {}).get("subtype")) else "")
@@ -206,6 +230,7 @@ def render(record: Any, back: str = "../index.html") -> tuple[str, int]:
 
     parts += ['<h2 id="findings">Findings</h2>', _findings_html(record, explanation_parts(expl)["cited"] if expl else [])]
     parts += ['<h2 id="evaluation">Evaluation</h2>', _evaluation_html(record)]
+    parts += ['<h2 id="profile">Profile (medians over the profiled calls)</h2>', profile_html(record)]
     parts += ['<h2 id="ncu">Nsight Compute counters (second call)</h2>', ncu_html(record)]
     parts += ['<h2 id="diagnosis">Diagnosis</h2>', _diagnosis_html(record)]
     img, n = timeline_img(record)

@@ -1,8 +1,10 @@
-"""What the reports are views over: the static JSONL of a run, the evaluation store, or a corpus.
+"""What the reports are views over: stored records. Reads static.jsonl / eval.jsonl lines and the
+SQLite store (pkb.store); runs no stage (the command line runs one where a part is missing).
 
-    records_from_jsonl(path)            static.jsonl lines back into CandidateRecords
-    attach_store(records, store_path)   each record's latest evaluation from the SQLite store
-    gather(path, out, ...)              a run folder, a static.jsonl, or a corpus (static passes run)
+    records_from_jsonl(path)              JSON lines back into CandidateRecords
+    attach_store(records, store_path)     each record's stored evaluation, profile and diagnosis
+    stored_record(store_path, sha256)     one candidate's whole stored record, or None
+    gather(path, store=...)               a run folder or a .jsonl, with its store's parts attached
 """
 
 from __future__ import annotations
@@ -11,37 +13,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pkb.record import CandidateRecord, Evidence, Finding, KernelReport, Label, PassStatus
+from pkb.record import CandidateRecord
 
-AXES = ("mechanism", "sync", "ordering", "overlap")
 STORE_NAMES = ("pkb_eval.sqlite", "eval.sqlite")
-
-
-def _labels(d: dict[str, Any]) -> dict[str, list[Label]]:
-    out: dict[str, list[Label]] = {}
-    for axis in (*AXES, "fallback"):
-        labs = [Label(axis, item["label"], [Evidence(**e) for e in item.get("evidence", [])]) for item in d.get(axis) or []]
-        if labs:
-            out[axis] = labs
-    return out
 
 
 def record_from_json_line(d: dict[str, Any]) -> CandidateRecord:
     """The inverse of CandidateRecord.to_json_line (facts and source are not in the line)."""
-    rec = CandidateRecord(path=d["path"])
-    for key in ("sha256", "problem_id", "problem_name", "run_tree", "backend", "precision", "hardware", "provider", "model",
-                "parse_status", "parse_message"):
-        if key in d and d[key] is not None:
-            setattr(rec, key, d[key])
-    rec.passes = [PassStatus(**p) for p in d.get("passes", [])]
-    rec.labels = _labels(d)
-    rec.kernels = [KernelReport(name=k["name"], language=k.get("language", ""), line=k.get("line", 0), labels=_labels(k)) for k in d.get("kernels", [])]
-    rec.findings = [Finding(**f) for f in d.get("findings", [])]
-    rec.suppressed = [Finding(**f) for f in d.get("suppressed", [])]
-    rec.evaluation = d.get("evaluation") or {}
-    rec.profile = d.get("profile") or {}
-    rec.diagnosis = d.get("diagnosis") or {}
-    return rec
+    return CandidateRecord.from_json_line(d)
 
 
 def records_from_jsonl(path: str | Path) -> list[CandidateRecord]:
@@ -52,24 +31,56 @@ def records_from_jsonl(path: str | Path) -> list[CandidateRecord]:
     return out
 
 
-def attach_store(records: list[CandidateRecord], store_path: str | Path) -> int:
-    """Give each record without an evaluation its latest stored one (by content); returns how many."""
+def _attach(store: Any, rec: CandidateRecord, latest: dict[str, str] | None = None) -> dict[str, bool]:
+    """Fill the record's empty later parts from the store; which ones it filled. The profile and
+    the diagnosis are read under the key of the evaluation the record shows, so a diagnosis never
+    describes another evaluation than the one beside it."""
+    filled = {"evaluation": False, "profile": False, "diagnosis": False}
+    if not rec.sha256:
+        return filled
+    key = latest.get(rec.sha256) if latest is not None else store.latest_config_key(rec.sha256)
+    if not rec.evaluation and key:
+        ev = store.evaluation(rec.sha256, key)
+        if ev:
+            rec.evaluation, filled["evaluation"] = ev, True
+    key = (rec.evaluation or {}).get("config_key") or ""  # '': a record never evaluated (or not past its key)
+    for part in ("profile", "diagnosis"):
+        if not getattr(rec, part):
+            data = store.part(rec.sha256, key, part)
+            if data:
+                setattr(rec, part, data)
+                filled[part] = True
+    return filled
+
+
+def attach_store(records: list[CandidateRecord], store_path: str | Path) -> dict[str, int]:
+    """Give each record its stored evaluation (the latest, by content), and the profile and
+    diagnosis stored with it, where the record has none; how many of each were attached."""
+    from pkb.store import Store
+
+    counts = {"evaluation": 0, "profile": 0, "diagnosis": 0}
+    with Store(store_path) as store:
+        latest: dict[str, str] = {}
+        for row in store.outcomes().itertuples(index=False):  # ordered by creation: the last one wins
+            latest[row.sha256] = row.config_key
+        for rec in records:
+            for part, filled in _attach(store, rec, latest).items():
+                counts[part] += filled
+    return counts
+
+
+def stored_record(store_path: str | Path, sha256: str) -> CandidateRecord | None:
+    """The record the store holds for this content (static part, with the latest evaluation and
+    what was stored with it), or None when its static part was never stored."""
     from pkb.store import Store
 
     with Store(store_path) as store:
-        frame = store.outcomes()
-        latest: dict[str, str] = {}
-        for row in frame.itertuples(index=False):  # ordered by creation: the last one wins
-            latest[row.sha256] = row.config_key
-        n = 0
-        for rec in records:
-            if rec.evaluation or rec.sha256 not in latest:
-                continue
-            ev = store.evaluation(rec.sha256, latest[rec.sha256])
-            if ev:
-                rec.evaluation = ev
-                n += 1
-    return n
+        static = store.part(sha256, "", "static")
+        if static is None:
+            return None
+        rec = record_from_json_line(static)
+        _attach(store, rec)
+    return rec
 
 
 def find_store(folder: Path) -> Path | None:
@@ -79,43 +90,16 @@ def find_store(folder: Path) -> Path | None:
     return None
 
 
-def run_static(corpus: Path, out: Path, ptx: bool = True, cache: bool = True) -> list[CandidateRecord]:
-    """The static passes over a corpus, writing out/static.jsonl like `pkb-analyze PATH` does."""
-    from analyzer.pipeline import StaticAnalyzer, StaticOptions
-    from pkb.corpus import discover, read_candidate
-
-    analyzer = StaticAnalyzer(StaticOptions(ptx=ptx, use_cache=cache))
-    files = discover(corpus)
-    base = corpus if corpus.is_dir() else corpus.parent
-    out.mkdir(parents=True, exist_ok=True)
-    records = []
-    try:
-        with (out / "static.jsonl").open("w", encoding="utf-8") as jsonl:
-            for rec in analyzer.analyze_all(read_candidate(f, base) for f in files):
-                jsonl.write(json.dumps(rec.to_json_line()) + "\n")
-                records.append(rec)
-    finally:
-        analyzer.close()
-    return records
-
-
-def gather(path: Path, out: Path, *, store: Path | None = None, ptx: bool = True, cache: bool = True) -> tuple[list[CandidateRecord], dict[str, Any]]:
-    """Records for a report, and where they came from."""
+def gather(path: Path, *, store: Path | None = None) -> tuple[list[CandidateRecord], dict[str, Any]]:
+    """Records of a run folder (its static.jsonl) or of a .jsonl, with the parts of its store
+    (`store`, else the one beside it) attached, and where they came from."""
     info: dict[str, Any] = {"input": str(path), "static": "", "store": ""}
-    if path.is_file() and path.suffix == ".jsonl":
-        records = records_from_jsonl(path)
-        info["static"] = str(path)
-        folder = path.parent
-    elif path.is_dir() and (path / "static.jsonl").is_file():
-        records = records_from_jsonl(path / "static.jsonl")
-        info["static"] = str(path / "static.jsonl")
-        folder = path
-    else:
-        records = run_static(path, out, ptx=ptx, cache=cache)
-        info["static"] = f"static passes run now on {path}"
-        folder = path if path.is_dir() else path.parent
-    store = store or find_store(folder) or find_store(out)
+    jsonl = path if path.is_file() else path / "static.jsonl"
+    records = records_from_jsonl(jsonl)
+    info["static"] = str(jsonl)
+    store = store or find_store(jsonl.parent)
     if store is not None and Path(store).is_file():
         info["store"] = str(store)
-        info["evaluated_from_store"] = attach_store(records, store)
+        counts = attach_store(records, store)
+        info["read from the store"] = ", ".join(f"{part} {n}" for part, n in counts.items())
     return records, info

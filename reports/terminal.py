@@ -1,13 +1,12 @@
-"""`pkb-analyze explain PATH`: one candidate's page in the terminal (rich).
+"""`pkb-analyze explain PATH`: one candidate's page in the terminal (rich), drawn from its record.
 
-Runs the static passes on the file, takes its latest evaluation from a store where one exists,
-diagnoses, and prints the explanation, the labels with their evidence, the findings with the
-rule's fix, and the evaluation's figures.
+Reads the record only (the command line fills it from the store, running a stage where a part
+is missing): prints the explanation, the labels with their evidence, the findings with the
+rule's fix, the evaluation's figures and the slowness causes of the stored diagnosis.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -18,27 +17,6 @@ from rich.text import Text
 from pkb.metrics import speed_text
 
 AXES = ("mechanism", "sync", "ordering", "overlap")
-
-
-def analyze_file(path: Path, *, store: Path | None = None, ptx: bool = True) -> tuple[Any, str]:
-    """(the record, which store it was read from or '')."""
-    from analyzer.pipeline import StaticAnalyzer, StaticOptions
-    from pkb.corpus import read_candidate
-    from pkb.diagnose.explain import diagnose
-    from reports.load import attach_store, find_store
-
-    analyzer = StaticAnalyzer(StaticOptions(ptx=ptx))
-    try:
-        rec = analyzer.analyze(read_candidate(path, path.parent))
-    finally:
-        analyzer.close()
-    found = store or find_store(Path.cwd()) or find_store(path.parent)
-    used = ""
-    if found is not None and Path(found).is_file():
-        if attach_store([rec], found):
-            used = str(found)
-    diagnose(rec)
-    return rec, used
 
 
 def _labels_table(labels: dict[str, list[Any]], title: str) -> Table:
@@ -53,13 +31,15 @@ def _labels_table(labels: dict[str, list[Any]], title: str) -> Table:
     return t
 
 
-def render(rec: Any, console: Console | None = None, store_used: str = "") -> None:
-    """Every piece of the record's text goes in as rich `Text` (never parsed as markup), so
+def render(rec: Any, console: Console | None = None, store_used: str = "", notes: Any = ()) -> None:
+    """`notes`: what was not read from the store but made now (a stage run), said first. Every piece of the record's text goes in as rich `Text` (never parsed as markup), so
     evidence such as `flags[blockIdx.x]` prints verbatim; each finding is one row of the findings
     table (reports.explain_view), the explanation cites it there."""
     from reports.explain_view import explanation_parts, finding_rows
 
     console = console or Console()
+    for note in notes:
+        console.print(Text(note, style="dim"), soft_wrap=True)  # whole, so a long store path never splits it
     diag = rec.diagnosis or {}
     parts = explanation_parts(diag.get("explanation") or {})
     ev = rec.evaluation or {}

@@ -153,7 +153,7 @@ def test_eval_profile_records_a_trace_summary_on_cpu(tmp_path, capsys):
         "@torch.no_grad()\ndef solution(tensor):\n    out = tensor.clone()\n    dist.all_reduce(out)\n    return out\n")
     out = tmp_path / "out"
     code, cap = run_cli(["eval", str(d), "--out", str(out), "--world-size", "2", "--trials", "1",
-                         "--warmup", "2", "--iters", "3", "--timeout", "240", "--profile"], tmp_path, capsys)
+                         "--warmup", "2", "--iters", "3", "--timeout", "240", "--profile", "--ncu"], tmp_path, capsys)
     assert code == 0, cap.err
     rec = json.loads((out / "eval.jsonl").read_text().splitlines()[0])
     # the harness's own trace folder is not the candidate's tampering
@@ -163,3 +163,15 @@ def test_eval_profile_records_a_trace_summary_on_cpu(tmp_path, capsys):
     assert all(r and r.get("calls") for r in prof["ranks"]), prof
     check = rec["evaluation"]["details"]["profile_check"]  # no GPU work on CPU: nothing the timing missed
     assert check["agrees"] is True and sorted(r["rank"] for r in check["ranks"]) == [0, 1], check
+    # the profile and the diagnosis made when the evaluation landed reach `report OUT` through the store
+    code, cap = run_cli(["report", str(out), "--out", str(tmp_path / "rep")], tmp_path, capsys)
+    assert code == 0, cap.err
+    assert "1 evaluated" in cap.out and "diagnosis: stored (1)" in cap.out
+    page = next((tmp_path / "rep" / "kernels").glob("*.html")).read_text()
+    assert "no profile recorded" not in page and "no profile trace" not in page
+    assert Path(prof["ranks"][0]["path"]).name in page and 'alt="timeline of rank 0' in page
+    assert "ncu skipped: no GPU" in page  # --ncu on CPU: its stored verdict, not "no Nsight Compute pass"
+    # and `explain` reads the same stored record: no stage runs again
+    code, cap = run_cli(["explain", str(d / "1_allreduce_good.py"), "--store", str(out / "pkb_eval.sqlite")], tmp_path, capsys)
+    assert code == 0, cap.err
+    assert "static passes run now" not in cap.out and "made now" not in cap.out and rec["evaluation"]["outcome"] in cap.out

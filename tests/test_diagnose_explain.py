@@ -17,11 +17,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def corpus_records(tmp_path_factory):
-    from reports.load import run_static
+    from analyzer.pipeline import StaticOptions
+    from pkb.cli import run_static
 
     tmp = tmp_path_factory.mktemp("explain")
     os.environ["PKB_CACHE_DIR"] = str(tmp / "cache")
-    records = run_static(ROOT / "corpus", tmp / "out", ptx=False)
+    records = run_static(ROOT / "corpus", tmp / "out", StaticOptions(ptx=False), quiet=True)
     for rec in records:
         diagnose(rec)
     return records
@@ -77,6 +78,18 @@ def test_slow_causes_need_evidence_and_rank_by_cost():
     assert causes[0]["cost"] == "405 us per call" and causes[-1]["cost"] == "unmeasured"
     assert {e["kind"] for e in causes[2]["evidence"]} == {"finding", "profile"}
     assert "launch_bound" not in names  # 3 launches is not many
+
+
+def test_low_occupancy_reads_the_ncu_rows_as_stored():
+    rec = _record()
+    rec.profile = {"ncu": {"status": "ok", "kernels": [{"rank": 0, "kernel": "pull_kernel", "achieved_occupancy": 0.1, "duration_ns": 5000.0}]}}
+    causes = diagnose_slow(rec, has_compute=True)
+    assert [c["cause"] for c in causes] == ["low_occupancy"] and causes[0]["cost"] == "5 us per call"
+    # what --ncu stores where it could not run (a CPU run, a failed pass): no rows, no cause
+    rec.profile = {"ncu": {"status": "skipped", "error": "no GPU: ncu profiles CUDA kernels"}}
+    assert diagnose_slow(rec, has_compute=True) == []
+    rec.profile = {"ncu": {"status": "ok", "kernels": [{"rank": 0, "kernel": "pull_kernel", "achieved_occupancy": 0.9, "duration_ns": 5000.0}]}}
+    assert diagnose_slow(rec, has_compute=True) == []
 
 
 def test_slower_explanation_names_the_costliest_cause():

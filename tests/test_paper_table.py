@@ -117,7 +117,7 @@ def test_csv_and_markdown(tmp_path):
 
 
 def test_corpus_report_has_the_section_and_csv(tmp_path):
-    out = corpus_report.build(RECORDS, tmp_path, diagnose=False)
+    out = corpus_report.build(RECORDS, tmp_path)
     md = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert "## Failures in the paper's columns" in md and "paper (GPT-5.5)" in md
     assert (tmp_path / "paper_table.csv").exists()

@@ -214,7 +214,7 @@ def test_profile_candidate_never_raises(tmp_path, fresh_owner):
 
 
 def test_merge_rank_traces(tmp_path):
-    from profiling.timeline import merge_rank_traces
+    from profiling.merge import merge_rank_traces
 
     per_rank = {}
     for r in (0, 1):

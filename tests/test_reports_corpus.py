@@ -29,11 +29,12 @@ HEADINGS = ("pkb-analyze corpus report", "At a glance", "Transfer mechanisms", "
 
 @pytest.fixture(scope="module")
 def static_records(tmp_path_factory):
-    from reports.load import run_static
+    from analyzer.pipeline import StaticOptions
+    from pkb.cli import run_static
 
     tmp = tmp_path_factory.mktemp("report_static")
     os.environ["PKB_CACHE_DIR"] = str(tmp / "cache")
-    return run_static(ROOT / "corpus", tmp / "static", ptx=False)
+    return run_static(ROOT / "corpus", tmp / "static", StaticOptions(ptx=False), quiet=True)
 
 
 def _trace_file(path: Path) -> Path:
@@ -91,9 +92,14 @@ def evaluated_records(static_records, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def built(static_records, evaluated_records, tmp_path_factory):
+    from pkb.diagnose.explain import diagnose
+
     tmp = tmp_path_factory.mktemp("reports")
+    static = copy.deepcopy(static_records)
+    for rec in (*static, *evaluated_records):  # the diagnosis is a stage's (stored with the record), not the report's
+        diagnose(rec)
     return {
-        "static": corpus_report.build(copy.deepcopy(static_records), tmp / "static", {"input": "corpus/"}),
+        "static": corpus_report.build(static, tmp / "static", {"input": "corpus/"}),
         "eval": corpus_report.build(evaluated_records, tmp / "eval", {"input": "synthetic evaluation"}),
     }
 

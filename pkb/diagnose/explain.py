@@ -5,7 +5,9 @@ Every evidence line is built from an object that is there: a label's Evidence or
 diagnosis (cited by its path in that data, with the value). `check_citations` verifies exactly
 that, so an explanation can never cite a line or a figure the earlier stages did not produce.
 
-    diagnose(record)          fills record.diagnosis = {outcome, subtype, wrong, slow, explanation}
+    diagnose(record)          fills record.diagnosis = {outcome, subtype, wrong, slow, explanation};
+                              the command line makes it when an evaluation lands (or a static-only
+                              run ends) and stores it (pkb.cli.store_later_parts); reports read it
     explanation_text(expl)    the same in plain words, for terminals and Markdown
 """
 

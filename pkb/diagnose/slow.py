@@ -140,11 +140,15 @@ def diagnose_slow(record: Any, has_compute: bool | None = None) -> list[dict[str
         gbps = med.get("achieved_GBps")
         add("low_link_utilization", _profile_evidence(w[0], "link_share", w[1], f"achieved {gbps:.3g} GB/s, {w[1]:.0%} of the link's speed of light"),
             span * (1 - w[1]) if isinstance(span, (int, float)) else None)
-    for item in (record.profile or {}).get("ncu") or []:  # Nsight Compute rows, where captured
-        occ = item.get("achieved_occupancy")
+    ncu = (record.profile or {}).get("ncu") or {}
+    # Nsight Compute rows, where captured: pkb.eval.ncu stores {"status", "kernels": [row, ...]}
+    for item in (ncu.get("kernels") or []) if isinstance(ncu, dict) else ncu:
+        occ = item.get("achieved_occupancy") if isinstance(item, dict) else None
         if isinstance(occ, (int, float)) and occ < LOW_OCCUPANCY:
+            dur_ns = item.get("duration_ns")
             add("low_occupancy", {"kind": "profile", "key": "ncu.achieved_occupancy", "value": occ, "kernel": item.get("kernel"),
-                                  "text": f"kernel {item.get('kernel')}: achieved occupancy {occ:.0%} (ncu)"}, item.get("duration_us"))
+                                  "text": f"kernel {item.get('kernel')}: achieved occupancy {occ:.0%} (ncu)"},
+                item.get("duration_us") or (dur_ns / 1000 if isinstance(dur_ns, (int, float)) else None))
 
     out = list(causes.values())
     for c in out:
