@@ -22,18 +22,8 @@ import ast
 import re
 from typing import Any
 
-COLLECTIVES = frozenset(
-    {
-        "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
-        "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "broadcast", "reduce", "gather",
-        "scatter", "send", "recv", "isend", "irecv", "batch_isend_irecv", "barrier", "all_reduce_coalesced",
-        "_all_gather_base", "_reduce_scatter_base", "monitored_barrier",
-    }
-)
-# Collectives that move no data: a host-side rendezvous of the ranks. On a timed path they are a
-# slowness cause (host_sync_in_hot_path), never evidence that a candidate fell back to the library.
-HOST_SYNCS = frozenset({"barrier", "monitored_barrier"})
-DATA_COLLECTIVES = COLLECTIVES - HOST_SYNCS
+from pkb.collectives import MOVES_DATA
+
 _DIST_OWNERS = ("dist", "distributed", "funcol", "_functional_collectives", "c10d", "distributed_c10d")
 _REFERENCE_MODULES = re.compile(r"^(problems(\.|$)|reference(\.|$)|pkb_reference$|pkb_problem_)")
 _REFERENCE_TEXT = re.compile(r"(^|[/\\])(reference|problems)([/\\]|$)|p\d+_[a-z0-9_]+\.py|^\d+_[a-z0-9_]+\.py$")
@@ -84,7 +74,7 @@ def _is_collective_call(node: ast.AST) -> bool:
     if not isinstance(node, ast.Call):
         return False
     func = node.func
-    if isinstance(func, ast.Attribute) and func.attr in DATA_COLLECTIVES:
+    if isinstance(func, ast.Attribute) and func.attr in MOVES_DATA:  # a barrier in a handler moves nothing
         owner = func.value
         name = owner.attr if isinstance(owner, ast.Attribute) else owner.id if isinstance(owner, ast.Name) else ""
         return name in _DIST_OWNERS
