@@ -32,7 +32,9 @@ _L2_TEXT = re.compile(r"accessPolicyWindow|cudaStreamAttributeAccessPolicyWindow
 _INTROSPECTION = {("gc", "get_objects"), ("gc", "get_referrers"), ("sys", "_getframe"), ("inspect", "currentframe"), ("inspect", "stack"), ("inspect", "getouterframes")}
 
 
-def static_flags(source: str) -> list[dict[str, Any]]:
+def static_flags(source: str, tree: ast.Module | None = None) -> list[dict[str, Any]]:
+    """The hints of one candidate's source; `tree` is its parsed text where the caller has it
+    (the record's), so the source is parsed here only when no one did."""
     flags: list[dict[str, Any]] = []
     lines = source.splitlines()
 
@@ -44,10 +46,11 @@ def static_flags(source: str) -> list[dict[str, Any]]:
     for i, text in enumerate(lines, 1):
         if _L2_TEXT.search(text):
             add("l2_persistence", i)
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return flags
+    if tree is None:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return flags
     for node in ast.walk(tree):
         if isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
             for handler in node.handlers:  # type: ignore[attr-defined]
