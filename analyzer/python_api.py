@@ -12,18 +12,14 @@ from __future__ import annotations
 import ast
 import re
 
-from pkb.collectives import HOST_SYNCS as LIBRARY_HOST_SYNCS
-from pkb.collectives import P2P as P2P_CALLS
-from pkb.collectives import P2P_OP_CLASS, STATIC_COLLECTIVES
+from pkb import collectives
 from pkb.facts import CallSite
-
 
 # Library collectives come from the one list in pkb/collectives.py; the P2P descriptor class counts
 # as p2p for the static pass (a candidate that builds one hands it to batch_isend_irecv).
-COLLECTIVES = STATIC_COLLECTIVES
-P2P = P2P_CALLS | {P2P_OP_CLASS}
-HOST_SYNCS = LIBRARY_HOST_SYNCS
-
+COLLECTIVES = collectives.STATIC_COLLECTIVES
+P2P = collectives.P2P | {collectives.P2P_OP_CLASS}
+HOST_SYNCS = collectives.HOST_SYNCS
 
 SYMM_HANDLE_METHODS = {"barrier", "put_signal", "wait_signal", "get_buffer", "get_signal_pad"}
 SYMM_HANDLE_ATTRS = {
@@ -140,7 +136,7 @@ class CallCategories:
             return "collective", q
         if dist_mod and last in P2P:
             return "p2p", q
-        if dist_mod and last in ("barrier", "monitored_barrier"):
+        if dist_mod and last in HOST_SYNCS:
             return "host_sync", q
         if "_symmetric_memory" in q or q.startswith("torch.ops.symm_mem"):
             return "symm_mem", q

@@ -29,8 +29,8 @@ from pkb.facts import ArgInfo, CallSite, PythonFacts
 from analyzer.python_api import ALLOC_FUNCS, SYMM_HANDLE_ATTRS, CallCategories, dotted, is_metadata_collective
 from analyzer.python_asserts import AssertsAndLoops
 from analyzer.python_cache import CacheState
-from analyzer.python_pointers import PointerKinds, _Scope, _stronger
-from analyzer.python_reach import Reachability, _Ctx
+from analyzer.python_pointers import PointerKinds, Scope, stronger
+from analyzer.python_reach import Reachability, CallContext
 from analyzer.python_run import RunBranches, RunContext, run_context, run_context_of_path
 from analyzer.python_sources import ExtensionSources
 from analyzer.python_triton import TritonKernels
@@ -55,8 +55,8 @@ class PythonPass(CallCategories, PointerKinds, Reachability, CacheState, RunBran
         self.triton_names: set[str] = set()
         self.cupy_kernels: dict[str, str] = {}  # python var -> kernel name
         self.ext_functions: set[str] = set()
-        self.module_scope = _Scope()
-        self.scopes: dict[str, _Scope] = {}
+        self.module_scope = Scope()
+        self.scopes: dict[str, Scope] = {}
         self.returns: dict[str, list[str]] = {}  # function -> kinds of returned tuple items
         self.tuples: dict[str, list[str]] = {}  # name / cache slot -> kinds of a tuple stored there
         self.path_of: dict[str, str] = {}  # function -> best path reached
@@ -71,7 +71,7 @@ class PythonPass(CallCategories, PointerKinds, Reachability, CacheState, RunBran
         self.method_class: dict[int, str] = {}  # id(method def) -> its class
         # Filled by the stages of run(), in its order.
         self.enclosing: dict[int, ast.AST] = {}  # id(node) -> the innermost function holding it
-        self.stmt_ctx: dict[int, _Ctx] = {}  # id(call node) -> the route it runs on
+        self.stmt_ctx: dict[int, CallContext] = {}  # id(call node) -> the route it runs on
         self.loop_nodes: list[tuple[ast.AST, str]] = []  # loops on the timed path, with their function
         self.parents: dict[int, ast.AST] = {}  # id(node) -> its parent
         self._return_line = 0  # the return statement _reused_returns is looking at
@@ -191,7 +191,7 @@ class PythonPass(CallCategories, PointerKinds, Reachability, CacheState, RunBran
                     args.append(self._arg(-1, node.func.value, scope, "self"))
                 self._record(node, name, cat, enclosing, args)
 
-    def _arg(self, pos: int, node: ast.AST, scope: _Scope, kw: str = "") -> ArgInfo:
+    def _arg(self, pos: int, node: ast.AST, scope: Scope, kw: str = "") -> ArgInfo:
         kind = self.kind_of(node, scope)
         origin = 0
         if isinstance(node, ast.Name):
@@ -255,7 +255,7 @@ class PythonPass(CallCategories, PointerKinds, Reachability, CacheState, RunBran
             positional = [a.pointer_kind for a in args if a.position >= 0]
             old = self.facts.ext_arg_kinds.get(target)
             self.facts.ext_arg_kinds[target] = (
-                positional if old is None else [_stronger(a, b) for a, b in zip(old, positional)] + old[len(positional):]
+                positional if old is None else [stronger(a, b) for a, b in zip(old, positional)] + old[len(positional):]
             )
         if cat == "cupy_launch" and len(args) >= 3:
             tup = node.args[2] if isinstance(node, ast.Call) and len(node.args) >= 3 else None

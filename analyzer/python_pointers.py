@@ -15,7 +15,7 @@ from analyzer.python_api import RANK_NAMES, SYMM_HANDLE_ATTRS, dotted
 
 
 @dataclass
-class _Scope:
+class Scope:
     """Per-function pointer kinds of names (flow-insensitive; the most specific kind wins)."""
 
     kinds: dict[str, str] = field(default_factory=dict)
@@ -23,7 +23,8 @@ class _Scope:
     rank_vars: set[str] = field(default_factory=set)
 
 
-def _stronger(a: str, b: str) -> str:
+def stronger(a: str, b: str) -> str:
+    """The more specific of two pointer kinds (a peer pointer array over a plain peer pointer...)."""
     order = ("unknown", "local", "symm_local", "multicast_ptr", "signal_ptr", "signal_ptr_array",
              "nvshmem_ptr", "peer_tensor", "peer_ptr", "peer_ptr_array")
     return a if order.index(a) >= order.index(b) else b
@@ -32,12 +33,12 @@ def _stronger(a: str, b: str) -> str:
 class PointerKinds:
     """The pointer-kind dataflow of the Python pass (a mixin of PythonPass)."""
 
-    def _scope_for(self, fn: ast.AST | None) -> _Scope:
+    def _scope_for(self, fn: ast.AST | None) -> Scope:
         if fn is None:
             return self.module_scope
-        return self.scopes.setdefault(getattr(fn, "name", ""), _Scope())
+        return self.scopes.setdefault(getattr(fn, "name", ""), Scope())
 
-    def kind_of(self, node: ast.AST, scope: _Scope) -> str:
+    def kind_of(self, node: ast.AST, scope: Scope) -> str:
         """What `node` points at, as far as the dataflow knows."""
         if isinstance(node, ast.Name):
             return scope.kinds.get(node.id) or self.module_scope.kinds.get(node.id, "unknown")
@@ -83,12 +84,12 @@ class PointerKinds:
                 return kinds[0] if len(kinds) == 1 else "unknown"
             return "unknown"
         if isinstance(node, ast.BinOp):
-            return _stronger(self.kind_of(node.left, scope), self.kind_of(node.right, scope))
+            return stronger(self.kind_of(node.left, scope), self.kind_of(node.right, scope))
         if isinstance(node, (ast.List, ast.Tuple, ast.ListComp)):
             elts = node.elts if not isinstance(node, ast.ListComp) else [node.elt]
             best = "unknown"
             for e in elts:
-                best = _stronger(best, self.kind_of(e, scope))
+                best = stronger(best, self.kind_of(e, scope))
             if best == "peer_ptr":
                 return "peer_ptr_array"
             if best == "signal_ptr":
@@ -96,7 +97,7 @@ class PointerKinds:
             return best
         return "unknown"
 
-    def _is_rank_expr(self, node: ast.AST, scope: _Scope) -> bool:
+    def _is_rank_expr(self, node: ast.AST, scope: Scope) -> bool:
         if isinstance(node, ast.Name):
             return node.id in RANK_NAMES or node.id in scope.rank_vars
         if isinstance(node, ast.Attribute):
@@ -105,7 +106,7 @@ class PointerKinds:
             return self.qualname(node.func).endswith("get_rank")
         return False
 
-    def _assign_kinds(self, targets: list[ast.AST], value: ast.AST, scope: _Scope, line: int) -> None:
+    def _assign_kinds(self, targets: list[ast.AST], value: ast.AST, scope: Scope, line: int) -> None:
         if self._is_host_tensor(value):
             for t in targets:
                 name = dotted(t) if isinstance(t, (ast.Name, ast.Attribute)) else ""
@@ -118,7 +119,7 @@ class PointerKinds:
                     kind = self.kind_of(val, scope)
                     if kind != "unknown":
                         slot = f"*[{key.value!r}]"
-                        self.module_scope.kinds[slot] = _stronger(self.module_scope.kinds.get(slot, "unknown"), kind)
+                        self.module_scope.kinds[slot] = stronger(self.module_scope.kinds.get(slot, "unknown"), kind)
         if isinstance(value, ast.Call) and self.qualname(value.func).endswith("get_rank") or (
             isinstance(value, ast.Attribute) and value.attr == "rank"
         ):
@@ -158,7 +159,7 @@ class PointerKinds:
             return self.returns.get(name, [])
         return self.tuples.get(self._slot(value), [])
 
-    def _set_kind(self, target: ast.AST, kind: str, scope: _Scope, line: int) -> None:
+    def _set_kind(self, target: ast.AST, kind: str, scope: Scope, line: int) -> None:
         if kind == "unknown":
             return
         if isinstance(target, ast.Name):
@@ -171,13 +172,13 @@ class PointerKinds:
             return
         if isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant):
             slot = f"*[{target.slice.value!r}]"
-            self.module_scope.kinds[slot] = _stronger(self.module_scope.kinds.get(slot, "unknown"), kind)
+            self.module_scope.kinds[slot] = stronger(self.module_scope.kinds.get(slot, "unknown"), kind)
         dest = self.module_scope if (key.split("[")[0] in self.global_names or isinstance(target, ast.Attribute)) else scope
-        dest.kinds[key] = _stronger(dest.kinds.get(key, "unknown"), kind)
+        dest.kinds[key] = stronger(dest.kinds.get(key, "unknown"), kind)
         dest.origin.setdefault(key, line)
         if isinstance(target, ast.Attribute):
             slot = "*." + target.attr
-            self.module_scope.kinds[slot] = _stronger(self.module_scope.kinds.get(slot, "unknown"), kind)
+            self.module_scope.kinds[slot] = stronger(self.module_scope.kinds.get(slot, "unknown"), kind)
         if dest is not scope:
             scope.kinds[key] = dest.kinds[key]
 
@@ -209,4 +210,4 @@ class PointerKinds:
                             if old is None or len(old) != len(kinds):
                                 self.returns[fn.name] = kinds  # type: ignore[union-attr]
                             else:
-                                self.returns[fn.name] = [_stronger(a, b) for a, b in zip(old, kinds)]  # type: ignore[union-attr]
+                                self.returns[fn.name] = [stronger(a, b) for a, b in zip(old, kinds)]  # type: ignore[union-attr]

@@ -19,7 +19,10 @@ _PATH_RANK = {"unreached": 0, "module": 0, "fallback": 1, "setup": 2, "timed": 3
 
 
 @dataclass
-class _Ctx:
+class CallContext:
+    """Where a call runs: its function, its route (timed, setup, fallback), and whether it is
+    rank-conditional, in a loop, or under a side stream."""
+
     function: str
     path: str
     rank_conditional: bool = False
@@ -27,8 +30,8 @@ class _Ctx:
     stream: str = ""
 
 
-def _ctx_on(ctx: _Ctx, path: str) -> _Ctx:
-    return _Ctx(ctx.function, path, ctx.rank_conditional, ctx.in_loop, ctx.stream)
+def _ctx_on(ctx: CallContext, path: str) -> CallContext:
+    return CallContext(ctx.function, path, ctx.rank_conditional, ctx.in_loop, ctx.stream)
 
 
 class Reachability:
@@ -104,7 +107,7 @@ class Reachability:
     def _reachability(self) -> None:
         """Which functions run on every call of solution(), and which only once."""
         sol = self.functions.get("solution")
-        self.stmt_ctx: dict[int, _Ctx] = {}  # id(call node) -> context
+        self.stmt_ctx: dict[int, CallContext] = {}  # id(call node) -> context
         if sol is None:
             return
         self._visit_function(sol, "timed", False, set())
@@ -121,10 +124,10 @@ class Reachability:
             if prev is not None and _PATH_RANK[prev] >= _PATH_RANK[path]:
                 return
         self.path_of[name] = path
-        ctx = _Ctx(function=name, path=path, rank_conditional=rank_cond)
+        ctx = CallContext(function=name, path=path, rank_conditional=rank_cond)
         self._visit_block(fn.body, ctx, fn, stack | {name})  # type: ignore[attr-defined]
 
-    def _visit_block(self, body: list[ast.stmt], ctx: _Ctx, fn: ast.AST, stack: set[str]) -> None:
+    def _visit_block(self, body: list[ast.stmt], ctx: CallContext, fn: ast.AST, stack: set[str]) -> None:
         current = ctx
         for i, stmt in enumerate(body):
             if self._is_early_return_hit(stmt) and self._is_cache_guard_early(stmt, body[i + 1 :], fn):
@@ -140,7 +143,7 @@ class Reachability:
                 current = _ctx_on(current, "fallback")
                 self._mark_fallback(body[i + 1 :])
 
-    def _visit_stmt(self, stmt: ast.stmt, ctx: _Ctx, fn: ast.AST, stack: set[str]) -> None:
+    def _visit_stmt(self, stmt: ast.stmt, ctx: CallContext, fn: ast.AST, stack: set[str]) -> None:
         if isinstance(stmt, ast.If):
             self._visit_expr(stmt.test, ctx, fn, stack)
             body_ctx, else_ctx = ctx, ctx
@@ -155,15 +158,15 @@ class Reachability:
                 body_ctx = _ctx_on(body_ctx, "fallback")
                 self._mark_fallback(stmt.body)
             if self._is_rank_test(stmt.test, fn):
-                body_ctx = _Ctx(body_ctx.function, body_ctx.path, True, body_ctx.in_loop, body_ctx.stream)
-                else_ctx = _Ctx(else_ctx.function, else_ctx.path, True, else_ctx.in_loop, else_ctx.stream)
+                body_ctx = CallContext(body_ctx.function, body_ctx.path, True, body_ctx.in_loop, body_ctx.stream)
+                else_ctx = CallContext(else_ctx.function, else_ctx.path, True, else_ctx.in_loop, else_ctx.stream)
             self._visit_block(stmt.body, body_ctx, fn, stack)
             self._visit_block(stmt.orelse, else_ctx, fn, stack)
             return
         if isinstance(stmt, (ast.For, ast.While, ast.AsyncFor)):
             head = stmt.iter if isinstance(stmt, (ast.For, ast.AsyncFor)) else stmt.test
             self._visit_expr(head, ctx, fn, stack)
-            loop_ctx = _Ctx(ctx.function, ctx.path, ctx.rank_conditional, True, ctx.stream)
+            loop_ctx = CallContext(ctx.function, ctx.path, ctx.rank_conditional, True, ctx.stream)
             self._visit_block(stmt.body, loop_ctx, fn, stack)
             self._visit_block(stmt.orelse, ctx, fn, stack)
             if ctx.path == "timed":
@@ -175,7 +178,7 @@ class Reachability:
                 self._visit_expr(item.context_expr, ctx, fn, stack)
                 q = self.qualname(item.context_expr.func) if isinstance(item.context_expr, ast.Call) else ""
                 if q.endswith("cuda.stream") or q.endswith(".stream"):
-                    inner = _Ctx(ctx.function, ctx.path, ctx.rank_conditional, ctx.in_loop, ast.unparse(item.context_expr))
+                    inner = CallContext(ctx.function, ctx.path, ctx.rank_conditional, ctx.in_loop, ast.unparse(item.context_expr))
             self._visit_block(stmt.body, inner, fn, stack)
             return
         if isinstance(stmt, ast.Try):
@@ -190,7 +193,7 @@ class Reachability:
             self._set_ctx(stmt, ctx)
         self._visit_expr(stmt, ctx, fn, stack)
 
-    def _visit_expr(self, node: ast.AST, ctx: _Ctx, fn: ast.AST, stack: set[str]) -> None:
+    def _visit_expr(self, node: ast.AST, ctx: CallContext, fn: ast.AST, stack: set[str]) -> None:
         for sub in ast.walk(node):
             if isinstance(sub, ast.Call):
                 self._set_ctx(sub, ctx)
@@ -200,7 +203,7 @@ class Reachability:
             elif isinstance(sub, ast.Attribute) and sub.attr in SYMM_HANDLE_ATTRS:
                 self._set_ctx(sub, ctx)
 
-    def _set_ctx(self, node: ast.AST, ctx: _Ctx) -> None:
+    def _set_ctx(self, node: ast.AST, ctx: CallContext) -> None:
         # A call reached both from set-up (or a fallback) and per call runs per call.
         old = self.stmt_ctx.get(id(node))
         if old is None or _PATH_RANK[ctx.path] > _PATH_RANK[old.path]:
