@@ -582,8 +582,8 @@ def _funcol_group(group: Any) -> Any:
     return group
 
 
-# Library calls (pkb/collectives.py) the emulation leaves to torch: a candidate that calls one
-# fails under emulation the way it would with no process group, which names the call.
+# Library calls (pkb/collectives.py) the emulation leaves to torch: none of PKB's solutions calls
+# one; a candidate that does reaches torch's own function, which finds no process group and raises.
 NOT_EMULATED = frozenset({
     "all_reduce_coalesced", "all_gather_into_tensor_coalesced", "reduce_scatter_tensor_coalesced",
     "send_object_list", "recv_object_list",

@@ -124,7 +124,8 @@ class HarnessSnapshot:
 
 
 class DistCounter:
-    """Wraps torch.distributed's collectives (and funcol's) to count calls while `active`."""
+    """Wraps torch.distributed's library calls (pkb.collectives.COUNTED, on dist, c10d and funcol)
+    to count calls while `active`."""
 
     def __init__(self) -> None:
         self.active = False
