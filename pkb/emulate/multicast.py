@@ -6,6 +6,9 @@ illegal address, a wrong result) says nothing about its protocol. `multicast_nee
 static evidence (the `multimem.*` lines, and any test of multicast_ptr against 0 that would
 lead to a fallback); `needs_multicast_verdict` turns a failed emulated run into `not_run`
 "needs multicast" when that evidence and the run agree, and leaves every other result alone.
+
+Reads the candidate's source, parsed once: the record's own tree where the record holds that
+source, else parsed here.
 """
 
 from __future__ import annotations
@@ -31,14 +34,15 @@ _EXPLAINED_MESSAGE = re.compile(r"multicast|multimem|illegal memory access|an il
 def multicast_need(source: str, record: Any = None) -> dict[str, Any]:
     """{'multimem': [{line, snippet, pass}], 'fallback_guards': [{line, snippet}], 'reads_multicast_ptr': bool}."""
     lines = source.splitlines()
+    tree = _syntax_tree(source, record)
     evidence: list[dict[str, Any]] = []
     seen: set[int] = set()
     for ev in _record_nvls_evidence(record):
         if _MULTIMEM.search(ev.get("snippet", "")) and ev["line"] not in seen:
             seen.add(ev["line"])
             evidence.append(ev)
-    in_strings = _string_lines(source)
-    code_lines = in_strings - _docstring_lines(source)
+    in_strings = _string_lines(source, tree)
+    code_lines = in_strings - _docstring_lines(tree)
     for i, text in enumerate(lines, 1):
         # CUDA source strings only: a docstring or comment that names multimem is no evidence
         if i in seen or i not in code_lines or text.lstrip().startswith(("//", "/*", "*")):
@@ -47,7 +51,7 @@ def multicast_need(source: str, record: Any = None) -> dict[str, Any]:
             seen.add(i)
             evidence.append({"line": i, "snippet": text.strip()[:200], "pass": "python"})
     evidence.sort(key=lambda e: e["line"])
-    guards = python_guards(source) + [
+    guards = python_guards(source, tree) + [
         {"line": i, "snippet": lines[i - 1].strip()[:200], "where": "cuda"}
         for i in sorted(in_strings) if i <= len(lines) and _CUDA_GUARD.search(lines[i - 1]) and not _RAISES_ONLY.search(lines[i - 1])
     ]
@@ -59,12 +63,21 @@ def multicast_need(source: str, record: Any = None) -> dict[str, Any]:
     }
 
 
-def _string_lines(source: str) -> set[int]:
+def _syntax_tree(source: str, record: Any = None) -> ast.Module | None:
+    """`source` parsed: the record's tree when the record holds this source; None when it does
+    not parse."""
+    if record is not None and getattr(record, "source", "") == source and hasattr(record, "syntax_tree"):
+        return record.syntax_tree()
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _string_lines(source: str, tree: ast.Module | None) -> set[int]:
     """Lines inside the module's string literals (where CUDA sources live); every line when the
     file does not parse."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    if tree is None:
         return set(range(1, source.count("\n") + 2))
     out: set[int] = set()
     for node in ast.walk(tree):
@@ -73,11 +86,9 @@ def _string_lines(source: str) -> set[int]:
     return out
 
 
-def _docstring_lines(source: str) -> set[int]:
+def _docstring_lines(tree: ast.Module | None) -> set[int]:
     """Lines of the module's, classes' and functions' docstrings."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    if tree is None:
         return set()
     out: set[int] = set()
     for node in ast.walk(tree):
@@ -104,13 +115,14 @@ def _record_nvls_evidence(record: Any) -> list[dict[str, Any]]:
     return out
 
 
-def python_guards(source: str) -> list[dict[str, Any]]:
+def python_guards(source: str, tree: ast.Module | None = None) -> list[dict[str, Any]]:
     """Tests in the Python code that can steer a 0 multicast_ptr away from the multimem path:
     a comparison of multicast_ptr (or a name bound from it) with 0/None, its use as a condition,
-    or has_multicast_support(). `hasattr(hdl, "multicast_ptr")` is no guard: torch always has it."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    or has_multicast_support(). `hasattr(hdl, "multicast_ptr")` is no guard: torch always has it.
+    `tree`: the source parsed, where the caller has it."""
+    if tree is None:
+        tree = _syntax_tree(source)
+    if tree is None:
         return []
     names = _names_bound_from_multicast(tree)
     lines = source.splitlines()

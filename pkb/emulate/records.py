@@ -146,8 +146,9 @@ def prepare(rec: Any, world_size: int, options: Any, store: Any, device: str) ->
     cached = store.evaluation(sha, key)
     if cached and (cached.get("status") in DONE_STATUSES or cached.get("subtype") == "needs_multicast"):
         return {**cached, "status_stored": cached.get("status"), "status": "skipped_cached"}
-    if device == "cpu" and cpu_blockers(source):
-        ev["reason"] = f"needs the GPU under emulation: the candidate uses {'/'.join(cpu_blockers(source))}"
+    blockers = cpu_blockers(source) if device == "cpu" else []
+    if blockers:
+        ev["reason"] = f"needs the GPU under emulation: the candidate uses {'/'.join(blockers)}"
         store.write_evaluation(sha, key, ref.id, ev)
         return ev
     cand_dir = options.resolved_work_dir() / "emulated" / "candidates" / sha[:16]

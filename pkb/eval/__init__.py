@@ -10,6 +10,7 @@ outcome (per-rank results -> one outcome), store (SQLite), metrics (pass@k, fast
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
 import time
@@ -312,8 +313,9 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
         evaluation["details"] = {"min_world_size": ref.min_world_size, "min_world_size_source": "catalog"}
         store.write_evaluation(sha, key, ref.id, evaluation)
         return evaluation
+    tree = _syntax_tree(rec, source)
     if env.device == "cpu":
-        reason = cuda_requirement(source)
+        reason = cuda_requirement(source, tree)
         if reason:
             evaluation["reason"] = reason
             evaluation["wall_s"] = time.monotonic() - t0
@@ -356,8 +358,8 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
         compile_timeout_s=min(options.compile_timeout_s, options.timeout_s),
         call_timeout_s=min(options.call_timeout_s, options.timeout_s),
         profile=options.profile,
-        claims_custom_kernels=bool(cuda_uses(source)),
-        static_flags=static_flags(source) + _finding_hints(rec),
+        claims_custom_kernels=bool(cuda_uses(source, tree)),
+        static_flags=static_flags(source, tree) + _finding_hints(rec),
         sandbox_hide=[str(Path(options.store_path).resolve()), str(work)],
     )
     return Pending(job, evaluation, sha, key, ref.id, t0, options.ncu_kernels, tuple(options.ncu_metrics))
@@ -490,6 +492,17 @@ def _finding_hints(rec: Any) -> list[dict[str, Any]]:
             line = getattr(f, "line", None) or (f.get("line") if isinstance(f, dict) else 0) or 0
             out.append({"flag": "pkb012_library_collective", "line": int(line), "snippet": ""})
     return out
+
+
+def _syntax_tree(rec: Any, source: str) -> ast.Module | None:
+    """The candidate's parsed source: the record's own tree (parsed once, shared with the static
+    passes) when the record holds this text; else parsed here, once. None when it does not parse."""
+    if getattr(rec, "source", "") == source and hasattr(rec, "syntax_tree"):
+        return rec.syntax_tree()
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
 
 
 def _source_text(rec: Any) -> str:

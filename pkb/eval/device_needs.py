@@ -3,6 +3,9 @@
 A candidate that JIT-builds CUDA (load_inline with CUDA sources, PKB's compile_cuda_extension),
 uses cupy, Triton or torch symmetric memory cannot run on a CPU-only machine; launching it there
 would only measure the missing device.
+
+Reads the candidate's source, and its parsed tree where the caller has one (the record's), so
+nothing here parses a source a caller already parsed.
 """
 
 from __future__ import annotations
@@ -29,20 +32,22 @@ _REGEX = re.compile(
 )
 
 
-def cuda_uses(source: str) -> list[str]:
-    """Names of the CUDA-only things the source uses, in first-seen order."""
+def cuda_uses(source: str, tree: ast.Module | None = None) -> list[str]:
+    """Names of the CUDA-only things the source uses, in first-seen order (`tree`: the source
+    parsed, where the caller has it)."""
     found: list[str] = []
 
     def add(name: str) -> None:
         if name not in found:
             found.append(name)
 
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        for m in _REGEX.finditer(source):
-            add(m.group(1).replace("import ", "").replace("from ", "").replace("_symmetric_memory", "symm_mem"))
-        return found
+    if tree is None:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            for m in _REGEX.finditer(source):
+                add(m.group(1).replace("import ", "").replace("from ", "").replace("_symmetric_memory", "symm_mem"))
+            return found
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -70,9 +75,9 @@ def cuda_uses(source: str) -> list[str]:
     return found
 
 
-def cuda_requirement(source: str) -> str | None:
+def cuda_requirement(source: str, tree: ast.Module | None = None) -> str | None:
     """The reason a CPU-only machine cannot run this candidate, or None if it can."""
-    uses = cuda_uses(source)
+    uses = cuda_uses(source, tree)
     if not uses:
         return None
     builds = [u for u in uses if u in ("load_inline", "compile_cuda_extension", "CUDAExtension", "cupy", "pycuda")]

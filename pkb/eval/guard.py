@@ -26,7 +26,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable
 
-from pkb.eval.static_checks import COLLECTIVES, HOST_SYNCS
+from pkb.collectives import COUNTED, HOST_SYNCS
 
 _TORCH_FUNCS = (
     "allclose", "isclose", "equal", "eq", "ne", "isnan", "isfinite", "isinf", "where", "abs", "all", "any",
@@ -66,7 +66,7 @@ class HarnessSnapshot:
                     self._add(event, "torch.cuda.Event", name)
         for name in _TIME_FUNCS:
             self._add(time, "time", name)
-        for name in sorted(COLLECTIVES) + ["get_rank", "get_world_size", "init_process_group", "new_group"]:
+        for name in sorted(COUNTED) + ["get_rank", "get_world_size", "init_process_group", "new_group"]:
             self._add(dist, "torch.distributed", name)
         for modname in _HARNESS_MODULES:
             mod = sys.modules.get(modname)
@@ -124,7 +124,8 @@ class HarnessSnapshot:
 
 
 class DistCounter:
-    """Wraps torch.distributed's collectives (and funcol's) to count calls while `active`."""
+    """Wraps torch.distributed's library calls (pkb.collectives.COUNTED, on dist, c10d and funcol)
+    to count calls while `active`."""
 
     def __init__(self) -> None:
         self.active = False
@@ -153,7 +154,7 @@ class DistCounter:
             pass
         wrapped: dict[int, Callable[..., Any]] = {}
         for owner in owners:
-            for name in COLLECTIVES:
+            for name in COUNTED:
                 fn = getattr(owner, name, None)
                 if fn is None or not callable(fn) or getattr(fn, "_pkb_counted", False):
                     continue

@@ -38,7 +38,7 @@ from typing import Any
 from pkb.eval.classify import RUNTIME_PRIORITY, runtime_subtype
 from pkb.eval.compare import TOLERANCE_FACTOR
 from pkb.eval.launcher import LaunchResult
-from pkb.eval.static_checks import HOST_SYNCS
+from pkb.collectives import HOST_SYNCS
 from pkb.eval.timing import event_time_ms, rank_time_ms, rank_time_range_ms
 
 _ERROR_PRIORITY = ("compile_error", "load_error", "runtime_error")

@@ -22,18 +22,8 @@ import ast
 import re
 from typing import Any
 
-COLLECTIVES = frozenset(
-    {
-        "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce_scatter",
-        "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "broadcast", "reduce", "gather",
-        "scatter", "send", "recv", "isend", "irecv", "batch_isend_irecv", "barrier", "all_reduce_coalesced",
-        "_all_gather_base", "_reduce_scatter_base", "monitored_barrier",
-    }
-)
-# Collectives that move no data: a host-side rendezvous of the ranks. On a timed path they are a
-# slowness cause (host_sync_in_hot_path), never evidence that a candidate fell back to the library.
-HOST_SYNCS = frozenset({"barrier", "monitored_barrier"})
-DATA_COLLECTIVES = COLLECTIVES - HOST_SYNCS
+from pkb.collectives import MOVES_DATA
+
 _DIST_OWNERS = ("dist", "distributed", "funcol", "_functional_collectives", "c10d", "distributed_c10d")
 _REFERENCE_MODULES = re.compile(r"^(problems(\.|$)|reference(\.|$)|pkb_reference$|pkb_problem_)")
 _REFERENCE_TEXT = re.compile(r"(^|[/\\])(reference|problems)([/\\]|$)|p\d+_[a-z0-9_]+\.py|^\d+_[a-z0-9_]+\.py$")
@@ -42,7 +32,9 @@ _L2_TEXT = re.compile(r"accessPolicyWindow|cudaStreamAttributeAccessPolicyWindow
 _INTROSPECTION = {("gc", "get_objects"), ("gc", "get_referrers"), ("sys", "_getframe"), ("inspect", "currentframe"), ("inspect", "stack"), ("inspect", "getouterframes")}
 
 
-def static_flags(source: str) -> list[dict[str, Any]]:
+def static_flags(source: str, tree: ast.Module | None = None) -> list[dict[str, Any]]:
+    """The hints of one candidate's source; `tree` is its parsed text where the caller has it
+    (the record's), so the source is parsed here only when no one did."""
     flags: list[dict[str, Any]] = []
     lines = source.splitlines()
 
@@ -54,10 +46,11 @@ def static_flags(source: str) -> list[dict[str, Any]]:
     for i, text in enumerate(lines, 1):
         if _L2_TEXT.search(text):
             add("l2_persistence", i)
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return flags
+    if tree is None:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return flags
     for node in ast.walk(tree):
         if isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
             for handler in node.handlers:  # type: ignore[attr-defined]
@@ -84,7 +77,7 @@ def _is_collective_call(node: ast.AST) -> bool:
     if not isinstance(node, ast.Call):
         return False
     func = node.func
-    if isinstance(func, ast.Attribute) and func.attr in DATA_COLLECTIVES:
+    if isinstance(func, ast.Attribute) and func.attr in MOVES_DATA:  # a barrier in a handler moves nothing
         owner = func.value
         name = owner.attr if isinstance(owner, ast.Attribute) else owner.id if isinstance(owner, ast.Name) else ""
         return name in _DIST_OWNERS

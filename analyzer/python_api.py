@@ -1,0 +1,203 @@
+"""Which torch, torch.distributed, symmetric-memory and CUDA calls a candidate makes: the names the
+Python pass recognises, and the category it gives each call (collective, p2p, host_sync, symm_mem,
+symm_handle, cuda_sync, host_transfer, stream, event, compile, alloc, launches, tensor_copy,
+compute).
+
+Reads the parsed file through the pass's state (import aliases, extension functions, Triton and
+CuPy kernel names, host-tensor names); the library collectives are pkb/collectives.py's.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from pkb import collectives
+from pkb.facts import CallSite
+
+# Library collectives come from the one list in pkb/collectives.py; the P2P descriptor class counts
+# as p2p for the static pass (a candidate that builds one hands it to batch_isend_irecv).
+COLLECTIVES = collectives.STATIC_COLLECTIVES
+P2P = collectives.P2P | {collectives.P2P_OP_CLASS}
+HOST_SYNCS = collectives.HOST_SYNCS
+
+SYMM_HANDLE_METHODS = {"barrier", "put_signal", "wait_signal", "get_buffer", "get_signal_pad"}
+SYMM_HANDLE_ATTRS = {
+    "buffer_ptrs": "peer_ptr_array",
+    "buffer_ptrs_dev": "peer_ptr_array",
+    "signal_pad_ptrs": "signal_ptr_array",
+    "signal_pad_ptrs_dev": "signal_ptr_array",
+    "multicast_ptr": "multicast_ptr",
+}
+COMPILE_FUNCS = {"load_inline", "compile_cuda_extension", "RawKernel", "RawModule", "load",
+                 "compile_parallelkittens_extension"}
+ALLOC_FUNCS = {"empty", "zeros", "ones", "full", "empty_like", "zeros_like", "ones_like",
+               "full_like", "empty_strided", "randn", "rand"}
+COMPUTE_FUNCS = {"matmul", "mm", "bmm", "addmm", "linear", "einsum", "softmax", "layer_norm",
+                 "rms_norm", "scaled_dot_product_attention", "baddbmm", "conv2d", "log_softmax",
+                 "cross_entropy", "exp", "mul", "add", "sum", "fft", "rfft", "irfft", "rfft2", "irfft2", "fftn",
+                 "sort", "argsort", "topk", "cdist", "cos", "sin", "conv1d", "conv3d", "norm", "sqrt", "rsqrt",
+                 "logsumexp", "sigmoid", "silu", "gelu", "relu", "div", "pow", "cumsum",
+                 "embedding", "_scaled_mm", "bucketize", "searchsorted", "tanh", "log", "max", "min", "mean"}
+RANK_NAMES = {"rank", "my_rank", "local_rank", "rank_id", "cur_rank", "self_rank", "myrank"}
+WORLD_NAMES = {"world_size", "world", "ws", "num_ranks", "nranks", "n_ranks", "world_sz",
+               "num_gpus", "ngpus", "WORLD_SIZE", "NUM_RANKS", "NRANKS", "N_RANKS", "NUM_GPUS",
+               "WORLD"}
+PEERISH = ("peer_ptr", "peer_ptr_array", "peer_tensor", "signal_ptr", "signal_ptr_array",
+           "multicast_ptr", "symm_local", "nvshmem_ptr")
+
+
+# Names that hold small per-call metadata (split sizes, counts, offsets): copying them to the host
+# is a host synchronisation, not staging of the payload.
+_METADATA_WORDS = ("split", "count", "size", "offset", "len", "num", "idx", "index", "indptr",
+                   "cumsum", "nnz", "max", "min", "norm", "scale", "amax", "meta", "shape", "topk")
+
+
+def is_metadata_collective(call: CallSite) -> bool:
+    """A collective or p2p call whose tensors are all split sizes, counts or offsets: it moves a few
+    numbers for the host, not the payload (`dist.all_gather_into_tensor(all_counts, counts)`)."""
+    tensors = [a.text for a in call.args if a.keyword in ("", "tensor", "output", "input", "output_tensor", "input_tensor")]
+    tensors = [t for t in tensors if re.fullmatch(r"[\w.\[\]]+", t) and not t.startswith(("dist.", "group"))]
+    return bool(tensors) and all(any(w in t.lower() for w in ("split", "count", "size", "offset", "meta", "num_", "nnz", "len")) for t in tensors)
+
+
+def dotted(node: ast.AST) -> str:
+    """`torch.cuda.synchronize` for that attribute chain, `f().x` for a call's attribute; '' otherwise."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    elif isinstance(node, ast.Call):
+        parts.append(dotted(node.func) + "()")
+    else:
+        return ""
+    return ".".join(reversed(parts))
+
+
+class CallCategories:
+    """How the Python pass names and sorts the calls it finds (a mixin of PythonPass)."""
+
+    def _is_host_tensor(self, value: ast.AST) -> bool:
+        if not isinstance(value, ast.Call):
+            return False
+        last = self.qualname(value.func).split(".")[-1]
+        if last in ("cpu", "pin_memory"):
+            return True
+        consts = [a.value for a in value.args if isinstance(a, ast.Constant)]
+        kws = {k.arg: k.value for k in value.keywords if k.arg}
+        if last == "to" and "cpu" in consts:
+            return True
+        pinned = isinstance(kws.get("pin_memory"), ast.Constant) and kws["pin_memory"].value is True
+        on_cpu = isinstance(kws.get("device"), ast.Constant) and kws["device"].value == "cpu"
+        if last in ALLOC_FUNCS and (pinned or on_cpu):
+            return True
+        # `torch.arange(n)`, `torch.tensor(sizes)`: a factory with no device makes a CPU tensor.
+        q = self.qualname(value.func)
+        factory = last in (*ALLOC_FUNCS, "tensor", "arange", "as_tensor", "linspace", "from_numpy") and not last.endswith("_like")
+        return q.startswith("torch.") and factory and "device" not in kws and last != "from_numpy" or q == "torch.from_numpy"
+
+    def _is_host_value(self, node: ast.AST) -> bool:
+        """A tensor known to live in host memory: a name bound to one, or an expression making one."""
+        if isinstance(node, ast.Attribute) and node.attr in ("T", "mT", "data") or isinstance(node, ast.Subscript):
+            return self._is_host_value(node.value)  # `cpu_t.T`, `cpu_t[i]`
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            return dotted(node) in self.facts.host_tensors
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr not in ("cuda", "to") \
+                and self._is_host_value(node.func.value):
+            return True  # `cpu_t.sum()`, `cpu_t.long()`: an op on a host tensor stays on the host
+        return self._is_host_tensor(node)
+
+    def _is_metadata(self, call: ast.Call) -> bool:
+        """`.cpu()` of split sizes, counts or offsets (or read back at once with .tolist()/.item()):
+        a few numbers the host needs, not the payload."""
+        parent = self.parents.get(id(call))
+        if isinstance(parent, ast.Attribute) and parent.attr in ("tolist", "item", "numpy", "long", "int"):
+            return True
+        if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id in ("int", "list", "tuple", "float", "sum", "max"):
+            return True
+        names = [dotted(call.func.value)] if isinstance(call.func, ast.Attribute) else []
+        if isinstance(parent, ast.Assign):
+            names += [dotted(t) for t in parent.targets]
+            # `counts_cpu = counts.cpu()` then `counts_cpu[i].item()`: read back as numbers
+            fn = self.enclosing.get(id(call))
+            local = {t.id for t in parent.targets if isinstance(t, ast.Name)}
+            for n in ast.walk(fn) if fn is not None else []:
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("item", "tolist") \
+                        and {x.id for x in ast.walk(n.func.value) if isinstance(x, ast.Name)} & local:
+                    return True
+        return any(w in n.lower() for n in names if n for w in _METADATA_WORDS)
+
+    def _categorize(self, node: ast.Call, q: str, last: str) -> tuple[str, str]:
+        dist_mod = q.startswith("torch.distributed.") and "_symmetric_memory" not in q
+        funcol = "_functional_collectives" in q or q.startswith("funcol.")
+        if (dist_mod or funcol) and last in COLLECTIVES:
+            return "collective", q
+        if dist_mod and last in P2P:
+            return "p2p", q
+        if dist_mod and last in HOST_SYNCS:
+            return "host_sync", q
+        if "_symmetric_memory" in q or q.startswith("torch.ops.symm_mem"):
+            return "symm_mem", q
+        if isinstance(node.func, ast.Attribute):
+            base_kind = "handle" if last in SYMM_HANDLE_METHODS else ""
+            # `ext.wait_signal(...)`: the extension's own function, not the handle's method.
+            if base_kind and last in self.ext_functions and not self._is_handle_receiver(node.func.value):
+                base_kind = ""
+            if base_kind and last in ("barrier", "put_signal", "wait_signal", "get_buffer", "get_signal_pad"):
+                if last != "barrier" or not q.startswith("torch.distributed"):
+                    return "symm_handle", f"handle.{last}"
+        if q in ("torch.cuda.synchronize", "torch.cuda.current_stream().synchronize") or (
+            last == "synchronize" and ("stream" in q.lower() or "event" in q.lower() or q.startswith("torch.cuda"))
+        ):
+            return "cuda_sync", q
+        if last in ("item", "tolist") and isinstance(node.func, ast.Attribute) and not node.args:
+            receiver = node.func.value
+            if self._is_host_value(receiver) or (isinstance(receiver, ast.Call) and self._categorize(receiver, self.qualname(receiver.func), self.qualname(receiver.func).split(".")[-1])[0] in ("cuda_sync", "host_transfer")):
+                return "", ""  # already on the host (or the copy that brought it is the sync)
+            return "cuda_sync", f"tensor.{last}"
+        to_cpu = last == "to" and any(
+            isinstance(a, ast.Constant) and a.value == "cpu" for a in [*node.args, *(k.value for k in node.keywords)])
+        if (last in ("cpu", "numpy") and isinstance(node.func, ast.Attribute) and not node.args) or to_cpu:
+            if isinstance(node.func, ast.Attribute) and self._is_host_value(node.func.value):
+                return "", ""
+            name = "tensor.to(cpu)" if to_cpu else f"tensor.{last}"
+            if self._is_metadata(node):
+                return "cuda_sync", name  # the host waits for a few numbers; the payload stays on the GPU
+            return "host_transfer", name
+        if last == "pin_memory" or (last in ALLOC_FUNCS and any(k.arg == "pin_memory" for k in node.keywords)):
+            return "host_transfer", q
+        if q in ("torch.cuda.Stream",) or last == "Stream" and "cuda" in q:
+            return "stream", q
+        if last in ("wait_stream", "stream") and ("cuda" in q or isinstance(node.func, ast.Attribute)) and (
+            last == "wait_stream" or q.startswith("torch.cuda")
+        ):
+            return "stream", q
+        if q in ("torch.cuda.Event",) or last == "Event" and "cuda" in q:
+            return "event", q
+        if last in ("record", "wait_event", "record_event") and isinstance(node.func, ast.Attribute):
+            return "event", f"event.{last}" if last == "record" else f"stream.{last}"
+        if last in COMPILE_FUNCS and (last != "load" or "cpp_extension" in q):
+            return "compile", q
+        if q.startswith("torch.") and last in ALLOC_FUNCS:
+            return "alloc", q
+        if isinstance(node.func, ast.Subscript) and isinstance(node.func.value, ast.Name) and node.func.value.id in self.triton_names:
+            return "triton_launch", node.func.value.id
+        if isinstance(node.func, ast.Name) and node.func.id in self.cupy_kernels:
+            return "cupy_launch", node.func.id
+        if isinstance(node.func, ast.Attribute) and node.func.attr in self.ext_functions:
+            return "ext_kernel", f"ext.{node.func.attr}"
+        if last in ("copy_", "clone", "copy") and isinstance(node.func, ast.Attribute):
+            return "tensor_copy", f"tensor.{last}"
+        if last in COMPUTE_FUNCS and (q.startswith("torch.") or q.startswith("F.") or "functional" in q):
+            return "compute", q
+        return "", ""
+
+    def _is_handle_receiver(self, node: ast.AST) -> bool:
+        """A receiver that is a symmetric-memory handle (bound from rendezvous, or named so)."""
+        name = dotted(node)
+        last = name.split(".")[-1].lower()
+        if "hdl" in last or "handle" in last or last in ("h", "sm", "symm"):
+            return True
+        return name in self.handle_names

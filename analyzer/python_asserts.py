@@ -1,0 +1,126 @@
+"""Assumptions a candidate writes down and loops that pipeline: asserts and raising checks on the
+timed path (world size, dtype, shape), hard-coded rank counts (`world_size = 8`, `1 - rank`,
+`rank % 8`, `range(8)` over peers), side streams, and loops whose iterations overlap a transfer
+with compute.
+
+Reads the parsed file, the routes python_reach gave the calls, and the recorded calls.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from pkb.facts import AssertFact, ConstantFact
+
+from analyzer.python_api import RANK_NAMES, WORLD_NAMES, dotted
+
+
+class AssertsAndLoops:
+    """Asserts, hard-coded constants and pipelined loops (a mixin of PythonPass)."""
+
+    def _asserts_and_constants(self) -> None:
+        timed_fns = {f for f, p in self.path_of.items() if p in ("timed", "setup")}
+        for node in ast.walk(self.tree):
+            fn = self.enclosing.get(id(node))
+            fname = getattr(fn, "name", "")
+            if isinstance(node, ast.Assert) or (
+                isinstance(node, ast.If) and any(isinstance(s, ast.Raise) for s in node.body)
+            ):
+                if fname not in timed_fns:
+                    continue
+                test = node.test
+                text = ast.unparse(test)
+                kind, literal = self._assert_kind(test, text)
+                if kind:
+                    self.facts.asserts.append(AssertFact(line=node.lineno, kind=kind, snippet=self.snippet(node.lineno), literal=literal))
+            elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, int):
+                for t in node.targets:
+                    if isinstance(t, ast.Name) and t.id in WORLD_NAMES and node.value.value > 1:
+                        self.facts.constants.append(ConstantFact(node.lineno, t.id, str(node.value.value), self.snippet(node.lineno)))
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Sub) and isinstance(node.left, ast.Constant) and node.left.value == 1:
+                scope = self._scope_for(fn)
+                if self._is_rank_expr(node.right, scope):
+                    self.facts.constants.append(ConstantFact(node.lineno, "peer", "1 - rank", self.snippet(node.lineno)))
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.right, ast.Constant) and node.right.value in (2, 4, 8, 16):
+                scope = self._scope_for(fn)
+                if any(self._is_rank_expr(n, scope) for n in ast.walk(node.left)):
+                    self.facts.constants.append(ConstantFact(node.lineno, "modulus", str(node.right.value), self.snippet(node.lineno)))
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range" and len(node.args) == 1:
+                arg = node.args[0]
+                if isinstance(arg, ast.Constant) and arg.value in (2, 4, 8, 16) and fname in timed_fns:
+                    if self._range_over_peers(node):
+                        self.facts.constants.append(ConstantFact(node.lineno, "range", str(arg.value), self.snippet(node.lineno)))
+        # Streams and loops that pipeline transfers with compute.
+        for c in self.facts.calls:
+            if c.category == "stream" and c.qualname.endswith("Stream"):
+                self.facts.streams.append(c.line)
+        for loop, fname in getattr(self, "loop_nodes", []):
+            # The loop's own calls and those of the file's functions it calls (a prefetch helper
+            # issues the copies, a block function the compute): one iteration does all of it.
+            callees = self._callees_of(loop)
+            bodies = [loop, *callees.values()]
+            cats = set()
+            streamed = False
+            for c in self.facts.calls:
+                if c.path != "timed":
+                    continue
+                if loop.lineno <= c.line <= (loop.end_lineno or loop.lineno) or c.function in callees:
+                    cats.add(c.category)
+                    streamed = streamed or bool(c.stream_context) or c.category in ("event", "stream")
+            # One stream runs an iteration's transfer and compute one after the other: chunks
+            # pipeline only when a side stream or events let the next transfer run under this compute.
+            if not streamed:
+                continue
+            transfer = cats & {"collective", "p2p", "tensor_copy", "ext_kernel", "triton_launch", "cupy_launch", "symm_handle"}
+            compute = cats & {"compute", "ext_kernel", "triton_launch"}
+            has_matmul = any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult) for b in bodies for n in ast.walk(b))
+            if transfer and (compute - transfer or has_matmul or len(transfer) > 1):
+                self.facts.chunk_loops.append(loop.lineno)
+
+    def _range_over_peers(self, range_call: ast.Call) -> bool:
+        """`for p in range(8): ... buffer_ptrs[p]`: the loop variable picks a rank (a peer's buffer,
+        its signal pad, `(rank + p) % ...`), so the literal is a rank count. `range(2)` over two
+        buffers of a double buffer, or over stages, is not."""
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.For, ast.comprehension)) and node.iter is range_call and isinstance(node.target, ast.Name):
+                var = node.target.id
+                body = node.body if isinstance(node, ast.For) else [self.parents.get(id(node)) or node]
+                for stmt in body:
+                    for sub in ast.walk(stmt):
+                        if isinstance(sub, ast.Subscript) and any(isinstance(n, ast.Name) and n.id == var for n in ast.walk(sub.slice)):
+                            base = dotted(sub.value).lower()
+                            if any(w in base for w in ("buffer_ptrs", "signal_pad", "peer", "ptrs", "remote")):
+                                return True
+                        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in ("get_buffer", "get_signal_pad") \
+                                and sub.args and any(isinstance(n, ast.Name) and n.id == var for n in ast.walk(sub.args[0])):
+                            return True
+                        if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Add) and {
+                                n.id for n in ast.walk(sub) if isinstance(n, ast.Name)} >= {var} and any(
+                                isinstance(n, ast.Name) and n.id in RANK_NAMES for n in ast.walk(sub)):
+                            return True
+                        if isinstance(sub, ast.Compare) and any(isinstance(n, ast.Name) and n.id == var for n in [sub.left, *sub.comparators]) \
+                                and any(isinstance(n, ast.Name) and n.id in RANK_NAMES for n in [sub.left, *sub.comparators]):
+                            return True
+        return False
+
+    def _assert_kind(self, test: ast.AST, text: str) -> tuple[str, str]:
+        # `world_size == 2` fixes the rank count; `n % world_size == 0` or `world_size == 1` does not.
+        for node in ast.walk(test):
+            if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Eq, ast.In)):
+                sides = [node.left, node.comparators[0]]
+                world = [x for x in sides if self._is_world_expr(x)]
+                lits = [x for x in sides if isinstance(x, ast.Constant) and isinstance(x.value, int) and x.value > 1]
+                if world and lits:
+                    return "world_size", str(lits[0].value)
+        if ".dtype" in text:
+            m = re.search(r"==\s*(torch\.\w+)", text)
+            if m:
+                return "dtype", m.group(1)
+            m = re.search(r"in\s*\((torch\.\w+)\s*,?\)", text)
+            if m:
+                return "dtype", m.group(1)
+        if re.search(r"(numel\(\)|shape\[-?\d\]|size\(-?\d?\))\s*%\s*\d+\s*==\s*0", text) or re.search(r"shape\s*==\s*\(", text):
+            m = re.search(r"%\s*(\d+)", text)
+            return "shape", m.group(1) if m else ""
+        return "", ""

@@ -1,0 +1,220 @@
+"""Caches that outlive a call: the guards that make a branch run once (`if _ext is None:`,
+`if key not in _cache:`, an early return of a cached value), and solution()'s returns whose
+buffer is kept between calls (a symmetric buffer, a cached or global tensor, or a view of one).
+
+Reads the parsed file, the routes python_reach gave each statement, and the pointer kinds.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from pkb.facts import ReusedReturn
+
+from analyzer.python_api import dotted
+
+
+class CacheState:
+    """Set-up detection and reused returned buffers (a mixin of PythonPass)."""
+
+    def _is_cache_guard(self, test: ast.AST, body: list[ast.stmt], fn: ast.AST | None = None) -> bool:
+        """`if _ext is None:` / `if key not in _cache:` / `if not self._ready:` whose body fills it.
+
+        The test may name a local read from the cache first (`res = _cache.get(key)` then
+        `if res is not None: return res`): the local stands for the cache it was read from."""
+        names: set[str] = set()
+        t = test.operand if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) else test
+        if isinstance(t, ast.BoolOp):
+            parts = t.values
+        else:
+            parts = [t]
+        for p in parts:
+            if isinstance(p, ast.UnaryOp) and isinstance(p.op, ast.Not):
+                p = p.operand
+            if isinstance(p, ast.Compare):
+                for side in [p.left, *p.comparators]:
+                    d = dotted(side)
+                    if d:
+                        names.add(d)
+            elif isinstance(p, ast.Call) and isinstance(p.func, ast.Name) and p.func.id == "hasattr":
+                if p.args:
+                    names.add(dotted(p.args[0]))
+            else:
+                d = dotted(p)
+                if d:
+                    names.add(d)
+        if fn is not None:
+            for n in list(names):
+                if "." not in n and n not in self.global_names:
+                    names |= self._cache_reads(n, fn)
+        # Module globals, attributes of self/cls, and attributes of the file's functions and
+        # classes (`solution._state`, `hasattr(solution, "mgr")`) outlive the call.
+        module_defs = {n.name for n in self.tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        cached = {n for n in names if n.split(".")[0] in self.global_names or n.startswith("self.") or n.split(".")[0] in ("cls",)
+                  or ("." in n or n in module_defs) and n.split(".")[0] in module_defs}
+        if not cached:
+            return False
+        for stmt in body:
+            for node in ast.walk(stmt):
+                targets: list[ast.AST] = []
+                if isinstance(node, ast.Assign):
+                    targets = node.targets
+                elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+                    targets = [node.target]
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("update", "setdefault", "append", "add"):
+                    targets = [node.func.value]
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
+                    targets = node.args[:1]
+                for tg in targets:
+                    for sub in ast.walk(tg):
+                        d = dotted(sub) if isinstance(sub, (ast.Name, ast.Attribute)) else ""
+                        if d and any(d == n or n.startswith(d + ".") or d.startswith(n) for n in cached):
+                            return True
+                # `if _ext is None: _get_ext(); dist.barrier()`: a helper of the file fills the global.
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.functions:
+                    helper = self.functions[node.func.id]
+                    declared = {g for n in ast.walk(helper) if isinstance(n, ast.Global) for g in n.names}
+                    if any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in declared & cached for t in n.targets)
+                           for n in ast.walk(helper)):
+                        return True
+        return False
+
+    def _cache_reads(self, local: str, fn: ast.AST) -> set[str]:
+        """Globals and attributes a local is read from: `x = _cache.get(k)`, `x = _cache[k]`,
+        `x = getattr(self, "_st", None)`, `x = self._state`."""
+        out: set[str] = set()
+        for node in ast.walk(fn):
+            if not (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == local for t in node.targets)):
+                continue
+            v = node.value
+            if isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr in ("get", "setdefault"):
+                v = v.func.value
+            elif isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "getattr" and v.args:
+                v = v.args[0]
+            elif isinstance(v, ast.Subscript):
+                v = v.value
+            d = dotted(v) if isinstance(v, (ast.Name, ast.Attribute)) else ""
+            if d:
+                out.add(d)
+        return out
+
+    @staticmethod
+    def _is_early_return_hit(stmt: ast.stmt) -> bool:
+        """`if key in _cache: return _cache[key]` / `if _ext is not None: return _ext`."""
+        if not isinstance(stmt, ast.If) or stmt.orelse:
+            return False
+        # The hit branch returns (possibly after checking the cached entry still fits).
+        return any(isinstance(n, ast.Return) for n in ast.walk(stmt))
+
+    def _is_cache_guard_early(self, stmt: ast.If, rest: list[ast.stmt], fn: ast.AST | None = None) -> bool:
+        return self._is_cache_guard(stmt.test, rest, fn)
+
+    _VIEWS = ("view", "reshape", "reshape_as", "view_as", "narrow", "flatten", "squeeze", "unsqueeze", "t",
+              "transpose", "permute", "as_strided", "contiguous", "unflatten", "expand", "expand_as", "detach",
+              "select", "split", "chunk", "unbind", "__getitem__")
+
+    def _reused_returns(self) -> None:
+        """solution()'s per-call returns whose value outlives the call: a symmetric buffer, or a
+        buffer it keeps in a cache, a global or an attribute (or a view of one)."""
+        sol = self.functions.get("solution")
+        if sol is None:
+            return
+        seen: set[int] = set()
+        todo: list[tuple[ast.AST, int]] = [(sol, 0)]
+        while todo:
+            fn, depth = todo.pop()
+            for node in ast.walk(fn):
+                if not isinstance(node, ast.Return) or node.value is None or self.enclosing.get(id(node)) is not fn:
+                    continue
+                ctx = self.stmt_ctx.get(id(node))
+                if ctx is None or ctx.path != "timed" or id(node) in seen:
+                    continue
+                seen.add(id(node))
+                vals = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+                for v in vals:
+                    if isinstance(v, ast.Call) and depth < 2:
+                        callee = self._local_callee(v, fn)
+                        if callee is not None and getattr(callee, "name", "") not in self.caching_fns:
+                            todo.append((callee, depth + 1))
+                            continue
+                    self._return_line = node.lineno
+                    got = self._kept(v, fn, 0)
+                    if got is not None:
+                        reason, name, origin = got
+                        base = v
+                        while isinstance(base, (ast.Subscript, ast.Call)):
+                            base = base.value if isinstance(base, ast.Subscript) else getattr(base.func, "value", base.func)
+                        if self.kind_of(base, self._scope_for(fn)) in ("symm_local", "peer_tensor"):
+                            reason = "symmetric"
+                        self.facts.reused_returns.append(ReusedReturn(node.lineno, name, reason, origin))
+                        break
+
+    def _kept(self, node: ast.AST, fn: ast.AST, depth: int) -> tuple[str, str, int] | None:
+        """(symmetric | cached, name, origin line) when `node` is a buffer that outlives the call."""
+        if depth > 4:
+            return None
+        while True:  # strip views: `buf[:n].view(shape)` is still `buf`
+            if isinstance(node, ast.Subscript) and not self._is_cache_read(node):
+                node = node.value
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in self._VIEWS:
+                node = node.func.value
+            else:
+                break
+        if isinstance(node, ast.Call):
+            last = self.qualname(node.func).split(".")[-1]
+            if last in ("get_buffer",):
+                return "symmetric", ast.unparse(node)[:60], node.lineno
+            callee = self._local_callee(node, fn)
+            if callee is not None and getattr(callee, "name", "") in self.caching_fns:
+                return "cached", ast.unparse(node)[:60], node.lineno
+            return None
+        if self._is_cache_read(node):
+            return "cached", ast.unparse(node)[:60], node.lineno
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            return "cached", ast.unparse(node), node.lineno
+        if not isinstance(node, ast.Name):
+            return None
+        sources = self._assignments(node.id, fn)
+        if not sources:
+            if node.id in self.global_names and node.id not in self.functions:
+                return "cached", node.id, 0
+            return None
+        found = None
+        for value, line in sources:
+            got = self._kept(value, fn, depth + 1)
+            if got is None:
+                return None  # fresh on some route: not reported
+            found = found or (got[0], node.id, line)
+        return found
+
+    def _is_cache_read(self, node: ast.AST) -> bool:
+        """`_cache[key]`, `self.bufs[i]`, `_STATE.get(key)` where the container persists across calls."""
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            node = ast.Subscript(value=node.func.value, slice=ast.Constant(0))
+        if not isinstance(node, ast.Subscript):
+            return False
+        base = dotted(node.value)
+        return bool(base) and (base.split(".")[0] in self.global_names or base.startswith("self.")) and base.split(".")[0] not in self.functions
+
+    def _assignments(self, name: str, fn: ast.AST) -> list[tuple[ast.AST, int]]:
+        """Values assigned to `name` in `fn`; a tuple unpack from a caching call counts as cached."""
+        out: list[tuple[ast.AST, int]] = []
+        here = self._in_fallback(getattr(self, "_return_line", 0))
+        for n in ast.walk(fn):
+            if self._in_fallback(n.lineno if hasattr(n, "lineno") else 0) not in (None, here):
+                continue  # assigned only on a branch the run does not take
+            if isinstance(n, (ast.Assign, ast.AnnAssign)) and getattr(n, "value", None) is not None:
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                for t in targets:
+                    if isinstance(t, ast.Name) and t.id == name:
+                        out.append((n.value, n.lineno))
+                    elif isinstance(t, (ast.Tuple, ast.List)) and any(isinstance(e, ast.Name) and e.id == name for e in t.elts):
+                        if isinstance(n.value, (ast.Tuple, ast.List)) and len(n.value.elts) == len(t.elts):
+                            i = next(i for i, e in enumerate(t.elts) if isinstance(e, ast.Name) and e.id == name)
+                            out.append((n.value.elts[i], n.lineno))
+                        else:
+                            out.append((n.value, n.lineno))  # unpacked from a call or a cache slot
+            elif isinstance(n, (ast.For, ast.AugAssign)) and any(
+                    isinstance(x, ast.Name) and x.id == name for x in ast.walk(n.target)):
+                out.append((ast.Constant(None), n.lineno))  # rebound per call: treat as fresh
+        return out

@@ -1,0 +1,213 @@
+"""Pointer kinds: what each name of a candidate points at (a peer's buffer, an array of peer
+pointers, a signal pad, a multicast address, this rank's symmetric buffer), followed through
+assignments, tuples, state dicts, attributes and the file's function returns.
+
+Reads the parsed file (flow-insensitive, per function); the kinds seed the arguments of extension,
+Triton and CuPy launches that the clang pass follows into the kernels.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from analyzer.python_api import RANK_NAMES, SYMM_HANDLE_ATTRS, dotted
+
+
+@dataclass
+class Scope:
+    """Per-function pointer kinds of names (flow-insensitive; the most specific kind wins)."""
+
+    kinds: dict[str, str] = field(default_factory=dict)
+    origin: dict[str, int] = field(default_factory=dict)
+    rank_vars: set[str] = field(default_factory=set)
+
+
+def stronger(a: str, b: str) -> str:
+    """The more specific of two pointer kinds (a peer pointer array over a plain peer pointer...)."""
+    order = ("unknown", "local", "symm_local", "multicast_ptr", "signal_ptr", "signal_ptr_array",
+             "nvshmem_ptr", "peer_tensor", "peer_ptr", "peer_ptr_array")
+    return a if order.index(a) >= order.index(b) else b
+
+
+class PointerKinds:
+    """The pointer-kind dataflow of the Python pass (a mixin of PythonPass)."""
+
+    def _scope_for(self, fn: ast.AST | None) -> Scope:
+        if fn is None:
+            return self.module_scope
+        return self.scopes.setdefault(getattr(fn, "name", ""), Scope())
+
+    def kind_of(self, node: ast.AST, scope: Scope) -> str:
+        """What `node` points at, as far as the dataflow knows."""
+        if isinstance(node, ast.Name):
+            return scope.kinds.get(node.id) or self.module_scope.kinds.get(node.id, "unknown")
+        if isinstance(node, ast.Attribute):
+            if node.attr in SYMM_HANDLE_ATTRS:
+                return SYMM_HANDLE_ATTRS[node.attr]
+            key = dotted(node)
+            # `self.views` set in __init__ is read as `ctx.views` elsewhere: match on the attribute.
+            return scope.kinds.get(key) or self.module_scope.kinds.get(key) or self.module_scope.kinds.get("*." + node.attr, "unknown")
+        if isinstance(node, ast.Subscript):
+            base = self.kind_of(node.value, scope)
+            if isinstance(node.slice, ast.Constant):
+                if isinstance(node.value, ast.Name):
+                    key = f"{node.value.id}[{node.slice.value!r}]"
+                    got = scope.kinds.get(key) or self.module_scope.kinds.get(key)
+                    if got:
+                        return got
+                got = self.module_scope.kinds.get(f"*[{node.slice.value!r}]")
+                if got:
+                    return got
+            if base in ("peer_ptr_array", "signal_ptr_array"):
+                if self._is_rank_expr(node.slice, scope):
+                    return "symm_local"
+                return "peer_ptr" if base == "peer_ptr_array" else "signal_ptr"
+            return base if base in ("peer_tensor", "symm_local") else "unknown"
+        if isinstance(node, ast.Call):
+            name = self.qualname(node.func)
+            last = name.split(".")[-1]
+            if last == "get_buffer" or last == "get_signal_pad":
+                if node.args and self._is_rank_expr(node.args[0], scope):
+                    return "symm_local"
+                return "peer_tensor" if last == "get_buffer" else "signal_ptr"
+            if name.endswith("_symmetric_memory.empty") or last == "empty" and "symm" in name:
+                return "symm_local"
+            if last in ("int", "c_void_p", "to", "cuda", "contiguous", "view", "reshape",
+                        "flatten", "__int__", "tensor", "as_tensor", "data_ptr", "narrow", "list", "tuple") or name in ("int", "torch.tensor", "torch.as_tensor"):
+                inner = node.args[0] if node.args else (node.func.value if isinstance(node.func, ast.Attribute) else None)
+                if isinstance(node.func, ast.Attribute) and last in ("to", "cuda", "contiguous", "view", "reshape", "flatten", "data_ptr", "narrow"):
+                    inner = node.func.value
+                return self.kind_of(inner, scope) if inner is not None else "unknown"
+            if isinstance(node.func, ast.Name) and node.func.id in self.returns:
+                kinds = self.returns[node.func.id]
+                return kinds[0] if len(kinds) == 1 else "unknown"
+            return "unknown"
+        if isinstance(node, ast.BinOp):
+            return stronger(self.kind_of(node.left, scope), self.kind_of(node.right, scope))
+        if isinstance(node, (ast.List, ast.Tuple, ast.ListComp)):
+            elts = node.elts if not isinstance(node, ast.ListComp) else [node.elt]
+            best = "unknown"
+            for e in elts:
+                best = stronger(best, self.kind_of(e, scope))
+            if best == "peer_ptr":
+                return "peer_ptr_array"
+            if best == "signal_ptr":
+                return "signal_ptr_array"
+            return best
+        return "unknown"
+
+    def _is_rank_expr(self, node: ast.AST, scope: Scope) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in RANK_NAMES or node.id in scope.rank_vars
+        if isinstance(node, ast.Attribute):
+            return node.attr in ("rank",)
+        if isinstance(node, ast.Call):
+            return self.qualname(node.func).endswith("get_rank")
+        return False
+
+    def _assign_kinds(self, targets: list[ast.AST], value: ast.AST, scope: Scope, line: int) -> None:
+        if self._is_host_tensor(value):
+            for t in targets:
+                name = dotted(t) if isinstance(t, (ast.Name, ast.Attribute)) else ""
+                if name and name not in self.facts.host_tensors:
+                    self.facts.host_tensors.append(name)
+        if isinstance(value, ast.Dict):
+            # State dicts (`st = {"peers": [...]}`) are read back by key, often under another name.
+            for key, val in zip(value.keys, value.values):
+                if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                    kind = self.kind_of(val, scope)
+                    if kind != "unknown":
+                        slot = f"*[{key.value!r}]"
+                        self.module_scope.kinds[slot] = stronger(self.module_scope.kinds.get(slot, "unknown"), kind)
+        if isinstance(value, ast.Call) and self.qualname(value.func).endswith("get_rank") or (
+            isinstance(value, ast.Attribute) and value.attr == "rank"
+        ):
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    scope.rank_vars.add(t.id)
+        for t in targets:
+            if isinstance(t, ast.Tuple) and isinstance(value, ast.Tuple) and len(t.elts) == len(value.elts):
+                for te, ve in zip(t.elts, value.elts):
+                    self._assign_kinds([te], ve, scope, line)
+                continue
+            if isinstance(value, ast.Tuple):
+                key = self._slot(t)
+                if key:
+                    self.tuples[key] = [self.kind_of(v, scope) for v in value.elts]
+            if isinstance(t, ast.Tuple):
+                kinds = self._tuple_kinds(value)
+                for te, k in zip(t.elts, kinds):
+                    self._set_kind(te, k, scope, line)
+                continue
+            self._set_kind(t, self.kind_of(value, scope), scope, line)
+
+    @staticmethod
+    def _slot(node: ast.AST) -> str:
+        """A key for where a value is stored: a name, an attribute, or any slot of a dict."""
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute):
+            return "*." + node.attr
+        if isinstance(node, ast.Subscript) and isinstance(node.value, (ast.Name, ast.Attribute)):
+            return PointerKinds._slot(node.value) + "[*]"
+        return ""
+
+    def _tuple_kinds(self, value: ast.AST) -> list[str]:
+        if isinstance(value, ast.Call) and isinstance(value.func, (ast.Name, ast.Attribute)):
+            name = value.func.id if isinstance(value.func, ast.Name) else value.func.attr
+            return self.returns.get(name, [])
+        return self.tuples.get(self._slot(value), [])
+
+    def _set_kind(self, target: ast.AST, kind: str, scope: Scope, line: int) -> None:
+        if kind == "unknown":
+            return
+        if isinstance(target, ast.Name):
+            key = target.id
+        elif isinstance(target, ast.Attribute):
+            key = dotted(target)
+        elif isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and isinstance(target.slice, ast.Constant):
+            key = f"{target.value.id}[{target.slice.value!r}]"
+        else:
+            return
+        if isinstance(target, ast.Subscript) and isinstance(target.slice, ast.Constant):
+            slot = f"*[{target.slice.value!r}]"
+            self.module_scope.kinds[slot] = stronger(self.module_scope.kinds.get(slot, "unknown"), kind)
+        dest = self.module_scope if (key.split("[")[0] in self.global_names or isinstance(target, ast.Attribute)) else scope
+        dest.kinds[key] = stronger(dest.kinds.get(key, "unknown"), kind)
+        dest.origin.setdefault(key, line)
+        if isinstance(target, ast.Attribute):
+            slot = "*." + target.attr
+            self.module_scope.kinds[slot] = stronger(self.module_scope.kinds.get(slot, "unknown"), kind)
+        if dest is not scope:
+            scope.kinds[key] = dest.kinds[key]
+
+    def _pointer_kinds(self) -> None:
+        # Two sweeps: the second sees return kinds and globals that the first discovered.
+        for _ in range(2):
+            for fn in [None, *self.functions.values()]:
+                scope = self._scope_for(fn)
+                body = self.tree.body if fn is None else fn.body  # type: ignore[union-attr]
+                for stmt in body:
+                    for node in ast.walk(stmt) if fn is not None else [stmt]:
+                        if isinstance(node, ast.Assign):
+                            self._assign_kinds(node.targets, node.value, scope, node.lineno)
+                        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                            self._assign_kinds([node.target], node.value, scope, node.lineno)
+                        elif isinstance(node, ast.For) and isinstance(node.target, ast.Name):
+                            k = self.kind_of(node.iter, scope)
+                            if k in ("peer_ptr_array", "signal_ptr_array"):
+                                self._set_kind(node.target, "peer_ptr" if k == "peer_ptr_array" else "signal_ptr", scope, node.lineno)
+                if fn is not None:
+                    for node in ast.walk(fn):
+                        if isinstance(node, ast.Return) and node.value is not None:
+                            vals = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+                            kinds = [self.kind_of(v, scope) for v in vals]
+                            stored = self._tuple_kinds(node.value)
+                            if len(vals) == 1 and stored:
+                                kinds = stored
+                            old = self.returns.get(fn.name)  # type: ignore[union-attr]
+                            if old is None or len(old) != len(kinds):
+                                self.returns[fn.name] = kinds  # type: ignore[union-attr]
+                            else:
+                                self.returns[fn.name] = [stronger(a, b) for a, b in zip(old, kinds)]  # type: ignore[union-attr]

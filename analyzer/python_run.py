@@ -1,0 +1,274 @@
+"""Run-aware branches: whether an `if` holds on PKB's run (its dtype, world size, multicast, large
+aligned CUDA inputs, an initialised process group), so the branches the run skips are `fallback`.
+
+Reads the run's facts from a PKB run tree's folder name (`solutions_cuda_bf16_h100_8_...`) or from
+the caller, and the candidate's parsed tests and parameters.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+from analyzer.python_api import WORLD_NAMES
+
+
+_FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
+
+
+_TORCH_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp8": "float8_e4m3fn"}
+
+
+_DTYPE_ALIASES = {"float": "float32", "half": "float16", "double": "float64", "bfloat16": "bfloat16",
+                  "float32": "float32", "float16": "float16", "float64": "float64"}
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What PKB's run fixes about the call (from the run tree's name; None where unknown).
+
+    The tree `solutions_cuda_bf16_h100_8_...` ran at world size 8 on one NVSwitch node, where
+    multicast exists, with bfloat16 inputs. Branches that cannot run there are `fallback`.
+    """
+
+    dtype: str | None = None  # torch dtype name of the inputs ('bfloat16')
+    world_size: int | None = None
+    multicast: bool | None = None
+
+
+def run_context(precision: str = "", hardware: str = "") -> RunContext:
+    """The run facts a PKB run tree's precision and hardware tokens give ('bf16', 'h100_8')."""
+    m = re.search(r"_(\d+)$", hardware or "")
+    world = int(m.group(1)) if m else None
+    # Hopper and later nodes with NVSwitch expose multicast to symmetric memory.
+    multicast = True if world and world > 1 and re.match(r"(h100|h200|h20|b200|gb200)", hardware or "") else None
+    return RunContext(_TORCH_DTYPES.get(precision), world, multicast)
+
+
+def run_context_of_path(path: str) -> RunContext:
+    """run_context from a file's folder when it is a PKB run tree; unknown otherwise."""
+    from pathlib import PurePath
+
+    from pkb.corpus import parse_run_tree
+
+    tree = parse_run_tree(PurePath(path).parent.name)
+    return run_context(tree.precision, tree.hardware) if tree is not None else RunContext()
+
+
+def _cmp(a: int, op: ast.cmpop, b: int) -> bool | None:
+    table = {ast.Eq: a == b, ast.NotEq: a != b, ast.Lt: a < b, ast.LtE: a <= b, ast.Gt: a > b, ast.GtE: a >= b}
+    return table.get(type(op))
+
+
+_SIZE_NAME = re.compile(r"^(n|N|numel|total|count)$|numel|elems?$|^n_?elem|num_elements|nbytes$|_bytes$|^num_tokens$|^rows$|^cols$")
+
+
+def _is_size_expr(node: ast.AST) -> bool:
+    """`n`, `numel`, `x.numel()`, `chunk_elems`: an element count of the input (never 0 on PKB's run)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("numel", "nelement"):
+        return True
+    if isinstance(node, ast.Attribute):
+        return node.attr in ("numel", "nbytes")
+    return isinstance(node, ast.Name) and bool(_SIZE_NAME.search(node.id))
+
+
+class RunBranches:
+    """Decides the candidate's tests on PKB's run (a mixin of PythonPass)."""
+
+    def run_value(self, test: ast.AST, fn: ast.AST | None, depth: int = 0) -> bool | None:
+        """Whether `test` holds on PKB's run (its dtype, world size, multicast, large aligned CUDA
+        inputs); None where the run does not decide it."""
+        if depth > 4:
+            return None
+        if isinstance(test, ast.BoolOp):
+            vals = [self.run_value(v, fn, depth + 1) for v in test.values]
+            if isinstance(test.op, ast.And):
+                return False if False in vals else (True if all(v is True for v in vals) else None)
+            return True if True in vals else (False if all(v is False for v in vals) else None)
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            v = self.run_value(test.operand, fn, depth + 1)
+            return None if v is None else not v
+        if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id in ("int", "bool") and len(test.args) == 1:
+            return self.run_value(test.args[0], fn, depth + 1)
+        if isinstance(test, ast.Name) and fn is not None:
+            if self._unset_group(test, fn):
+                return False
+            if self._is_multicast_expr(test, fn):
+                return self.run_ctx.multicast
+            value = self._single_assignment(test.id, fn)
+            return self.run_value(value, fn, depth + 1) if value is not None else None
+        if isinstance(test, ast.Attribute):
+            if test.attr in ("is_cuda",):
+                return True
+            if self._is_multicast_expr(test, fn):
+                return self.run_ctx.multicast
+            return None
+        if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and test.func.attr == "is_contiguous" and not test.args:
+            return True
+        if isinstance(test, ast.Call) and self.qualname(test.func) in (
+                "torch.distributed.is_initialized", "torch.distributed.is_available", "torch.cuda.is_available"):
+            return True  # PKB runs every candidate under an initialised process group on GPUs
+        if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance" and len(test.args) == 2:
+            return self._isinstance_value(test, fn)
+        if isinstance(test, ast.Compare) and len(test.ops) == 1:
+            if isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None \
+                    and isinstance(test.ops[0], (ast.Is, ast.IsNot)) and self._unset_group(test.left, fn):
+                return isinstance(test.ops[0], ast.Is)
+            return self._compare_value(test.left, test.ops[0], test.comparators[0], fn)
+        return None
+
+    def _unset_group(self, node: ast.AST, fn: ast.AST | None) -> bool:
+        """A `group=None` parameter of solution(): PKB's inputs are tensors and scalars, never a
+        process group, so on the run it stays None."""
+        sol = self.functions.get("solution")
+        if fn is not sol or sol is None or not isinstance(node, ast.Name) or not re.search(r"(^|_)(group|pg)$", node.id):
+            return False
+        args = sol.args.args
+        defaults = dict(zip([a.arg for a in args[len(args) - len(sol.args.defaults):]], sol.args.defaults))
+        default = defaults.get(node.id)
+        if default is None:
+            kw = dict(zip([a.arg for a in sol.args.kwonlyargs], sol.args.kw_defaults))
+            default = kw.get(node.id)
+        if not (isinstance(default, ast.Constant) and default.value is None):
+            return False
+        # Rebound before the test (`group = group or dist.group.WORLD`): no longer the parameter.
+        return not any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)
+                       for n in ast.walk(sol))
+
+    def _single_assignment(self, name: str, fn: ast.AST) -> ast.AST | None:
+        found = [n.value for n in ast.walk(fn) if isinstance(n, ast.Assign) and len(n.targets) == 1
+                 and isinstance(n.targets[0], ast.Name) and n.targets[0].id == name]
+        return found[0] if len(found) == 1 else None
+
+    def _is_multicast_expr(self, node: ast.AST, fn: ast.AST | None) -> bool:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("int", "bool") and node.args:
+            return self._is_multicast_expr(node.args[0], fn)
+        if isinstance(node, ast.Attribute):
+            return node.attr in ("multicast_ptr", "mc_ptr", "multicast_addr")
+        if isinstance(node, ast.Name):
+            low = node.id.lower()
+            if "multicast" in low or low in ("mc_ptr", "mc_addr", "mc"):
+                return True
+            if fn is not None:
+                value = self._single_assignment(node.id, fn)
+                return isinstance(value, (ast.Attribute, ast.Call)) and self._is_multicast_expr(value, None)
+        return False
+
+    def _dtype_of(self, node: ast.AST) -> str | None:
+        """`torch.bfloat16` -> 'bfloat16'; None for anything else."""
+        q = self.qualname(node) if isinstance(node, ast.Attribute) else ""
+        if q.startswith("torch.") and q.count(".") == 1:
+            return _DTYPE_ALIASES.get(q.split(".")[1], q.split(".")[1])
+        return None
+
+    def _is_dtype_expr(self, node: ast.AST) -> bool:
+        if isinstance(node, ast.Attribute):
+            return node.attr == "dtype"
+        return isinstance(node, ast.Name) and "dtype" in node.id.lower()
+
+    def _is_world_expr(self, node: ast.AST) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id in WORLD_NAMES
+        if isinstance(node, ast.Attribute):
+            return node.attr in ("world_size", "num_ranks")
+        if isinstance(node, ast.Call):
+            return self.qualname(node.func).endswith("get_world_size")
+        return False
+
+    def _compare_value(self, left: ast.AST, op: ast.cmpop, right: ast.AST, fn: ast.AST | None) -> bool | None:
+        run = self.run_ctx
+        # dtype: `x.dtype == torch.float32`, `dtype in (torch.float16, torch.bfloat16)`
+        if run.dtype and (self._is_dtype_expr(left) or self._is_dtype_expr(right)):
+            other = right if self._is_dtype_expr(left) else left
+            if isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
+                names = [self._dtype_of(e) for e in right.elts]
+                if not names or any(n not in _FLOAT_DTYPES for n in names):
+                    return None
+                hit = run.dtype in names
+                return hit if isinstance(op, ast.In) else not hit
+            name = self._dtype_of(other)
+            if name not in _FLOAT_DTYPES:
+                return None  # index and count tensors are integers whatever the run's precision
+            if isinstance(op, (ast.Eq, ast.Is)):
+                return run.dtype == name
+            if isinstance(op, (ast.NotEq, ast.IsNot)):
+                return run.dtype != name
+            return None
+        # world size: `world_size == 1` never holds on a multi-GPU run; with the tree's size, decide all.
+        if self._is_world_expr(left) or self._is_world_expr(right):
+            other = right if self._is_world_expr(left) else left
+            if not (isinstance(other, ast.Constant) and isinstance(other.value, int)):
+                return None
+            c = other.value
+            flipped = not self._is_world_expr(left)
+            sizes = [run.world_size] if run.world_size else [2, 3, 4, 8, 16, 1024]
+            results = {_cmp(c, op, w) if flipped else _cmp(w, op, c) for w in sizes}
+            return results.pop() if len(results) == 1 and None not in results else None
+        # multicast: `hdl.multicast_ptr != 0`, `mc_ptr is None`
+        if run.multicast is not None and (self._is_multicast_expr(left, fn) or self._is_multicast_expr(right, fn)):
+            other = right if self._is_multicast_expr(left, fn) else left
+            if isinstance(other, ast.Constant) and other.value in (0, None):
+                present = run.multicast
+                if isinstance(op, (ast.Eq, ast.Is)):
+                    return not present
+                if isinstance(op, (ast.NotEq, ast.IsNot, ast.Gt)):
+                    return present
+            return None
+        # PKB's inputs are large, non-empty and aligned to powers of two.
+        if isinstance(left, ast.BinOp) and isinstance(left.op, ast.Mod) and isinstance(right, ast.Constant) and right.value == 0:
+            if isinstance(op, ast.Eq):
+                return True
+            if isinstance(op, ast.NotEq):
+                return False
+        if isinstance(right, ast.Constant) and right.value == 0 and _is_size_expr(left):
+            if isinstance(op, (ast.Eq, ast.LtE)):
+                return False
+            if isinstance(op, (ast.Gt, ast.NotEq)):
+                return True
+        return None
+
+    def _isinstance_value(self, call: ast.Call, fn: ast.AST | None) -> bool | None:
+        """`isinstance(x, (list, tuple))` / `isinstance(x, torch.Tensor)` on the run: a parameter of
+        solution() annotated as a tensor is one; split sizes (`input_split_sizes`, a helper's
+        parameter that every caller passes split sizes) are Python lists in PKB's inputs."""
+        arg, types = call.args
+        names = types.elts if isinstance(types, ast.Tuple) else [types]
+        kinds = {n.id if isinstance(n, ast.Name) else self.qualname(n) for n in names}
+        seq = {"list", "tuple", "List", "Tuple", "Sequence", "collections.abc.Sequence"}
+        if not kinds or not (kinds <= seq or kinds <= {"torch.Tensor"}):
+            return None
+        if not isinstance(arg, ast.Name) or fn is None:
+            return None
+        is_list = self._list_input(arg.id, fn)
+        if is_list is None:
+            return None
+        return is_list if kinds <= seq else not is_list
+
+    def _list_input(self, name: str, fn: ast.AST, depth: int = 0) -> bool | None:
+        """Whether parameter `name` of `fn` holds a Python list on the run (None: unknown)."""
+        params = [a.arg for a in getattr(fn, "args", ast.arguments(args=[])).args]
+        if name not in params or depth > 2:
+            return None
+        if fn is self.functions.get("solution"):
+            ann = next((a.annotation for a in fn.args.args if a.arg == name), None)
+            text = ast.unparse(ann) if ann is not None else ""
+            if "Tensor" in text and "List" not in text and "list" not in text:
+                return False
+            return True if "split" in name.lower() else None
+        # A helper: what do its callers pass?
+        pos = params.index(name) - (1 if params and params[0] in ("self", "cls") else 0)
+        seen: list[bool | None] = []
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)) and \
+                    (node.func.id if isinstance(node.func, ast.Name) else node.func.attr) == fn.name:
+                a = node.args[pos] if 0 <= pos < len(node.args) else next((k.value for k in node.keywords if k.arg == name), None)
+                if a is None:
+                    return None
+                if "split" in ast.unparse(a).lower():
+                    seen.append(True)
+                elif isinstance(a, ast.Name) and self.enclosing.get(id(node)) is not None:
+                    seen.append(self._list_input(a.id, self.enclosing[id(node)], depth + 1))
+                else:
+                    seen.append(None)
+        return True if seen and all(v is True for v in seen) else None

@@ -1,0 +1,40 @@
+"""The library collectives of torch.distributed, named once for every stage.
+
+The static pass labels a call with these names, the evaluation's static checks and its runtime
+counter (pkb/eval/guard.py) count them, and the emulation (pkb/emulate/fake_dist.py) says which of
+them it replaces. Reads nothing; plain name sets only (no torch import).
+
+    DATA_COLLECTIVES  move tensor payload between ranks (torch.distributed and its c10d module)
+    FUNCOL_COLLECTIVES  the functional collectives (torch.distributed._functional_collectives)
+                      that move payload, beyond the names they share with DATA_COLLECTIVES
+    P2P               point-to-point transfers
+    OBJECT_TRANSFERS  pickled Python objects through the library (host values, not the payload)
+    HOST_SYNCS        rendezvous of the ranks on the host: they move nothing
+    FUNCOL_WAITS      completion of an earlier functional collective (no transfer of its own)
+    P2P_OP_CLASS      the descriptor class batch_isend_irecv takes: a p2p name, never a call to wrap
+"""
+
+from __future__ import annotations
+
+DATA_COLLECTIVES = frozenset({
+    "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
+    "broadcast", "reduce", "all_to_all", "all_to_all_single", "gather", "scatter",
+    "all_reduce_coalesced", "all_gather_into_tensor_coalesced", "reduce_scatter_tensor_coalesced",
+    # private spellings older code still calls
+    "_all_gather_base", "_reduce_scatter_base",
+})
+FUNCOL_COLLECTIVES = frozenset({"all_gather_tensor", "permute_tensor"})
+OBJECT_TRANSFERS = frozenset({"all_gather_object", "broadcast_object_list"})
+P2P = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv", "send_object_list", "recv_object_list"})
+HOST_SYNCS = frozenset({"barrier", "monitored_barrier"})
+FUNCOL_WAITS = frozenset({"wait_tensor"})
+P2P_OP_CLASS = "P2POp"
+
+# What the static pass labels `collective` (a call into the library for a transfer, or the wait
+# that completes one).
+STATIC_COLLECTIVES = DATA_COLLECTIVES | FUNCOL_COLLECTIVES | OBJECT_TRANSFERS | FUNCOL_WAITS
+# Every library call that moves data between ranks: a try/except that falls back to one of these
+# is a library fallback, and the runtime counter counts them per timed call.
+MOVES_DATA = DATA_COLLECTIVES | FUNCOL_COLLECTIVES | OBJECT_TRANSFERS | P2P
+# Every function the runtime counter wraps (barriers are counted apart, as host syncs).
+COUNTED = MOVES_DATA | HOST_SYNCS
