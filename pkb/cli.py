@@ -430,14 +430,8 @@ def eval_command(
         jobs=n_jobs, timing_mode=timing, pack=pack, screen=screen,
         import_timeout_s=import_timeout, compile_timeout_s=compile_timeout, call_timeout_s=call_timeout, force=force,
     )
-    emit = None
-    if output_format is EvalOutputFormat.jsonl:  # standard output carries the records only
-        stdout = sys.stdout
-
-        def emit(line: str) -> None:
-            stdout.write(line + "\n")
-            stdout.flush()
-
+    # jsonl: standard output carries the records alone, as they land; all else is said on stderr
+    emit = _line_writer(sys.stdout) if output_format is EvalOutputFormat.jsonl else None
     with contextlib.redirect_stdout(sys.stderr) if emit else contextlib.nullcontext():
         if emulate:
             options.trials = min(trials, 3)
@@ -448,6 +442,16 @@ def eval_command(
             run_eval(records, out, options, quiet, emit)
         write_tables(records, out)
     _exit_if_not_evaluated(records)
+
+
+def _line_writer(stream):
+    """A function writing one line to `stream` (bound now, before stdout is redirected) and flushing."""
+
+    def write(line: str) -> None:
+        stream.write(line + "\n")
+        stream.flush()
+
+    return write
 
 
 def _usage_error(message: str) -> None:
