@@ -164,10 +164,13 @@ def open_run(ctx: typer.Context, out: Path, store_path: str | None) -> None:
         raise typer.Exit(2)
 
 
-def run_eval(records, out: Path, options, quiet: bool) -> None:
+def run_eval(records, out: Path, options, quiet: bool, emit=None) -> None:
     """Evaluate records (builds first, then launches in slots), writing eval.jsonl as results land,
     and saying each outcome as it lands: above a progress bar at a terminal, a plain line otherwise
-    (piped output shows progress too). Ctrl-C says what was saved and how to resume."""
+    (piped output shows progress too). Ctrl-C says what was saved and how to resume. `emit(line)`,
+    when given, receives each eval.jsonl line as it is written (`--output-format jsonl`). A harness
+    error leaves the candidates it did not reach `not_run` ("evaluation failed: ..."), so the run
+    ends with exit 1 and the reason, as README's contract says, rather than a traceback."""
     from pkb.eval import evaluate
     from reports import console
 
@@ -181,8 +184,11 @@ def run_eval(records, out: Path, options, quiet: bool) -> None:
             def landed(rec, evaluation, rank_results) -> None:
                 nonlocal done
                 store_later_parts(store, rec)
-                jsonl.write(json.dumps(rec.to_json_line(), default=str) + "\n")
+                record_line = json.dumps(rec.to_json_line(), default=str)
+                jsonl.write(record_line + "\n")
                 jsonl.flush()
+                if emit is not None:
+                    emit(record_line)
                 done += 1
                 line = console.eval_line(rec, done, len(records))
                 if lines_out:
@@ -191,7 +197,14 @@ def run_eval(records, out: Path, options, quiet: bool) -> None:
                     progress.console.print(escape(line), highlight=False)
                 progress.advance(task)
 
-            evaluate(records, options, on_result=landed)
+            try:
+                evaluate(records, options, on_result=landed)
+            except Exception as exc:  # noqa: BLE001 - the harness failed: what landed stays, the rest is not_run
+                reason = f"evaluation failed: {type(exc).__name__}: {exc}"
+                for rec in records:
+                    if not rec.evaluation:
+                        rec.evaluation = {"status": "not_run", "outcome": "", "subtype": "", "reason": reason}
+                        landed(rec, rec.evaluation, [])
     except KeyboardInterrupt:
         err.print(f"interrupted: {done} of {len(records)} candidates were evaluated and saved (the store {escape(str(options.store_path))}, "
                   f"{escape(str(path))}); the same command resumes: stored results are not run again (--force runs them again)")
@@ -219,10 +232,10 @@ def parse_jobs(value: str) -> int:
     return n
 
 
-def run_emulated(records, out: Path, world_size: int, options, quiet: bool) -> None:
+def run_emulated(records, out: Path, world_size: int, options, quiet: bool, emit=None) -> None:
     """Emulated ranks: protocol bugs on one device, each candidate in a process of its own.
     Results are marked emulated (no timing, nothing about NVLink) and stored under keys of their
-    own, beside real evaluations, never over them."""
+    own, beside real evaluations, never over them. `emit` as in run_eval."""
     from pkb.emulate.records import emulate_records
     from reports import console
 
@@ -231,8 +244,11 @@ def run_emulated(records, out: Path, world_size: int, options, quiet: bool) -> N
             _open_store(options.store_path) as store:
         def done(rec) -> None:
             store_later_parts(store, rec)
-            jsonl.write(json.dumps(rec.to_json_line(), default=str) + "\n")
+            record_line = json.dumps(rec.to_json_line(), default=str)
+            jsonl.write(record_line + "\n")
             jsonl.flush()
+            if emit is not None:
+                emit(record_line)
             progress.advance(task)
 
         emulate_records(records, world_size, options, on_result=done)
@@ -373,10 +389,15 @@ def _failures(records) -> list[str]:
     return lines
 
 
+class EvalOutputFormat(str, Enum):
+    text = "text"
+    jsonl = "jsonl"
+
+
 @app.command("eval")
 def eval_command(
     ctx: typer.Context,
-    path: Path = typer.Argument(..., help="a candidate file, a folder, or a PKB tree"),
+    paths: list[Path] = typer.Argument(..., help="candidate files, folders, or PKB trees (several allowed)"),
     out: Path = typer.Option(Path("pkb-out"), "--out", "-o", help="folder for eval.jsonl, the tables and (by default) the store"),
     world_size: Optional[int] = typer.Option(None, "--world-size", "-n", min=1, help="ranks (default: every GPU, or 2 on CPU)"),
     trials: int = typer.Option(5, "--trials", min=1),
@@ -385,9 +406,12 @@ def eval_command(
     timeout: float = typer.Option(600.0, "--timeout", min=1.0, help="seconds for one candidate's whole launch"),
     warmup: int = typer.Option(500, "--warmup", min=0),
     iters: int = typer.Option(100, "--iters", min=0, help="timed calls per side; 0 turns timing off"),
+    groups: Optional[int] = typer.Option(None, "--groups", min=1, help="input groups cycled through while timing (default: enough to exceed the L2 on CUDA, 2 on CPU)"),
     scale: Scale = typer.Option(Scale.small, "--scale", help="input sizes"),
-    problem: Optional[int] = typer.Option(None, "--problem", min=1, help="the problem id of candidates whose file name has none (`<id>_<name>.py`); with one file, its problem"),
+    problem: Optional[int] = typer.Option(None, "--problem", min=1, metavar="ID", help="the problem id of candidates whose file name has none (`<id>_<name>.py`); of every file given as a file"),
+    problem_file: Optional[list[str]] = typer.Option(None, "--problem-file", metavar="ID=PATH", help="problem ID's module from a file (a PROBLEM spec, as in problems/), ahead of the catalogue (repeatable)"),
     store: Optional[Path] = typer.Option(None, "--store", help="SQLite store (default OUT/pkb_eval.sqlite)"),
+    work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="folder for the launches' job files and traces (default OUT/eval_work)"),
     pkb_root: Optional[Path] = typer.Option(None, "--pkb-root", help="a PKB checkout: evaluate against its references and input factory"),
     import_timeout: float = typer.Option(300.0, "--import-timeout", min=1.0, help="seconds for the candidate's import"),
     compile_timeout: float = typer.Option(900.0, "--compile-timeout", min=1.0, help="seconds for one JIT build of its extension"),
@@ -410,79 +434,122 @@ def eval_command(
     cpus_per_task: int = typer.Option(16, "--cpus-per-task", help="CPU cores per shard (builds run there)"),
     time_min: int = typer.Option(120, "--time-min", help="Slurm time limit of one shard, minutes"),
     account: Optional[str] = typer.Option(None, "--account", help="Slurm account"),
+    output_format: EvalOutputFormat = typer.Option(EvalOutputFormat.text, "--output-format",
+                                                   help="jsonl: each record to standard output as it lands (eval.jsonl's line), everything else to stderr"),
     quiet: bool = typer.Option(False, "--quiet", "-q"),
 ) -> None:
     """Evaluate candidates against their references on every rank: one outcome each, stored, resumable.
 
     Exit status: 0 when every candidate was evaluated (whatever its outcome), 1 when some could
-    not be (each reason is printed with what to do), 2 on a usage error.
+    not be (each reason is printed with what to do), 2 on a usage error or a store this run
+    cannot use (held by another run, of a newer schema).
     """
+    import contextlib
+
     from pkb.eval import EvalOptions
 
     backend, scale, dtype = backend.value, scale.value, dtype.value if dtype else None
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        _usage_error(f"{', '.join(missing)}: no such file or folder")
     if pkb_root is not None and not (pkb_root / "reference").is_dir():
-        err.print(f"[red]error:[/] --pkb-root {escape(str(pkb_root))}: no reference/ folder there (not a PKB checkout)")
-        raise typer.Exit(2)
+        _usage_error(f"--pkb-root {pkb_root}: no reference/ folder there (not a PKB checkout)")
     if timing not in ("exclusive", "shared"):
-        err.print(f"[red]error:[/] --timing {timing!r}: exclusive or shared")
-        raise typer.Exit(2)
+        _usage_error(f"--timing {timing!r}: exclusive or shared")
     if executor not in ("none", "local", "slurm"):
-        err.print(f"[red]error:[/] --executor {executor!r}: none, local or slurm")
-        raise typer.Exit(2)
+        _usage_error(f"--executor {executor!r}: none, local or slurm")
     if executor == "slurm" and not partition:
-        err.print("[red]error:[/] --executor slurm needs --partition")
-        raise typer.Exit(2)
+        _usage_error("--executor slurm needs --partition")
+    problem_files = _problem_files(problem_file)
     n_jobs = parse_jobs(jobs)
 
-    open_run(ctx, out, str(store or out / "pkb_eval.sqlite"))
-    records = run_static(path, out, _static_options(ptx, True, None, None, None), quiet=True, store_path=str(store or out / "pkb_eval.sqlite"))
+    store_path = str(store or out / "pkb_eval.sqlite")
+    open_run(ctx, out, store_path)
+    records = run_static(paths, out, _static_options(ptx, True, None, None, None), quiet=True, store_path=store_path)
     if problem is not None:
-        _give_problem(records, problem, every=path.is_file())
+        _give_problem(records, problem, paths)
     options = EvalOptions(
         world_size=world_size, trials=trials, backend=backend, dtype=dtype, timeout_s=timeout, warmup=warmup,
-        iters=iters, scale=scale, store_path=str(store or out / "pkb_eval.sqlite"), work_dir=str(out / "eval_work"),
-        pkb_root=str(pkb_root) if pkb_root else None, problem=problem, profile=profile,
+        iters=iters, groups=groups, scale=scale, store_path=store_path, work_dir=str(work_dir or out / "eval_work"),
+        pkb_root=str(pkb_root) if pkb_root else None, problem=problem, problem_files=problem_files, profile=profile,
         ncu_kernels=list(ncu_kernel or []) if (ncu or ncu_kernel or ncu_metric) else None, ncu_metrics=list(ncu_metric or []),
         jobs=n_jobs, timing_mode=timing, pack=pack, screen=screen,
         import_timeout_s=import_timeout, compile_timeout_s=compile_timeout, call_timeout_s=call_timeout, force=force,
     )
-    if emulate:
-        options.trials = min(trials, 3)
-        run_emulated(records, out, emulate, options, quiet)
+    # jsonl: standard output carries the records alone, as they land; all else is said on stderr
+    emit = _line_writer(sys.stdout) if output_format is EvalOutputFormat.jsonl else None
+    with contextlib.redirect_stdout(sys.stderr) if emit else contextlib.nullcontext():
+        if emulate:
+            options.trials = min(trials, 3)
+            run_emulated(records, out, emulate, options, quiet, emit)
+        elif executor != "none":
+            _run_on_cluster(records, out, options, executor, shards, partition, gpus_per_node, cpus_per_task, time_min, account, emit)
+        else:
+            run_eval(records, out, options, quiet, emit)
         write_tables(records, out)
-        _exit_if_not_evaluated(records)
-        return
-    if executor != "none":
-        from pkb.eval.cluster import ClusterOptions, run_sharded
-        from reports import console
-
-        cluster = ClusterOptions(executor=executor, shards=shards, partition=partition, gpus_per_node=gpus_per_node,
-                                 cpus_per_task=cpus_per_task, time_min=time_min, account=account, folder=str(out / "shards"))
-        summary = run_sharded(records, options, cluster)
-        with (out / "eval.jsonl").open("w", encoding="utf-8") as jsonl, _open_store(options.store_path) as parts:
-            for rec in records:
-                store_later_parts(parts, rec)
-                jsonl.write(json.dumps(rec.to_json_line(), default=str) + "\n")
-        for line in summary["errors"]:
-            err.print(f"[yellow]warning:[/] {line}")
-        typer.echo(console.eval_table(records))
-        typer.echo(console.eval_totals(records))
-        typer.echo(f"{summary['submitted']} candidates in {summary['shards']} shards ({summary['skipped']} already stored); "
-                   f"merged {summary['merged']} results into {options.store_path}")
-        write_tables(records, out)
-        _exit_if_not_evaluated(records)
-        return
-    run_eval(records, out, options, quiet)
-    write_tables(records, out)
     _exit_if_not_evaluated(records)
 
 
-def _give_problem(records, problem_id: int, every: bool) -> None:
-    """--problem: the problem of candidates whose file name gives none (of every one, for one file)."""
-    from pkb.corpus import assign_problem
+def _line_writer(stream):
+    """A function writing one line to `stream` (bound now, before stdout is redirected) and flushing."""
 
+    def write(line: str) -> None:
+        stream.write(line + "\n")
+        stream.flush()
+
+    return write
+
+
+def _usage_error(message: str) -> None:
+    """Exit 2 with the message, before anything is written or launched."""
+    err.print(f"[red]error:[/] {escape(message)}")
+    raise typer.Exit(2)
+
+
+def _problem_files(items: Optional[list[str]]) -> dict[int, str]:
+    """--problem-file ID=PATH, each checked (an id, an existing file) before anything starts."""
+    files: dict[int, str] = {}
+    for item in items or []:
+        pid, sep, path = item.partition("=")
+        if not (sep and pid.strip().isdigit() and Path(path).is_file()):
+            _usage_error(f"--problem-file {item!r}: ID=PATH with a problem id and an existing file")
+        files[int(pid)] = str(Path(path).resolve())
+    return files
+
+
+def _run_on_cluster(records, out: Path, options, executor, shards, partition, gpus_per_node, cpus_per_task, time_min, account, emit) -> None:
+    """--executor slurm|local: shards through submitit, merged into the one store; eval.jsonl after."""
+    from pkb.eval.cluster import ClusterOptions, run_sharded
+    from reports import console
+
+    cluster = ClusterOptions(executor=executor, shards=shards, partition=partition, gpus_per_node=gpus_per_node,
+                             cpus_per_task=cpus_per_task, time_min=time_min, account=account, folder=str(out / "shards"))
+    summary = run_sharded(records, options, cluster)
+    with (out / "eval.jsonl").open("w", encoding="utf-8") as jsonl, _open_store(options.store_path) as parts:
+        for rec in records:
+            store_later_parts(parts, rec)
+            record_line = json.dumps(rec.to_json_line(), default=str)
+            jsonl.write(record_line + "\n")
+            if emit is not None:
+                emit(record_line)
+    for line in summary["errors"]:
+        err.print(f"[yellow]warning:[/] {escape(line)}")
+    typer.echo(console.eval_table(records))
+    typer.echo(console.eval_totals(records))
+    typer.echo(f"{summary['submitted']} candidates in {summary['shards']} shards ({summary['skipped']} already stored); "
+               f"merged {summary['merged']} results into {options.store_path}")
+
+
+def _give_problem(records, problem_id: int, paths: list[Path]) -> None:
+    """--problem: the problem of every file given as a file, and of candidates found in folders
+    whose file name gives none."""
+    from pkb.corpus import assign_problem
+    from pkb.roots import corpus_root, relative_path
+
+    root = corpus_root(paths)  # what run_static made record paths relative to
+    named = {relative_path(p, root.resolve()) for p in paths if p.is_file()}
     for rec in records:
-        if every or rec.problem_id is None:
+        if rec.path in named or rec.problem_id is None:
             assign_problem(rec, problem_id)
 
 

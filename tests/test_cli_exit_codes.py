@@ -1,6 +1,6 @@
 """Exit codes and validation: choices checked before anything starts (exit 2), an evaluation that
-could not run something exits 1 saying how many and why, the same in `pkb-analyze eval` and
-`python -m pkb.eval`, and a loose file is told to give its problem."""
+could not run something exits 1 saying how many and why (in process and as `python -m pkb eval`),
+a loose file is told to give its problem, and `python -m pkb.eval` says what to run instead."""
 
 import json
 import os
@@ -59,7 +59,7 @@ def test_not_run_summary_counts_each_reason_whole_with_what_to_do():
     assert hint("something new") == ""
 
 
-def test_loose_file_exits_1_and_says_to_give_its_problem_in_both_commands(tmp_path, capsys):
+def test_loose_file_exits_1_and_says_to_give_its_problem(tmp_path, capsys):
     # a name that matches no problem (`allreduce_mine.py` is matched to 1_allreduce as a variant)
     loose = tmp_path / "mine.py"
     loose.write_text(GOOD)
@@ -67,11 +67,26 @@ def test_loose_file_exits_1_and_says_to_give_its_problem_in_both_commands(tmp_pa
     assert code == 1
     assert "1 of 1 candidates could not be evaluated" in cap.err
     assert "no reference matches 'mine' by name or id" in cap.err and "--problem ID" in cap.err
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    res = subprocess.run([sys.executable, "-m", "pkb.eval", str(loose), "--store", str(tmp_path / "s.sqlite"),
-                          "--work-dir", str(tmp_path / "w"), "--world-size", "2"], capture_output=True, text=True, env=env, timeout=300)
-    assert res.returncode == 1
+    # the same as a process of its own (`python -m pkb` is `pkb-analyze`): the exit status reaches the shell
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PKB_CACHE_DIR": str(tmp_path / "cache")}
+    res = subprocess.run([sys.executable, "-m", "pkb", "eval", str(loose), "--out", str(tmp_path / "o2"),
+                          "--world-size", "2"], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 1, res.stderr
     assert "1 of 1 candidates could not be evaluated" in res.stderr and "--problem ID" in res.stderr
+
+
+def test_the_old_module_names_the_command_to_run_instead(tmp_path, monkeypatch):
+    from pkb.eval.__main__ import equivalent
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    res = subprocess.run([sys.executable, "-m", "pkb.eval", "c/1_a.py", "--json", "--groups", "2"], cwd=tmp_path,
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode == 2 and res.stdout == ""
+    assert "pkb-analyze eval c/1_a.py --output-format jsonl --groups 2" in res.stderr
+    (tmp_path / "pkb_eval.sqlite").write_text("")
+    monkeypatch.chdir(tmp_path)  # where the old default store is looked up
+    assert equivalent(["x.py"])[-2:] == ["--store", "pkb_eval.sqlite"]
+    assert equivalent(["x.py", "--store", "mine.sqlite"]) == ["pkb-analyze", "eval", "x.py", "--store", "mine.sqlite"]
 
 
 def test_cuda_candidate_on_cpu_exits_1_with_the_reason(tmp_path, capsys):

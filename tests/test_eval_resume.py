@@ -18,7 +18,7 @@ from test_eval_support import REFERENCE, REPO, write_candidate
 
 def _cli(paths: list[Path], tmp: Path) -> list[str]:
     return [
-        sys.executable, "-m", "pkb.eval", *map(str, paths),
+        sys.executable, "-m", "pkb", "eval", *map(str, paths), "--out", str(tmp / "out"), "--jobs", "1",
         "--store", str(tmp / "kill.sqlite"), "--work-dir", str(tmp / "work"),
         "--world-size", "2", "--backend", "gloo", "--dtype", "float32",
         "--trials", "2", "--warmup", "1", "--iters", "3", "--groups", "2", "--timeout", "120",
@@ -91,7 +91,7 @@ def test_sigkill_mid_launch_then_resume(tmp_path):
     assert _rows(tmp_path / "kill.sqlite", "outcomes") == []
     _assert_ranks_die(tmp_path)
     out = _resume_and_check(paths, tmp_path, env)
-    assert "skipped_cached" not in out.stdout
+    assert "(stored result)" not in out.stdout
 
 
 def test_sigkill_mid_store_write_then_resume(tmp_path):

@@ -4,7 +4,7 @@ Every CPU-runnable entry of corpus/hostile/manifest.toml runs in one `evaluate` 
 at a time, tight per-phase limits) and must get the manifest's outcome and subtype; the harness
 must come out of it alive with one result per candidate. Then the checks behind the outcomes
 (which phase a hang was in, which signal a crash had, that a forked child is dead), the pure parts
-without a launch, the exit codes of `python -m pkb.eval`, and a soak over the bundled corpus's
+without a launch, the exit codes of `pkb-analyze eval`, and a soak over the bundled corpus's
 pure-PyTorch candidates.
 """
 
@@ -452,7 +452,7 @@ def test_a_sandbox_killed_from_outside_is_an_environment_failure_retried_on_resu
 
 def _cli(args, tmp):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    base = [sys.executable, "-m", "pkb.eval", *map(str, args), "--store", str(tmp / "cli.sqlite"), "--work-dir", str(tmp / "w"),
+    base = [sys.executable, "-m", "pkb", "eval", *map(str, args), "--out", str(tmp / "out"), "--store", str(tmp / "cli.sqlite"), "--work-dir", str(tmp / "w"),
             "--world-size", "2", "--backend", "gloo", "--dtype", "float32"]
     return subprocess.run(base, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
 

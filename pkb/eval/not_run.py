@@ -1,8 +1,8 @@
 """Candidates an evaluation could not run: how many, why (each reason whole), and what to do.
 
-`pkb-analyze eval` and `python -m pkb.eval` both use this, so they agree on the exit status the
-README documents: 0 when every candidate was evaluated (whatever its outcome), 1 when some could
-not be (the environment or the harness), 2 on a usage error.
+`pkb-analyze eval` ends with this: the exit status the README documents is 0 when every candidate
+was evaluated (whatever its outcome), 1 when some could not be (the environment or the harness),
+2 on a usage error.
 """
 
 from __future__ import annotations
