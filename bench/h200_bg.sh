@@ -7,6 +7,9 @@
 #                                                copy what it wrote under $BG_OUT (top level) to $OUT
 # The environment keeps multicast off (NCCL_NVLS_ENABLE=0 ...) and puts carried wheels (.whl) and the
 # working tree on PYTHONPATH.
+# Carry a PKB copy (.pkb) on the first call only: a later call that carries it again replaces the
+# folder under the running job, whose reference/ then reads as empty for a while (seen 2026-12-03:
+# 113 of 256 candidates 'not run' with 'no reference matches').
 set -u
 verb=$1 name=$2
 dir=/tmp/pkb_bg/$name

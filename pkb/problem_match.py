@@ -27,8 +27,10 @@ Without an id in the file name the same name rules run over every reference
 from __future__ import annotations
 
 import ast
+import os
 from dataclasses import asdict, dataclass
 from difflib import SequenceMatcher
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -133,9 +135,27 @@ def catalog_references() -> dict[int, Reference]:
 
 def checkout_references(root: str | Path) -> dict[int, Reference]:
     """The references of a PKB checkout: `<root>/reference/<id>_<name>.py`, parameters read with
-    `ast` (nothing is imported). Ids given twice keep the first file in name order."""
+    `ast` (nothing is imported). Ids given twice keep the first file in name order. Read once per
+    state of the folder (its files' names, sizes and times), not once per candidate.
+
+    Raises LookupError when the folder holds no reference at all: every candidate would otherwise
+    be "unmatched", blamed on its name."""
+    ref_dir = Path(root).resolve() / "reference"
+    try:
+        # The folder's state: each file's name, size and time (a listing is cheap; parsing is not).
+        stamp = tuple(sorted((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(ref_dir) if e.name.endswith(".py")))
+    except OSError as exc:
+        raise LookupError(f"no reference/ folder readable under {Path(root).resolve()} ({exc.strerror})") from None
+    refs = _read_references(str(ref_dir), stamp)
+    if not refs:
+        raise LookupError(f"no reference <id>_<name>.py under {ref_dir}: is the PKB checkout complete?")
+    return dict(refs)
+
+
+@lru_cache(maxsize=8)
+def _read_references(ref_dir_name: str, stamp: tuple) -> dict[int, Reference]:
     out: dict[int, Reference] = {}
-    ref_dir = Path(root) / "reference"
+    ref_dir = Path(ref_dir_name)
     for path in sorted(ref_dir.glob("*.py")):
         head, _, name = path.stem.partition("_")
         if not head.isdigit() or not name:

@@ -162,6 +162,26 @@ def test_a_checkout_is_matched_by_its_own_reference_folder(tmp_path):
         problem_source.resolve(rec.problem_id, rec.problem_name, _options(tmp_path, pkb_root=str(root)), rec.problem_match)
 
 
+def test_a_checkout_without_references_is_said_once_not_blamed_on_each_name(tmp_path):
+    # A checkout whose reference/ folder is empty (or vanished mid-run) must not turn every
+    # candidate into "no reference matches <its name>".
+    root = _checkout(tmp_path / "pkb", {})
+    with pytest.raises(LookupError, match=r"no reference <id>_<name>.py under .*complete"):
+        checkout_references(root)
+    f = tmp_path / "4_reduce_cuda.py"
+    f.write_text("def solution(x):\n    return x\n")
+    rec = read_candidate(f)
+    with pytest.raises(LookupError, match=r"is the PKB checkout complete"):
+        problem_source.resolve(rec.problem_id, rec.problem_name, _options(tmp_path, pkb_root=str(root)), rec.problem_match)
+
+
+def test_references_are_read_again_when_the_folder_changes(tmp_path):
+    root = _checkout(tmp_path / "pkb", {"4_reduce": "x"})
+    assert set(checkout_references(root)) == {4}
+    (root / "reference" / "5_scatter.py").write_text("def solution(x, src):\n    return x\n")
+    assert set(checkout_references(root)) == {4, 5}
+
+
 # ---- PKB's own files (only with a checkout: PKB_ROOT) -----------------------------------------------
 
 
