@@ -69,7 +69,6 @@ def blank_includes(text: str) -> tuple[str, list[str], list[str]]:
     return "\n".join(out), includes, missing
 
 
-
 class Node:
     __slots__ = ("c", "kind", "spelling", "tline", "so", "eo", "kids", "parent", "_type", "_ref", "_text")
 
@@ -270,7 +269,6 @@ class AstView:
         s = " ".join(self.text_of(n).split())
         return s[:limit]
 
-
     def unary_op(self, n: Node) -> str:
         t = self.text_of(n).strip()
         for op in ("++", "--", "&", "*", "!", "~", "-", "+"):
@@ -292,7 +290,6 @@ class AstView:
             return n.c.binary_operator.name
         except Exception:
             return ""
-
 
     def call_object(self, n: Node) -> Node | None:
         if n.kids and n.kids[0].kind == "MEMBER_REF_EXPR" and n.kids[0].kids:
@@ -319,4 +316,3 @@ class AstView:
             return n.type.spelling.split("<")[0].split("::")[-1].strip() == n.spelling
         except Exception:
             return False
-

@@ -84,7 +84,6 @@ class _ClangPass(PointerFlow, LaunchScan, AccessScan, SpinLoopScan, TailScan, As
                 return exact
         return cands
 
-
     def make_functions(self) -> None:
         for f in self.funcs:
             n = f.node

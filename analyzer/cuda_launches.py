@@ -63,7 +63,6 @@ class LaunchScan:
                     out.append(e)
         return kname, out
 
-
     def add_launch(self, f: FuncNode, n: Node) -> None:
         text = self.text_of(n)
         m = re.match(r"\s*([\w:]+)\s*(<.*?>)?\s*<<<(.*?)>>>", text, re.S)
@@ -103,7 +102,6 @@ class LaunchScan:
         host = kind_arg in ("cudaMemcpyHostToDevice", "cudaMemcpyDeviceToHost", "HtoD", "DtoH")
         self.facts.memcpys.append(MemcpyCall(api=name, line=self.line(n), function=f.name, kind_arg=kind_arg,
                                              peer=peer, host=host, snippet=text))
-
 
     def text_launches(self) -> None:
         seen = {l.line for l in self.facts.launches}

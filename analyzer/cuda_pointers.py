@@ -48,7 +48,6 @@ def derived(v: tuple[str, str]) -> tuple[str, str]:
     return (v[0], "name" if v[1] == "name" else "dataflow")
 
 
-
 def guess_kind(name: str, tspell: str, tkind: str) -> str:
     """The pointer kind a declaration's name and type suggest (remote_*, *_ptrs, signal*, mc_*),
     or '': the last resort when no dataflow fact reaches it (basis "name")."""
@@ -109,7 +108,6 @@ class PointerFlow:
         s = unwrap(n)
         return s.kind in ("DECL_REF_EXPR", "MEMBER_REF_EXPR") and s.spelling.lower() in RANK_NAMES
 
-
     def eval(self, n: Node | None) -> tuple[str, str]:
         if n is None:
             return ("unknown", "")
@@ -165,7 +163,6 @@ class PointerFlow:
             return self.eval_call(n)
         return ("unknown", "")
 
-
     def eval_call(self, n: Node) -> tuple[str, str]:
         name = n.spelling
         obj = self.call_object(n)
@@ -200,7 +197,6 @@ class PointerFlow:
             return derived(self.ret[name])
         return ("unknown", "")
 
-
     def apply_seeds(self) -> None:
         for name, kinds in self.seeds.items():
             fname = self.facts.bindings.get(name, name)
@@ -208,7 +204,6 @@ class PointerFlow:
                 for i, p in enumerate(f.params):
                     if i < len(kinds) and kinds[i] and kinds[i] != "unknown":
                         self.setv(self.key_of_decl(p.c), (kinds[i], "seed"))
-
 
     def flow(self) -> None:
         for _ in range(8):
@@ -364,7 +359,6 @@ class PointerFlow:
                             if g:
                                 self.setv(key, (g, "name"))
 
-
     def kind_by_text(self, expr: str) -> str:
         m = re.search(r"[A-Za-z_]\w*", expr)
         if not m:
@@ -374,4 +368,3 @@ class PointerFlow:
             if key[1] == name:
                 return val[0]
         return "unknown"
-

@@ -173,4 +173,3 @@ class SpinLoopScan:
         g, r = poll_exit
         self.facts.spin_loops.append(SpinLoop(line=self.line(n), function=f.name, condition=self.snippet(g),
                                               has_exit=other_exit, polls=r[0], order=r[1]))
-

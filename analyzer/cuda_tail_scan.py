@@ -92,4 +92,3 @@ class TailScan:
                 ln = self.line(t)
                 if ln not in self.facts.unguarded_tiles:
                     self.facts.unguarded_tiles.append(ln)
-

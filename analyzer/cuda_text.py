@@ -79,5 +79,3 @@ def match_paren(text: str, open_idx: int) -> int:
                 return i
         i += 1
     return -1
-
-

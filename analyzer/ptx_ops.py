@@ -131,7 +131,6 @@ class PtxOp:
         return False
 
 
-
 def _memop(parts: list[str]) -> str:
     head = parts[0]
     if head in ("ld", "ldu"):
@@ -179,10 +178,6 @@ def decode(opcode: str) -> PtxOp:
 # --------------------------------------------------------------------------------------------
 # inline asm statements
 # --------------------------------------------------------------------------------------------
-
-
-
-
 
 
 def template_instructions(template: str) -> list[tuple[str, str]]:
