@@ -41,7 +41,6 @@ class _ClangPass(PointerFlow, LaunchScan, AccessScan, SpinLoopScan, TailScan, As
         self.by_name: dict[str, list[FuncNode]] = {}
         self.env: dict[tuple, tuple[str, str]] = {}
         self.ret: dict[str, tuple[str, str]] = {}
-        self.var_types: dict[tuple, object] = {}
         self.var_nodes: dict[tuple, Node] = {}
         self.changed = False
         self.atomic_refs: dict[tuple, tuple[Node, str]] = {}
@@ -50,6 +49,7 @@ class _ClangPass(PointerFlow, LaunchScan, AccessScan, SpinLoopScan, TailScan, As
         self.cur_func: FuncNode | None = None
 
     def collect_functions(self, tops: list[Node]) -> None:
+        """Every function with a body (namespaces, classes and extern "C" looked into), by kind."""
         def visit(n: Node, in_template: bool):
             if n.kind in ("NAMESPACE", "LINKAGE_SPEC", "STRUCT_DECL", "CLASS_DECL", "CLASS_TEMPLATE", "UNEXPOSED_DECL"):
                 for ch in n.kids:
@@ -85,6 +85,7 @@ class _ClangPass(PointerFlow, LaunchScan, AccessScan, SpinLoopScan, TailScan, As
         return cands
 
     def make_functions(self) -> None:
+        """One Function record per function: kind, lines, calls, parameters with their kinds."""
         for f in self.funcs:
             n = f.node
             st, en = n.c.extent.start.line, n.c.extent.end.line
@@ -119,6 +120,7 @@ class _ClangPass(PointerFlow, LaunchScan, AccessScan, SpinLoopScan, TailScan, As
             self.facts.functions.append(f.info)
 
     def scan(self) -> None:
+        """Walk every body once, handing each node to the collaborator whose job it is."""
         for f in self.funcs:
             self.cur_func = f
             device = f.kind != "host"
@@ -146,6 +148,8 @@ class _ClangPass(PointerFlow, LaunchScan, AccessScan, SpinLoopScan, TailScan, As
         self.cur_func = None
 
     def run(self, tu) -> None:
+        """The pass's order: functions, bindings, seeds, dataflow (twice around the name guesses),
+        function records, the body scan, spin loops again once helper summaries exist, text launches."""
         tops = clang_ast.copy_tree(tu)
         self.collect_functions(tops)
         self.collect_bindings()
@@ -204,7 +208,3 @@ def analyze_cuda(src: CudaSource, file: str, seeds: dict[str, list[str]] | None 
     facts.fallback_ranges = cuda_branches.fallback_line_ranges(text, src.file_line)
     facts.seconds = time.perf_counter() - t0
     return facts
-
-
-# --------------------------------------------------------------------------------------------
-# regex fallback

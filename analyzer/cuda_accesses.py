@@ -156,10 +156,6 @@ class AccessScan:
         self.facts.api_calls.append(ApiCall(api=api, line=line, function=f.name, category=category,
                                             snippet=self.snippet(n)))
 
-    def address_expr(self, a: Node) -> Node:
-        s = unwrap(a)
-        return s
-
     def scan_call(self, f: FuncNode, n: Node, device: bool) -> None:
         name = n.spelling
         args = self.call_args(n)
@@ -240,8 +236,7 @@ class AccessScan:
         elif name.startswith("cudaIpc"):
             self.api(f, n, name, "ipc")
         elif name in ALLOC and (name not in TORCH_ALLOC or f.kind == "host"):
-            if name not in TORCH_ALLOC or "::" in self.snippet(n) or True:
-                self.api(f, n, name if name.startswith(("cuda", "nvshmem")) else "torch::" + name, "alloc")
+            self.api(f, n, name if name.startswith(("cuda", "nvshmem")) else "torch::" + name, "alloc")
         elif name in ("cudaEventRecord", "cudaStreamWaitEvent"):
             self.api(f, n, name, "other")
 
