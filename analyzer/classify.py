@@ -175,7 +175,7 @@ class Classifier:
                     if ptx_ops.decode(m).orders_system:
                         found.setdefault("release_acquire", self.ev(asm.line, "clang", m))
         for f in k.cuda.fences:
-            if f.function in k.reach and f.scope == "system":
+            if f.function in k.reach and f.scope == "system" and _orders_threads(f.kind):
                 found.setdefault("fence_system", self.ev(f.line, "clang", f.kind))
         if k.ptx is not None and k.ptx.status == "ok":
             entry = _ptx_entry(k.ptx, k.fn.name)
@@ -503,6 +503,15 @@ def _is_flag_access(a) -> bool:
     ordered = a.order in ("acquire", "release", "acq_rel") and a.scope in ("system", "")
     named = a.kind == "atomic" and a.scope == "system" and bool(_FLAG_NAME.search(a.pointer))
     return ordered or named
+
+
+def _orders_threads(fence_kind: str) -> bool:
+    """A fence that orders memory between threads: every C++ fence (__threadfence_system,
+    atomic_thread_fence); of the PTX ones (inline asm), what ptx_ops calls a system fence, so a
+    proxy fence (fence.proxy.tensormap::generic.release.sys) is not one."""
+    if not fence_kind.startswith(("fence", "membar")):
+        return True
+    return ptx_ops.decode(fence_kind).fences_system
 
 
 def _ptx_entry(ptx: PtxFacts, name: str):

@@ -167,3 +167,8 @@ def test_inline_asm_release_store_orders_the_flag(tmp_path):
 def test_inline_asm_acq_rel_fence_is_a_system_fence_not_release_acquire(tmp_path):
     # TAXONOMY.md names fence.acq_rel.sys under fence_system; the flag exchange itself is relaxed
     assert ordering_of(tmp_path, "fence.acq_rel.sys;\\n atom.sys.global.exch.b32 _, [%0], 1;") == ["fence_system"]
+
+
+def test_inline_asm_proxy_fence_does_not_order_the_flag(tmp_path):
+    # a tensormap proxy fence at system scope orders the async proxy, not a peer's view of the flag
+    assert ordering_of(tmp_path, "fence.proxy.tensormap::generic.release.sys;\\n atom.sys.global.exch.b32 _, [%0], 1;") == ["relaxed"]
