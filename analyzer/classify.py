@@ -11,6 +11,7 @@ import ast
 import re
 from dataclasses import dataclass
 
+from analyzer import ptx_ops
 from pkb.facts import PEER_KINDS, SIGNAL_KINDS, CallSite, CudaFacts, CudaSource, Function, PtxFacts
 from analyzer.python_pass import is_metadata_collective
 from pkb.record import CandidateRecord, Evidence, KernelReport, Label
@@ -97,7 +98,7 @@ class Classifier:
         # A bulk copy or multimem op written in inline asm is TMA / NVLS, not an SM load of the
         # same address: those asm lines do not count as SM traffic.
         engine_lines = {asm.line for asm in k.cuda.asm if asm.function in k.reach and any(
-            m.startswith(("cp.async.bulk", "cp.reduce.async.bulk", "multimem.")) for m in asm.mnemonics)}
+            ptx_ops.decode(m).engine for m in asm.mnemonics)}
         for a in inside:
             if (a.via == "asm" and a.line in engine_lines) or a.via == "tma":
                 continue
@@ -116,10 +117,9 @@ class Classifier:
             if asm.function not in k.reach:
                 continue
             for m in asm.mnemonics:
-                if m.startswith("multimem."):
-                    add("mechanism", "nvls", self.ev(asm.line, "clang", m))
-                elif m.startswith("cp.async.bulk") or m.startswith("cp.reduce.async.bulk"):
-                    add("mechanism", "tma", self.ev(asm.line, "clang", m))
+                engine = ptx_ops.decode(m).engine  # the mechanism labels are the engines' names
+                if engine:
+                    add("mechanism", engine, self.ev(asm.line, "clang", m))
         for call in k.cuda.api_calls:
             if call.function not in k.reach:
                 continue
@@ -142,10 +142,9 @@ class Classifier:
             if entry is not None:
                 for ins in entry.instructions:
                     line = ins.lines[0] if ins.lines else k.fn.line
-                    if ins.mnemonic.startswith("multimem."):
-                        add("mechanism", "nvls", self.ev(line, "ptx", ins.mnemonic))
-                    elif ins.mnemonic.startswith(("cp.async.bulk", "cp.reduce.async.bulk")):
-                        add("mechanism", "tma", self.ev(line, "ptx", ins.mnemonic))
+                    engine = ptx_ops.decode(ins.mnemonic).engine
+                    if engine:
+                        add("mechanism", engine, self.ev(line, "ptx", ins.mnemonic))
 
         if "device_flags" in {x.value for x in labels.get("sync", [])}:
             order, ev = self._ordering(k)
@@ -171,20 +170,22 @@ class Classifier:
         for asm in k.cuda.asm:
             if asm.function in k.reach:
                 for m in asm.mnemonics:
-                    if (".acquire." in m or ".release." in m or ".acq_rel." in m) and ".sys" in m:
+                    # a fence.acq_rel.sys is a fence (fence_system, from the Fence facts), not a
+                    # release/acquire access
+                    if ptx_ops.decode(m).orders_system:
                         found.setdefault("release_acquire", self.ev(asm.line, "clang", m))
         for f in k.cuda.fences:
-            if f.function in k.reach and f.scope == "system":
+            if f.function in k.reach and f.scope == "system" and _orders_threads(f.kind):
                 found.setdefault("fence_system", self.ev(f.line, "clang", f.kind))
         if k.ptx is not None and k.ptx.status == "ok":
             entry = _ptx_entry(k.ptx, k.fn.name)
             for ins in entry.instructions if entry else []:
-                m = ins.mnemonic
+                op = ptx_ops.decode(ins.mnemonic)
                 line = ins.lines[0] if ins.lines else k.fn.line
-                if (".acquire." in m or ".release." in m or ".acq_rel." in m) and ".sys" in m and not m.startswith("fence"):
-                    found.setdefault("release_acquire", self.ev(line, "ptx", m))
-                elif m.startswith(("fence.sc.sys", "fence.acq_rel.sys", "membar.sys")):
-                    found.setdefault("fence_system", self.ev(line, "ptx", m))
+                if op.orders_system:
+                    found.setdefault("release_acquire", self.ev(line, "ptx", ins.mnemonic))
+                elif op.fences_system:
+                    found.setdefault("fence_system", self.ev(line, "ptx", ins.mnemonic))
         volatile = [a for a in k.cuda.accesses if a.function in k.reach and a.order == "volatile"]
         volatile += [s for s in k.cuda.spin_loops if s.function in k.reach and s.order == "volatile"]  # type: ignore[misc]
         if volatile:
@@ -502,6 +503,15 @@ def _is_flag_access(a) -> bool:
     ordered = a.order in ("acquire", "release", "acq_rel") and a.scope in ("system", "")
     named = a.kind == "atomic" and a.scope == "system" and bool(_FLAG_NAME.search(a.pointer))
     return ordered or named
+
+
+def _orders_threads(fence_kind: str) -> bool:
+    """A fence that orders memory between threads: every C++ fence (__threadfence_system,
+    atomic_thread_fence); of the PTX ones (inline asm), what ptx_ops calls a system fence, so a
+    proxy fence (fence.proxy.tensormap::generic.release.sys) is not one."""
+    if not fence_kind.startswith(("fence", "membar")):
+        return True
+    return ptx_ops.decode(fence_kind).fences_system
 
 
 def _ptx_entry(ptx: PtxFacts, name: str):

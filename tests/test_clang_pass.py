@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from analyzer import clang_pass
+from analyzer import clang_ast
 from analyzer.clang_pass import analyze_cuda
 from pkb.facts import CudaSource
 
@@ -490,7 +490,7 @@ def test_regex_fallback_when_libclang_fails(monkeypatch):
     def boom():
         raise RuntimeError("no libclang here")
 
-    monkeypatch.setattr(clang_pass, "_index", boom)
+    monkeypatch.setattr(clang_ast, "_index", boom)
     facts = analyze_cuda(make_src(FLAGS), "cand.py")
     assert facts.status == "partial"
     assert "regex" in facts.message
