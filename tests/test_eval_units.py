@@ -72,6 +72,17 @@ NVCC_TEXTS = {
     "arch_unsupported": "ptxas error   : Feature 'multimem.ld_reduce' requires .target sm_90 or higher",
     "cuda_syntax": 'k.cu(7): error: expected a ";"',
 }
+# Texts seen on PKB's generated files (H200, nvcc 13): each with the subtype the compiler's words give.
+NVCC_TEXTS_SEEN = [
+    ("type_mismatch", "ptxas /tmp/tmpxft_0-6_cuda.ptx, line 566; error   : Incorrect type '.f32' for operation '.max' in instruction 'multimem.ld_reduce'"),
+    ("cuda_syntax", "cuda.cu(40): error: __host__ or __device__ annotation on lambda requires --extended-lambda nvcc flag"),
+]
+
+
+@pytest.mark.parametrize("subtype,line", NVCC_TEXTS_SEEN)
+def test_compile_subtype_of_texts_seen_on_real_files(subtype, line):
+    text = "Error building extension 'ext':\n[1/2] nvcc ...\n" + line + "\nninja: build stopped"
+    assert compile_subtype(text) == subtype
 
 
 @pytest.mark.parametrize("subtype", sorted(NVCC_TEXTS))

@@ -45,13 +45,17 @@ _COMPILE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
             r"no suitable (user-defined )?(conversion|constructor)|cannot be used to initialize|is incompatible with"
             r"|invalid conversion from|cannot convert|no instance of (overloaded )?function"
             r"|no matching function for call|a value of type .* cannot be|invalid operands"
-            r"|incompatible type",
+            r"|incompatible type"
+            # ptxas refusing an instruction's operand type (e.g. .f32 for multimem.ld_reduce's .max)
+            r"|Incorrect type '[^']*' for (operation|instruction)|Arguments mismatch for instruction",
             re.I,
         ),
     ),
     (
         "cuda_syntax",
-        re.compile(r"expected an? |expected '|syntax error|error: expected|unexpected token", re.I),
+        # ... and source that nvcc accepts only with a flag the helper does not pass (--extended-lambda)
+        re.compile(r"expected an? |expected '|syntax error|error: expected|unexpected token"
+                   r"|requires --extended-lambda|requires the --extended-lambda", re.I),
     ),
 )
 
