@@ -107,7 +107,8 @@ def test_console_script_installed():
     assert res.returncode == 0 and "PKB010" in res.stdout
 
 
-def test_eval_command_runs_pure_pytorch_candidates_on_cpu(tmp_path, capsys):
+def test_eval_command_runs_pure_pytorch_candidates_on_cpu_with_a_profile(tmp_path, capsys):
+    """One `eval --profile` run (a launch per candidate) serves the command's and the profile's checks."""
     d = tmp_path / "c"
     d.mkdir()
     (d / "1_allreduce_good.py").write_text(
@@ -117,15 +118,34 @@ def test_eval_command_runs_pure_pytorch_candidates_on_cpu(tmp_path, capsys):
         "import torch\n\n@torch.no_grad()\ndef solution(tensor):\n    return tensor.clone()\n")
     out = tmp_path / "out"
     code, cap = run_cli(["eval", str(d), "--out", str(out), "--world-size", "2", "--trials", "2",
-                         "--warmup", "2", "--iters", "3", "--timeout", "240"], tmp_path, capsys)
+                         "--warmup", "2", "--iters", "3", "--timeout", "240", "--profile", "--ncu"], tmp_path, capsys)
     assert code == 0, cap.err
     recs = {json.loads(l)["path"]: json.loads(l) for l in (out / "eval.jsonl").read_text().splitlines()}
-    assert recs["1_allreduce_good.py"]["evaluation"]["outcome"] in ("faster", "slower")
+    good = recs["1_allreduce_good.py"]
+    # the harness's own trace folder is not the candidate's tampering
+    assert good["evaluation"]["outcome"] in ("faster", "slower"), good["evaluation"].get("reason")
     assert recs["1_allreduce_local.py"]["evaluation"]["outcome"] == "wrong_result"
     # the static labels travel with the evaluation in the same record
-    assert recs["1_allreduce_good.py"]["mechanism"][0]["label"] == "nccl"
+    assert good["mechanism"][0]["label"] == "nccl"
     assert (out / "pkb_eval.sqlite").exists()
     assert "wrong_result" in cap.out
+    prof = good["profile"]
+    assert len(prof["ranks"]) == 2, prof
+    assert all(r and r.get("calls") for r in prof["ranks"]), prof
+    check = good["evaluation"]["details"]["profile_check"]  # no GPU work on CPU: nothing the timing missed
+    assert check["agrees"] is True and sorted(r["rank"] for r in check["ranks"]) == [0, 1], check
+    # the profile and the diagnosis made when the evaluation landed reach `report OUT` through the store
+    code, cap = run_cli(["report", str(out), "--out", str(tmp_path / "rep")], tmp_path, capsys)
+    assert code == 0, cap.err
+    assert "2 evaluated" in cap.out and "diagnosis: stored (2)" in cap.out
+    page = next(p for p in (tmp_path / "rep" / "kernels").glob("*.html") if "good" in p.name).read_text()
+    assert "no profile recorded" not in page and "no profile trace" not in page
+    assert Path(prof["ranks"][0]["path"]).name in page and 'alt="timeline of rank 0' in page
+    assert "ncu skipped: no GPU" in page  # --ncu on CPU: its stored verdict, not "no Nsight Compute pass"
+    # and `explain` reads the same stored record: no stage runs again
+    code, cap = run_cli(["explain", str(d / "1_allreduce_good.py"), "--store", str(out / "pkb_eval.sqlite")], tmp_path, capsys)
+    assert code == 0, cap.err
+    assert "static passes run now" not in cap.out and "made now" not in cap.out and good["evaluation"]["outcome"] in cap.out
 
 
 def test_eval_emulated_labels_results_and_finds_local_only(tmp_path, capsys):
@@ -143,35 +163,3 @@ def test_eval_emulated_labels_results_and_finds_local_only(tmp_path, capsys):
     assert recs["1_allreduce_good.py"]["correct"]
     assert (recs["1_allreduce_local.py"]["outcome"], recs["1_allreduce_local.py"]["subtype"]) == ("wrong_result", "local_only")
     assert "EMULATED" in cap.out
-
-
-def test_eval_profile_records_a_trace_summary_on_cpu(tmp_path, capsys):
-    d = tmp_path / "c"
-    d.mkdir()
-    (d / "1_allreduce_good.py").write_text(
-        "import torch\nimport torch.distributed as dist\n\n"
-        "@torch.no_grad()\ndef solution(tensor):\n    out = tensor.clone()\n    dist.all_reduce(out)\n    return out\n")
-    out = tmp_path / "out"
-    code, cap = run_cli(["eval", str(d), "--out", str(out), "--world-size", "2", "--trials", "1",
-                         "--warmup", "2", "--iters", "3", "--timeout", "240", "--profile", "--ncu"], tmp_path, capsys)
-    assert code == 0, cap.err
-    rec = json.loads((out / "eval.jsonl").read_text().splitlines()[0])
-    # the harness's own trace folder is not the candidate's tampering
-    assert rec["evaluation"]["outcome"] in ("faster", "slower"), rec["evaluation"].get("reason")
-    prof = rec["profile"]
-    assert len(prof["ranks"]) == 2, prof
-    assert all(r and r.get("calls") for r in prof["ranks"]), prof
-    check = rec["evaluation"]["details"]["profile_check"]  # no GPU work on CPU: nothing the timing missed
-    assert check["agrees"] is True and sorted(r["rank"] for r in check["ranks"]) == [0, 1], check
-    # the profile and the diagnosis made when the evaluation landed reach `report OUT` through the store
-    code, cap = run_cli(["report", str(out), "--out", str(tmp_path / "rep")], tmp_path, capsys)
-    assert code == 0, cap.err
-    assert "1 evaluated" in cap.out and "diagnosis: stored (1)" in cap.out
-    page = next((tmp_path / "rep" / "kernels").glob("*.html")).read_text()
-    assert "no profile recorded" not in page and "no profile trace" not in page
-    assert Path(prof["ranks"][0]["path"]).name in page and 'alt="timeline of rank 0' in page
-    assert "ncu skipped: no GPU" in page  # --ncu on CPU: its stored verdict, not "no Nsight Compute pass"
-    # and `explain` reads the same stored record: no stage runs again
-    code, cap = run_cli(["explain", str(d / "1_allreduce_good.py"), "--store", str(out / "pkb_eval.sqlite")], tmp_path, capsys)
-    assert code == 0, cap.err
-    assert "static passes run now" not in cap.out and "made now" not in cap.out and rec["evaluation"]["outcome"] in cap.out

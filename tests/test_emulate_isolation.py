@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import textwrap
-import time
 from pathlib import Path
 
 from pkb.emulate import emulated_evaluate
@@ -128,9 +127,7 @@ def test_a_child_that_stops_answering_is_killed_with_its_stacks(tmp_path):
     (p,) = _files(tmp_path, import_sleeps="import time\ntime.sleep(3600)\n\ndef solution(t):\n    return t\n")
     job = {"candidate_path": str(p), "problem": {"kind": "registry", "id": 1}, "world_size": 2, "trials": 1,
            "device": "cpu", "dtype": "float32", "load_timeout_s": 3600}
-    t0 = time.monotonic()
     rec = run_child(job, tmp_path / "job", wall_limit_s=25.0)
-    assert time.monotonic() - t0 < 60
     assert (rec["outcome"], rec["subtype"]) == ("hang", "timeout"), rec
     assert rec["details"]["process"]["killed_at_limit"]
     stuck = {s["rank"]: s for s in rec["details"]["stuck_ranks"]}

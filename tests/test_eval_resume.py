@@ -1,5 +1,6 @@
 """A run SIGKILLed at more points than after a finished candidate: while ranks are running (mid
-launch) and inside the store's transaction (mid write). The rerun loses and duplicates nothing."""
+launch) and inside the store's transaction (mid write). The rerun loses and duplicates nothing.
+Both kills come before one resume, so its launches are paid once."""
 
 from __future__ import annotations
 
@@ -80,24 +81,24 @@ def _assert_ranks_die(tmp: Path):
             pytest.fail(f"ranks of {job.name} survived the killed evaluator: {processes_of_job(job)}")
 
 
-def test_sigkill_mid_launch_then_resume(tmp_path):
+def test_sigkill_mid_launch_then_mid_store_write_then_resume(tmp_path):
+    """Two killed runs, then one resume: what each kill left is checked before the next run, and
+    the resume (which launches every candidate) serves both."""
     paths = _candidates(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    db = tmp_path / "kill.sqlite"
+
+    # killed while its ranks are running
     proc = subprocess.Popen(_cli(paths, tmp_path), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     jobs = tmp_path / "work" / "jobs"
     _wait(lambda: any(jobs.glob("*/status_rank*.json")), proc, "no rank started")
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert _rows(tmp_path / "kill.sqlite", "outcomes") == []
+    assert _rows(db, "outcomes") == []
     _assert_ranks_die(tmp_path)
-    out = _resume_and_check(paths, tmp_path, env)
-    assert "(stored result)" not in out.stdout
 
-
-def test_sigkill_mid_store_write_then_resume(tmp_path):
-    paths = _candidates(tmp_path)
+    # the next run killed inside the store's transaction
     flag = tmp_path / "in_store_write"
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen(
         _cli(paths, tmp_path), cwd=REPO, env={**env, "PKB_EVAL_TEST_PAUSE_IN_STORE_WRITE": str(flag)},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
@@ -105,7 +106,8 @@ def test_sigkill_mid_store_write_then_resume(tmp_path):
     _wait(flag.exists, proc, "never reached the store write")
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    db = tmp_path / "kill.sqlite"
     # the transaction died with the process: neither the outcome nor its trial rows are there
     assert _rows(db, "outcomes") == [] and _rows(db, "trials") == [] and _rows(db, "timings") == []
-    _resume_and_check(paths, tmp_path, env)
+
+    out = _resume_and_check(paths, tmp_path, env)
+    assert "(stored result)" not in out.stdout

@@ -8,7 +8,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -145,11 +144,10 @@ def test_cli_refuses_a_second_run_before_touching_the_folder(tmp_path):
     (out / "static.jsonl").write_text('{"kept": true}\n')
     holder = _hold(str(out), kind="folder")
     try:
-        t0 = time.monotonic()
+        # refused while the holder still holds it: a run that waited for the folder would not return here
         res = _cli_main(["eval", str(REPO / "corpus" / "hostile" / "1_allreduce_empty.py"), "--out", str(out)], tmp_path)
         assert res.returncode == 2, res.stdout + res.stderr
         assert "in use by another pkb-analyze run" in res.stderr and f"pid {holder.pid}" in res.stderr
-        assert time.monotonic() - t0 < 60
     finally:
         holder.kill()
         holder.wait()

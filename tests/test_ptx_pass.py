@@ -71,6 +71,18 @@ def test_never_raises_on_odd_input(tmp_path):
     assert f.status == "ok" and f.entries == [] and f.source_index == 3
 
 
+def _gone(pid: int) -> bool:
+    """Gone or a zombie, within a few seconds of being killed (its reaper may be slow)."""
+    for _ in range(100):
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                return True
+        except (OSError, IndexError):
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def _fake_exe(path: Path, body: str) -> str:
     path.write_text("#!/bin/sh\n" + body + "\n")
     path.chmod(0o755)
@@ -98,16 +110,16 @@ def test_find_nvcc_order(tmp_path, monkeypatch):
 
 
 def test_timeout_kills_nvcc(tmp_path):
+    pid_file = tmp_path / "sleep.pid"
     fake = _fake_exe(
         tmp_path / "slow-nvcc",
-        'if [ "$1" = "--version" ]; then echo "fake release 0.0"; exit 0; fi\nsleep 60',
+        f'if [ "$1" = "--version" ]; then echo "fake release 0.0"; exit 0; fi\nsleep 60 &\necho $! > {pid_file}\nwait',
     )
     src = make_src("__global__ void k(float* x) { x[0] = 1.f; }\n")
-    t0 = time.monotonic()
     f = analyze_ptx(src, None, "cand.py", fake, cache_dir=tmp_path / "c", timeout_s=1.5)
-    took = time.monotonic() - t0
     assert f.status == "failed" and "timed out" in f.message
-    assert took < 10, took
+    # nvcc's own children die with it (cudafe++, cicc): here the fake's sleep
+    assert _gone(int(pid_file.read_text())), "the timed-out compiler's child is still running"
     # a timeout is not cached
     assert not list((tmp_path / "c").rglob("*.json"))
 
@@ -488,7 +500,6 @@ def test_torch_host_code_compiles_device_only_fast(tmp_path, with_clang):
     print(f"\ntorch host source, device-only TU ({'clang facts' if with_clang else 'text scan'}): {f.seconds:.2f} s")
     assert f.status == "ok", f.message
     assert f.message.startswith("device-only TU"), f.message
-    assert f.seconds < 30
     e = entry(f, "scale_kernel(")
     assert "__nv_bfloat16" in e.name  # the prelude stood in for at::BFloat16
     assert ptx_summary(f)["fence_system"] == [fline(src, "MARK_FENCE")]
@@ -628,7 +639,6 @@ def test_cache_hit_runs_no_subprocess(tmp_path, monkeypatch):
     assert calls == []
     assert second.status == "ok" and "cache" in second.message
     assert second.source_index == 2
-    assert t_second < t_first / 5
     s1, s2 = ptx_summary(first), ptx_summary(moved_facts := second)
     assert s2["release_acquire"] == [ln + 100 for ln in s1["release_acquire"]]
     assert [e.name for e in moved_facts.entries] == [e.name for e in first.entries]
@@ -678,7 +688,7 @@ def test_falls_back_to_full_source_with_torch_headers(tmp_path):
 
 
 @needs_nvcc
-def test_missing_non_torch_header_fails_fast_with_line(tmp_path):
+def test_missing_non_torch_header_fails_fast_with_line(tmp_path, monkeypatch):
     src = make_src(
         """
         #include <torch/extension.h>
@@ -687,10 +697,18 @@ def test_missing_non_torch_header_fails_fast_with_line(tmp_path):
         torch::Tensor run(torch::Tensor x) { return x; }
         """
     )
-    t0 = time.monotonic()
+    compiles: list[list[str]] = []
+    real_popen = subprocess.Popen
+
+    def counting_popen(args, *a, **k):
+        if isinstance(args, list) and Path(str(args[0])).name == Path(NVCC).name and "--version" not in args:
+            compiles.append(args)
+        return real_popen(args, *a, **k)
+
+    monkeypatch.setattr(subprocess, "Popen", counting_popen)
     f = analyze_ptx(src, None, "cand.py", NVCC, cache_dir=tmp_path)
-    took = time.monotonic() - t0
     assert f.status == "failed"
     assert "missing header my_comm_utils.cuh" in f.message
     assert f"cand.py:{fline(src, 'MARK_INC')}: error:" in f.message, f.message
-    assert took < 30  # the slow full-source retry is skipped: it cannot find the header either
+    # the slow full-source retry is skipped: it cannot find the header either
+    assert len(compiles) == 1, compiles

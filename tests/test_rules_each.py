@@ -1,0 +1,261 @@
+"""Every rule has its own small positive and negative test: a candidate file of our own showing the
+bug the rule names, and one with the correct idiom the rule must leave alone.
+
+The rules tested here had none of their own (they were only seen through the sample corpus); the
+others keep theirs in tests/test_rules_cuda_real.py and tests/test_rules_python_side.py, and
+`test_every_rule_has_its_own_cases` fails when a rule has no case anywhere."""
+
+from __future__ import annotations
+
+import importlib
+import textwrap
+
+import pytest
+
+from analyzer.pipeline import StaticAnalyzer, StaticOptions
+from analyzer.rules import all_rules
+from pkb.corpus import read_candidate
+
+TREE = "solutions_cuda_bf16_h100_8_openai_test-model"  # a bf16 run: PKB013 knows the problem's dtype
+
+# A pull all-reduce done right: set-up cached, the extension built once at import, a device
+# barrier before the peers are read and after, a fresh result. No rule fires on it.
+PULL = '''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+SRC = r"""
+#include <torch/extension.h>
+__global__ void pull_sum(float* const* peers, float* out, int world, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        float s = 0.f;
+        for (int p = 0; p < world; ++p) s += peers[p][i];
+        out[i] = s;
+    }
+}
+void run(int64_t peers, torch::Tensor out, int64_t world) {
+    pull_sum<<<8, 256>>>(reinterpret_cast<float* const*>(peers), out.data_ptr<float>(), world, out.numel());
+}
+"""
+_ext = load_inline(name="pull", cpp_sources="", cuda_sources=SRC, functions=["run"])
+_state = {}
+
+
+def _setup(x):
+    key = (x.numel(), x.dtype)
+    if key not in _state:
+        buf = symm_mem.empty(x.numel(), device=x.device, dtype=x.dtype)
+        _state[key] = (buf, symm_mem.rendezvous(buf, dist.group.WORLD))
+    return _state[key]
+
+
+def solution(x):
+    buf, hdl = _setup(x)
+    buf.copy_(x)
+    hdl.barrier(channel=0)
+    out = torch.empty_like(x)
+    _ext.run(hdl.buffer_ptrs_dev, out, hdl.world_size)
+    hdl.barrier(channel=0)
+    return out
+'''
+
+BUILD_AT_IMPORT = '_ext = load_inline(name="pull", cpp_sources="", cuda_sources=SRC, functions=["run"])\n'
+
+# A push with per-peer ready flags: plain flag stores and a volatile spin with no way out.
+FLAGS_BUG = r'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+SRC = r"""
+#include <torch/extension.h>
+__global__ void push(float* const* peers, int* const* flags, const float* x, int rank, int world, int n) {
+    for (int p = 0; p < world; ++p) {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) peers[p][rank * n + i] = x[i];
+        __syncthreads();
+        if (threadIdx.x == 0) flags[p][rank] = 1;
+    }
+    if (threadIdx.x < world) {
+        while (*(volatile int*)&flags[rank][threadIdx.x] == 0) {}
+    }
+}
+void run(int64_t peers, int64_t flags, torch::Tensor x, int64_t rank, int64_t world) {
+    push<<<1, 256>>>(reinterpret_cast<float* const*>(peers), reinterpret_cast<int* const*>(flags), x.data_ptr<float>(), rank, world, x.numel());
+}
+"""
+_ext = load_inline(name="push", cpp_sources="", cuda_sources=SRC, functions=["run"])
+_state = {}
+
+
+def solution(x):
+    key = (x.numel(), x.dtype)
+    if key not in _state:
+        buf = symm_mem.empty(x.numel() * 8, device=x.device, dtype=x.dtype)
+        _state[key] = (buf, symm_mem.rendezvous(buf, dist.group.WORLD))
+    buf, hdl = _state[key]
+    hdl.barrier(channel=0)
+    _ext.run(hdl.buffer_ptrs_dev, hdl.signal_pad_ptrs_dev, x, hdl.rank, hdl.world_size)
+    hdl.barrier(channel=0)
+    return buf.clone()
+'''
+
+# The same push with the flag idiom: an epoch stored with release and read with acquire at system
+# scope, and a bounded spin that traps when a peer never signals.
+FLAGS_OK = (
+    FLAGS_BUG.replace(
+        """        if (threadIdx.x == 0) flags[p][rank] = 1;
+    }
+    if (threadIdx.x < world) {
+        while (*(volatile int*)&flags[rank][threadIdx.x] == 0) {}
+    }""",
+        """        if (threadIdx.x == 0) asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(&flags[p][rank]), "r"(epoch) : "memory");
+    }
+    if (threadIdx.x < world) {
+        unsigned long long spins = 0;
+        unsigned int seen = 0;
+        do {
+            asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(seen) : "l"(&flags[rank][threadIdx.x]) : "memory");
+            if (++spins > (1ull << 32)) __trap();
+        } while (seen < (unsigned int)epoch);
+    }""",
+    )
+    .replace("int rank, int world, int n)", "int rank, int world, int n, int epoch)")
+    .replace("rank, world, x.numel());", "rank, world, x.numel(), epoch);")
+    .replace("int64_t rank, int64_t world)", "int64_t rank, int64_t world, int64_t epoch)")
+    .replace("hdl.rank, hdl.world_size)", "hdl.rank, hdl.world_size, _next_epoch())")
+    .replace("_state = {}\n", "_state = {}\n_epoch = [0]\n\n\ndef _next_epoch():\n    _epoch[0] += 1\n    return _epoch[0]\n")
+)
+
+NCCL_BASELINE = """
+import torch
+import torch.distributed as dist
+
+
+def solution(x):
+    out = x.clone()
+    dist.all_reduce(out)
+    return out
+"""
+
+
+def _edit(src: str, old: str, new: str) -> str:
+    assert old in src, old  # an edit that no longer applies must fail loudly, not test the base file
+    return src.replace(old, new)
+
+
+# rule: (the bug, the text of the line the finding must point at, the correct idiom)
+CASES = {
+    "PKB001": (FLAGS_BUG, "while (*(volatile int*)&flags[rank][threadIdx.x] == 0) {}", FLAGS_OK),
+    "PKB003": (FLAGS_BUG, "while (*(volatile int*)&flags[rank][threadIdx.x] == 0) {}", FLAGS_OK),
+    "PKB008": (
+        _edit(PULL, "    hdl.barrier(channel=0)\n    return out", "    torch.cuda.synchronize()\n    return out"),
+        "torch.cuda.synchronize()",
+        PULL,  # the device barrier orders the calls
+    ),
+    "PKB009": (
+        _edit(PULL, "    out = torch.empty_like(x)\n", "    out = symm_mem.empty(x.numel(), device=x.device, dtype=x.dtype)\n"),
+        "out = symm_mem.empty(",
+        PULL,  # the symmetric buffer allocated once behind the cache
+    ),
+    "PKB010": (
+        _edit(PULL, "    buf, hdl = _setup(x)\n", "    buf, _ = _setup(x)\n    hdl = symm_mem.rendezvous(buf, dist.group.WORLD)\n"),
+        "hdl = symm_mem.rendezvous(buf, dist.group.WORLD)",
+        PULL,  # the handle kept beside the cached buffer
+    ),
+    "PKB011": (
+        _edit(_edit(PULL, BUILD_AT_IMPORT, ""), "    _ext.run(", "    " + BUILD_AT_IMPORT + "    _ext.run("),
+        '    _ext = load_inline(name="pull"',
+        _edit(
+            _edit(PULL, BUILD_AT_IMPORT, "_ext = None\n"),
+            "    _ext.run(",
+            "    global _ext\n    if _ext is None:\n        " + BUILD_AT_IMPORT + "    _ext.run(",
+        ),  # built on the first call only, behind a module-level cache
+    ),
+    "PKB012": (
+        _edit(PULL, "    hdl.barrier(channel=0)\n    return out", "    hdl.barrier(channel=0)\n    dist.all_reduce(out)\n    return out"),
+        "dist.all_reduce(out)",
+        NCCL_BASELINE,  # a plain NCCL candidate claims no kernel of its own
+    ),
+    "PKB013": (
+        _edit(PULL, "    buf, hdl = _setup(x)\n", "    assert x.dtype == torch.float32\n    buf, hdl = _setup(x)\n"),
+        "assert x.dtype == torch.float32",
+        _edit(PULL, "    buf, hdl = _setup(x)\n", "    assert x.dtype == torch.bfloat16\n    buf, hdl = _setup(x)\n"),  # the run's dtype
+    ),
+    "PKB014": (
+        _edit(PULL, "    hdl.barrier(channel=0)\n", ""),  # both barriers gone
+        "for (int p = 0; p < world; ++p) s += peers[p][i];",
+        PULL,  # barriers around the peer reads
+    ),
+    "PKB016": (
+        _edit(PULL, "    return out", "    return out.cpu().to(x.device)"),
+        "return out.cpu().to(x.device)",
+        PULL,  # the result stays on the device
+    ),
+}
+
+# Rules whose own positive and negative tests live in another file (module: test-name prefix).
+CASES_ELSEWHERE = {
+    "PKB002": "test_rules_cuda_real",
+    "PKB004": "test_rules_cuda_real",
+    "PKB005": "test_rules_python_side",
+    "PKB006": "test_rules_cuda_real",
+    "PKB007": "test_rules_cuda_real",
+    "PKB015": "test_rules_python_side",
+    "PKB017": "test_rules_cuda_real",
+    "PKB018": "test_rules_python_side",
+    "PKB019": "test_rules_python_side",
+    "PKB020": "test_rules_cuda_real",
+}
+
+
+@pytest.fixture(scope="module")
+def analyzer():
+    a = StaticAnalyzer(StaticOptions(ptx=False, use_cache=False))
+    yield a
+    a.close()
+
+
+def findings(analyzer, tmp_path, src: str) -> dict[str, list[int]]:
+    folder = tmp_path / TREE
+    folder.mkdir(exist_ok=True)
+    path = folder / "1_allreduce_cuda.py"
+    path.write_text(textwrap.dedent(src).lstrip("\n"))
+    rec = analyzer.analyze(read_candidate(path, tmp_path))
+    out: dict[str, list[int]] = {}
+    for f in rec.findings:
+        out.setdefault(f.rule, []).append(f.line)
+    return out
+
+
+def line_of(src: str, needle: str) -> int:
+    lines = textwrap.dedent(src).lstrip("\n").splitlines()
+    return next(i + 1 for i, ln in enumerate(lines) if needle in ln)
+
+
+@pytest.mark.parametrize("rule", sorted(CASES))
+def test_rule_fires_on_the_bug(analyzer, tmp_path, rule):
+    bug, needle, _ = CASES[rule]
+    assert findings(analyzer, tmp_path, bug).get(rule) == [line_of(bug, needle)]
+
+
+@pytest.mark.parametrize("rule", sorted(CASES))
+def test_rule_is_quiet_on_the_correct_idiom(analyzer, tmp_path, rule):
+    _, _, correct = CASES[rule]
+    assert rule not in findings(analyzer, tmp_path, correct)
+
+
+def test_the_correct_pull_fires_no_rule(analyzer, tmp_path):
+    assert findings(analyzer, tmp_path, PULL) == {}
+
+
+def test_every_rule_has_its_own_cases():
+    ids = {r.id for r in all_rules()}
+    assert ids == set(CASES) | set(CASES_ELSEWHERE), "a rule needs a bug file and a correct file here, or in CASES_ELSEWHERE"
+    assert not set(CASES) & set(CASES_ELSEWHERE)
+    for rule, module in CASES_ELSEWHERE.items():
+        mod = importlib.import_module(module)
+        named = [n for n in vars(mod) if n.startswith(f"test_{rule.lower()}_")]
+        assert named, f"{module} has no test_{rule.lower()}_* test"
