@@ -7,6 +7,8 @@ category in every report).
 
 from __future__ import annotations
 
+from typing import Iterable
+
 AXES = ("mechanism", "sync", "overlap")
 
 MECHANISM = (
@@ -63,6 +65,57 @@ OUTCOMES = (
     "slower",
     "faster",
 )
+
+# wrong_result subtypes, most telling first: where several hold for one case, the first names it.
+# The evaluation, the emulation and the diagnosis all rank by this one order.
+# "problem_specific" (a problem module's own hypothesis, named outside the vocabulary) sits where
+# any unnamed hypothesis ranks.
+WRONG_RESULT_PRIORITY = (
+    "shape_mismatch",
+    "dtype_mismatch",
+    "nan_inf",
+    "unwritten",
+    "local_only",
+    "missing_peer",
+    "stale",
+    "scaled",
+    "tail_only",
+    "problem_specific",
+    "nondeterministic",
+    "rank_subset",
+    "tolerance",
+)
+# A case with one of these decides the candidate's subtype whatever the other cases say: nothing
+# about data movement can be read from an output of the wrong shape, type, or with NaN in it.
+DOMINANT_WRONG_RESULT = ("shape_mismatch", "dtype_mismatch", "nan_inf")
+
+
+def wrong_result_rank(subtype: str) -> int:
+    """Position in WRONG_RESULT_PRIORITY; a name outside it ranks as problem_specific."""
+    if subtype in WRONG_RESULT_PRIORITY:
+        return WRONG_RESULT_PRIORITY.index(subtype)
+    return WRONG_RESULT_PRIORITY.index("problem_specific")
+
+
+def most_telling(held: Iterable[str]) -> str:
+    """The first of the subtypes that hold for one case ('' when none holds)."""
+    named = [s for s in held if s]
+    return min(named, key=lambda s: (wrong_result_rank(s), s)) if named else ""
+
+
+def overall_wrong_result(case_subtypes: Iterable[str]) -> str:
+    """The candidate's subtype from its wrong cases: a dominant subtype anywhere decides; else the
+    most common, ties to the more telling."""
+    named = [s for s in case_subtypes if s]
+    for dominant in DOMINANT_WRONG_RESULT:
+        if dominant in named:
+            return dominant
+    if not named:
+        return ""
+    counts = {s: named.count(s) for s in set(named)}
+    top = max(counts.values())
+    return most_telling(s for s, c in counts.items() if c == top)
+
 
 SLOWNESS_CAUSES = (
     "host_sync_in_hot_path",

@@ -24,7 +24,7 @@ def test_case_subtype_precedence():
 
 def test_overall_subtype_majority_then_priority():
     assert overall_subtype(["unwritten", "stale", "stale"]) == "stale"
-    assert overall_subtype(["unwritten", "stale"]) == "stale"  # tie: the more telling one
+    assert overall_subtype(["unwritten", "stale"]) == "unwritten"  # tie: the more telling one (pkb.taxonomy)
     assert overall_subtype(["stale", "stale", "shape_mismatch"]) == "shape_mismatch"
     assert overall_subtype(["", ""]) == ""
 

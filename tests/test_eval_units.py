@@ -331,7 +331,7 @@ def test_a_build_inside_a_call_runs_under_the_compile_limit_not_the_calls():
     from types import SimpleNamespace
 
     from pkb.eval.guard import Watchdog
-    from pkb.eval.worker import BuildTracker
+    from pkb.eval.rank_report import BuildTracker
 
     expired = []
     wd = Watchdog(lambda where, limit: expired.append(where))
@@ -355,7 +355,7 @@ def test_bitwise_equal_takes_sparse_inputs():
     # must compare it, not fail the harness ("reshape is not implemented for sparse tensors").
     import torch
 
-    from pkb.eval.worker import bitwise_equal
+    from pkb.eval.tensors import bitwise_equal
 
     dense = torch.tensor([[0.0, 1.5], [2.0, 0.0]])
     a, b = dense.to_sparse(), dense.clone().to_sparse()

@@ -18,3 +18,18 @@ def test_import_contracts_are_kept():
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+
+
+# A room a reader can walk through: past this, a module has several jobs and should be split.
+MAX_MODULE_LINES = 900
+CODE_FOLDERS = ("pkb", "analyzer", "profiling", "reports", "problems", "bench")
+
+
+def test_no_module_of_the_tool_is_over_the_size_a_reader_can_hold():
+    too_long = {}
+    for folder in CODE_FOLDERS:
+        for path in (ROOT / folder).rglob("*.py"):
+            lines = path.read_text(encoding="utf-8").count("\n")
+            if lines > MAX_MODULE_LINES:
+                too_long[str(path.relative_to(ROOT))] = lines
+    assert not too_long, f"modules over {MAX_MODULE_LINES} lines: {too_long}"

@@ -21,22 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Most telling first: where several hold, the first names the case.
-PRIORITY = (
-    "shape_mismatch",
-    "dtype_mismatch",
-    "nan_inf",
-    "unwritten",
-    "local_only",
-    "missing_peer",
-    "stale",
-    "scaled",
-    "tail_only",
-    "problem_specific",  # a hypothesis of the problem module with its own name
-    "nondeterministic",
-    "rank_subset",
-    "tolerance",
-)
+from pkb.taxonomy import WRONG_RESULT_PRIORITY, most_telling, overall_wrong_result
+
 # Problem hypotheses whose names say the same thing as a TAXONOMY subtype.
 ALIASES = {"self_only": "local_only"}
 TOLERANCE_FACTOR = 10.0  # as pkb.eval.compare: within ten tolerances is "close but outside"
@@ -261,7 +247,7 @@ def diagnose_case(case: WrongCase, module: Any, tolerance: tuple[float, float], 
             vec, _ = flat(h.get("tensor"))
             if vec is None or shapes(h.get("tensor")) != exp_shapes:
                 continue
-            subtype = ALIASES.get(name, name if name in PRIORITY else "problem_specific")
+            subtype = ALIASES.get(name, name if name in WRONG_RESULT_PRIORITY else "problem_specific")
             info = {k: h[k] for k in ("peers", "block", "detail", "order") if k in h}
             if name == "missing_peer":
                 peers = list(h.get("peers") or [])
@@ -330,8 +316,7 @@ def _from_numbers(case: WrongCase, tests: list[dict[str, Any]], notes: list[str]
 
 
 def _pick(tests: list[dict[str, Any]]) -> str:
-    held = {t["subtype"] for t in tests if t["held"]}
-    return next((s for s in PRIORITY if s in held), "")
+    return most_telling(t["subtype"] for t in tests if t["held"])
 
 
 def _dtypes(obj: Any) -> list[str]:
@@ -481,10 +466,7 @@ def diagnose_wrong(evaluation: dict[str, Any], *, tile: int | None = None, modul
         right = sorted(r for r, ok in by_rank.items() if ok)
         wrong = sorted(r for r, ok in by_rank.items() if not ok)
     counts = Counter(c["subtype"] for c in per_case if c["subtype"])
-    subtype = ""
-    if counts:
-        top = max(counts.values())
-        subtype = next(s for s in PRIORITY if counts.get(s) == top)
+    subtype = overall_wrong_result(c["subtype"] for c in per_case)
     evidence: list[dict[str, Any]] = []
     if right and wrong:
         evidence.append({"name": "rank_subset", "subtype": "rank_subset", "held": True,

@@ -16,12 +16,12 @@ import importlib.util
 import inspect
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from pkb.emulate import coresidency, patch
 from pkb.emulate.world import TAINTED, EmulationTimeout, StepOutcome, World, WorldAborted
+from pkb.taxonomy import DOMINANT_WRONG_RESULT, most_telling, overall_wrong_result, wrong_result_rank
 
 CAVEATS = (
     "emulated: correctness only, never timed",
@@ -30,14 +30,6 @@ CAVEATS = (
     "symm_mem barrier/put_signal/wait_signal are host-side after a stream sync (stronger than the device-side originals)",
     "collectives complete synchronously (async_op works are already done); sends are buffered",
 )
-
-# Wrong-result subtypes, most telling first (ties between equally common subtypes go left).
-SUBTYPE_PRIORITY = (
-    "shape_mismatch", "dtype_mismatch", "nan_inf", "local_only", "missing_peer", "stale", "scaled",
-    "unwritten", "nondeterministic", "tolerance",
-)
-_DOMINANT = ("shape_mismatch", "dtype_mismatch", "nan_inf")  # as in pkb.eval.outcome: any one decides
-
 
 class _LoadFailure(Exception):
     def __init__(self, outcome: str, subtype: str, message: str) -> None:
@@ -255,9 +247,9 @@ class _Run:
 
     def _execute(self, world: World, probe: Any) -> dict[str, Any]:
         from pkb.eval.compare import compare_outputs
-        from pkb.eval.worker import bitwise_equal, clone_tree, storage_ptrs
+        from pkb.eval.tensors import bitwise_equal, storage_ptrs
 
-        src, ws = self.src, self.ws
+        ws = self.ws
         # -- load one module per rank
         out = self._step(world, self._load, [(self.module_names[r],) for r in range(ws)], "load", self.load_timeout)
         if (bad := self._failure(world, out, "candidate", "load")) is not None:
@@ -355,7 +347,7 @@ class _Run:
     def _reference(self, ctx: Any, inputs: Any) -> Any:
         import torch
 
-        from pkb.eval.worker import clone_tree
+        from pkb.eval.tensors import clone_tree
 
         with torch.no_grad() if self.no_grad else contextlib.nullcontext():
             return self.src.reference(*clone_tree(inputs))
@@ -368,7 +360,7 @@ class _Run:
     def _candidate(self, ctx: Any, inputs: Any, check_signature: bool) -> Any:
         import torch
 
-        from pkb.eval.worker import clone_tree
+        from pkb.eval.tensors import clone_tree
 
         fn = ctx.module.solution
         if check_signature:
@@ -516,9 +508,9 @@ class _Run:
         return LaunchResult(returncode=0, timed_out=False, wall_s=0.0, ranks=ranks, launcher_tail="", command=["emulated"])
 
     def _trial_summary(self) -> list[dict[str, Any]]:
-        from pkb.eval import _trial_summary
+        from pkb.eval.outcome import trial_summary
 
-        return _trial_summary(self._launch_result())
+        return trial_summary(self._launch_result())
 
     def _rank_summary(self) -> list[dict[str, Any]]:
         return [
@@ -537,7 +529,7 @@ class _Run:
             base = result["subtype"]
             result["details"]["subtype_without_diagnosis"] = base
             result["details"]["subtypes_by_case"] = {f"rank{r}/trial{t}": s for (r, t), s in sorted(case_subtypes.items())}
-            if base not in _DOMINANT and sub:
+            if base not in DOMINANT_WRONG_RESULT and sub:
                 result["subtype"] = sub
             hint = hard_coded_hint(result["details"].get("diagnosis", []), self.ws)
             if hint:
@@ -552,48 +544,34 @@ class _Run:
 
 
 def case_subtype(cmp: dict[str, Any], hyps: list[dict[str, Any]]) -> str:
-    """One wrong (rank, trial)'s subtype from its comparison and the hypotheses that matched."""
+    """One wrong (rank, trial)'s subtype from its comparison and the hypotheses that matched,
+    ranked by pkb.taxonomy.WRONG_RESULT_PRIORITY (the evaluation's and the diagnosis's order)."""
     from pkb.eval.compare import TOLERANCE_FACTOR
 
+    held = []
     if not cmp.get("structure_ok", True) or not cmp.get("shape_ok", True):
-        return "shape_mismatch"
+        held.append("shape_mismatch")
     if not cmp.get("dtype_ok", True):
-        return "dtype_mismatch"
+        held.append("dtype_mismatch")
     if cmp.get("nan_inf", 0) > 0:
-        return "nan_inf"
+        held.append("nan_inf")
     if hyps:
-        return best_hypothesis(hyps)["name"]
+        held.append(best_hypothesis(hyps)["name"])
     if cmp.get("sentinel", 0) > 0:
-        return "unwritten"
+        held.append("unwritten")
     if 1.0 < cmp.get("max_violation", float("inf")) <= TOLERANCE_FACTOR:
-        return "tolerance"
-    return ""
+        held.append("tolerance")
+    return most_telling(held)
 
 
 def best_hypothesis(hyps: list[dict[str, Any]]) -> dict[str, Any]:
-    def key(h: dict[str, Any]) -> tuple[int, int, str]:
-        name = h["name"]
-        pri = SUBTYPE_PRIORITY.index(name) if name in SUBTYPE_PRIORITY else len(SUBTYPE_PRIORITY)
-        return pri, len(h.get("peers") or ()), name
-
-    return min(hyps, key=key)
+    """The most telling hypothesis; between two of one kind, the one naming fewer peers."""
+    return min(hyps, key=lambda h: (wrong_result_rank(h["name"]), len(h.get("peers") or ()), h["name"]))
 
 
 def overall_subtype(subtypes: list[str]) -> str:
-    named = [s for s in subtypes if s]
-    if not named:
-        return ""
-    for dom in _DOMINANT:
-        if dom in named:
-            return dom
-    counts = Counter(named)
-    top = max(counts.values())
-    best = [s for s, c in counts.items() if c == top]
-
-    def pri(s: str) -> int:
-        return SUBTYPE_PRIORITY.index(s) if s in SUBTYPE_PRIORITY else len(SUBTYPE_PRIORITY)
-
-    return min(best, key=lambda s: (pri(s), s))
+    """The candidate's subtype from its cases' (pkb.taxonomy.overall_wrong_result)."""
+    return overall_wrong_result(subtypes)
 
 
 def hard_coded_hint(diagnoses: list[dict[str, Any]], ws: int) -> str:

@@ -113,7 +113,7 @@ def emulate_one(rec: Any, world_size: int, options: Any, store: Any, *, device: 
 def prepare(rec: Any, world_size: int, options: Any, store: Any, device: str) -> Prepared | dict[str, Any]:
     """A Prepared run, or the evaluation when none is needed (cached, no problem, needs a GPU)."""
     from pkb.emulate.evaluate import cpu_blockers
-    from pkb.eval import _input_dtype, _source_text, problem_source
+    from pkb.eval import input_dtype, source_text, problem_source
 
     t0 = time.monotonic()
     ev: dict[str, Any] = {
@@ -124,7 +124,7 @@ def prepare(rec: Any, world_size: int, options: Any, store: Any, device: str) ->
     if getattr(rec, "parse_status", "ok") != "ok":
         ev["reason"] = f"file not read: {rec.parse_status}"
         return ev
-    source = _source_text(rec)
+    source = source_text(rec)
     if not source:
         ev["reason"] = "no source to run"
         return ev
@@ -136,7 +136,7 @@ def prepare(rec: Any, world_size: int, options: Any, store: Any, device: str) ->
     except LookupError as exc:
         ev["reason"] = str(exc)
         return ev
-    dtype = _input_dtype(rec, ref, options)
+    dtype = input_dtype(rec, ref, options)
     key = emulated_config_key(problem_id=ref.id, world_size=world_size, device=device, dtype=dtype, options=options)
     ev.update(dtype=dtype, config_key=key, problem_id=ref.id, problem_stem=ref.stem)
     if getattr(ref, "match", None):
@@ -224,10 +224,10 @@ def prebuild_before_the_clock(files: list[Path], options: Any, device: str) -> d
     if not todo:
         return {}
     try:
-        from pkb.eval import _build_root, build, environment
+        from pkb.eval import build_root_for, build, environment
     except ImportError:
         return {f: {"skipped": "pkb.eval.build is not there: builds happen inside the run, under its build limit"} for f in todo}
-    root = _build_root(options)
+    root = build_root_for(options)
     out: dict[Path, dict[str, Any]] = {f: {"build_root": str(root)} for f in todo}
     try:
         opts = build.BuildOptions(root=root, extra_sys_path=candidate_sys_path(options), arch_list=environment(options).arch_list,

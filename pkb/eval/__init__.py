@@ -1,11 +1,17 @@
 """The evaluation stage: run candidates against the reference on real ranks, one launch each.
 
-    evaluate(records, options)   fills record.evaluation and writes the store
+    evaluate(records, options)   fills record.evaluation and writes the store (pkb.store)
 
 Modules, one job each: options (what to run, config key), problem_source (reference, inputs,
-tolerance), device_needs (does a source need CUDA), launcher (torchrun, timeout, kill), worker
-(inside a rank), compare / poison / timing (used by the worker), classify (errors -> subtypes),
-outcome (per-rank results -> one outcome), store (SQLite), metrics (pass@k, fast_p).
+tolerance; which reference a file answers is pkb.problem_match), static_checks (exploit hints
+read before a run), device_needs (does a source need CUDA), build (our build directories and
+their lock), job (one launch's instructions and file names), sandbox and launcher (torchrun in a
+box, limits, kill), worker (inside a rank: the rank's phases) with rank_report (its status and result
+files), rank_timing (timing and the checks that ride on it), rank_process (its process plumbing)
+and tensors (nested inputs and outputs, shared with the emulation); compare / poison / timing /
+guard (used inside a rank), classify (errors -> subtypes), outcome (per-rank results -> one
+outcome), reference_probe (a reference failing at a world size), ncu (Nsight Compute on
+request), cluster (shards through submitit), not_run (what could not run, and why). The store and pass@k/fast_p live in the ground (pkb.store, pkb.metrics).
 """
 
 from __future__ import annotations
@@ -176,7 +182,8 @@ def screen(queue: list[tuple[Any, Pending]], options: EvalOptions, env: Environm
     return sorted(keep, key=lambda item: order[id(item[0])])
 
 
-def _build_root(options: EvalOptions) -> Path:
+def build_root_for(options: EvalOptions) -> Path:
+    """Where this run's extensions are built: --build-dir, else our shared build folder."""
     from pkb.eval.build import build_root
 
     return Path(options.build_dir).resolve() if options.build_dir else build_root()
@@ -201,7 +208,7 @@ def prebuild_all(pendings: list[Pending], options: EvalOptions, env: Environment
     build is the launch's compile_error (the build directory remembers the failure)."""
     from pkb.eval.build import BuildOptions, prebuild_many
 
-    root = _build_root(options)
+    root = build_root_for(options)
     todo = [p for p in pendings if _uses_builds(p.job.candidate_path)]
     if not todo:
         return
@@ -248,7 +255,7 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
     from pkb.eval.job import JobSpec
 
     t0 = time.monotonic()
-    source = _source_text(rec)
+    source = source_text(rec)
     sha = rec.sha256 or hashlib.sha256(source.encode("utf-8")).hexdigest()
     if source and getattr(rec, "parse_status", "") == "too_large":
         sha = hashlib.sha256(source.encode("utf-8")).hexdigest()  # the record hashed a prefix only
@@ -282,7 +289,7 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
         except LookupError as exc:
             evaluation["reason"] = str(exc)
             return evaluation
-        dtype = _input_dtype(rec, ref, options)
+        dtype = input_dtype(rec, ref, options)
         key = config_key(problem_id=ref.id, world_size=env.world_size, backend=env.backend, dtype=dtype, options=options)
         outcome, subtype = decided
         evaluation.update(
@@ -298,7 +305,7 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
     except LookupError as exc:
         evaluation["reason"] = str(exc)
         return evaluation
-    dtype = _input_dtype(rec, ref, options)
+    dtype = input_dtype(rec, ref, options)
     key = config_key(problem_id=ref.id, world_size=env.world_size, backend=env.backend, dtype=dtype, options=options)
     evaluation.update(dtype=dtype, config_key=key, problem_id=ref.id, problem_stem=ref.stem, problem_match=ref.match)
     store.add_candidate(sha, rec.path, ref.id, rec.problem_name, rec.model, rec.provider, rec.backend)
@@ -350,7 +357,7 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
         groups=options.groups,
         timeout_s=options.timeout_s,
         extensions_dir=str(work / "extensions" / f"{sha[:16]}-{env.build_tag}"),
-        build_root=str(_build_root(options)),
+        build_root=str(build_root_for(options)),
         save_cap_bytes=options.save_cap_bytes,
         repo_root=str(Path(__file__).resolve().parents[2]),
         extra_sys_path=[str(Path(options.pkb_root).resolve())] if options.pkb_root else [],
@@ -367,7 +374,7 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
 
 def finish(pending: Pending, result: Any, store: Any, rec: Any = None) -> dict[str, Any]:
     """Decide the outcome of a finished launch and commit all its rows at once."""
-    from pkb.eval.outcome import decide, profile_agreement
+    from pkb.eval.outcome import decide, profile_agreement, rank_summary, trial_summary
 
     evaluation = pending.evaluation
     before = dict(evaluation.get("details") or {})  # the prebuild's note
@@ -382,8 +389,8 @@ def finish(pending: Pending, result: Any, store: Any, rec: Any = None) -> dict[s
     if rec is not None and pending.ncu_kernels is not None:
         rec.profile = {**(rec.profile or {}), "ncu": _ncu_summary(rec, pending, evaluation)}
     evaluation.update(
-        trials=_trial_summary(result),
-        ranks=_rank_summary(result),
+        trials=trial_summary(result),
+        ranks=rank_summary(result),
         wall_s=time.monotonic() - pending.started,
         launch_wall_s=result.wall_s,
         job_dir=pending.job.job_dir,
@@ -505,7 +512,8 @@ def _syntax_tree(rec: Any, source: str) -> ast.Module | None:
         return None
 
 
-def _source_text(rec: Any) -> str:
+def source_text(rec: Any) -> str:
+    """The candidate's text: the record's own, else its file's (empty when unreadable)."""
     if getattr(rec, "source", ""):
         return rec.source
     path = Path(getattr(rec, "path", ""))
@@ -521,47 +529,6 @@ def _source_text(rec: Any) -> str:
 _PRECISION_DTYPE = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 
-def _input_dtype(rec: Any, ref: Any, options: EvalOptions) -> str:
+def input_dtype(rec: Any, ref: Any, options: EvalOptions) -> str:
     """--dtype, else the run tree's precision (PKB layout), else the problem's first dtype."""
     return options.dtype or _PRECISION_DTYPE.get(getattr(rec, "precision", "") or "", "") or ref.dtypes[0]
-
-
-_TRIAL_FIELDS = ("matched", "shape_ok", "dtype_ok", "numel", "mismatches", "max_abs_err", "max_rel_err", "max_violation", "nan_inf", "sentinel", "mutates_inputs", "aliases_input", "saved", "repeat")
-
-
-def _trial_summary(result: Any) -> list[dict[str, Any]]:
-    by_trial: dict[int, list[dict[str, Any]]] = {}
-    for r in result.ranks:
-        for c in (r.result or {}).get("trials", []) or []:
-            entry = {"rank": r.rank, **{k: c.get(k) for k in _TRIAL_FIELDS if k in c}}
-            mism = [m for leaf in c.get("leaves", []) for m in leaf.get("first_mismatches", [])]
-            if mism:
-                entry["first_mismatches"] = mism[:8]
-            by_trial.setdefault(int(c["trial"]), []).append(entry)
-    return [
-        {"trial": t, "matched": all(e.get("matched") for e in es), "ranks": sorted(es, key=lambda e: e["rank"])}
-        for t, es in sorted(by_trial.items())
-    ]
-
-
-def _rank_summary(result: Any) -> list[dict[str, Any]]:
-    out = []
-    for r in result.ranks:
-        res = r.result or {}
-        timing = res.get("timing") or {}
-        out.append(
-            {
-                "rank": r.rank,
-                "phase": r.phase,
-                "finished": r.finished,
-                "error": res.get("error"),
-                "compile_s": res.get("compile_s"),
-                "timing": timing,
-                "timed_checks_matched": all(c.get("matched") for c in res.get("timed_checks") or []),
-                "refresh_matched": (res.get("refresh_check") or {}).get("matched"),
-                "stdout_tail": r.stdout_tail[-2000:],
-                "stderr_tail": r.stderr_tail[-4000:],
-            }
-        )
-    return out
-

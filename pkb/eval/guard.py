@@ -36,7 +36,11 @@ _TORCH_FUNCS = (
 _CUDA_FUNCS = ("Event", "Stream", "synchronize", "current_stream", "default_stream", "mem_get_info", "set_device", "device_count", "is_available", "stream")
 _EVENT_METHODS = ("record", "elapsed_time", "synchronize", "wait", "query")
 _TIME_FUNCS = ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "sleep")
-_HARNESS_MODULES = ("pkb.eval.compare", "pkb.eval.poison", "pkb.eval.timing", "pkb.eval.worker", "pkb.eval.job", "pkb.eval.guard", "pkb.eval.classify")
+_HARNESS_MODULES = (
+    "pkb.eval.compare", "pkb.eval.poison", "pkb.eval.timing", "pkb.eval.worker", "pkb.eval.rank_report",
+    "pkb.eval.rank_timing", "pkb.eval.rank_process", "pkb.eval.tensors", "pkb.eval.job", "pkb.eval.guard",
+    "pkb.eval.classify",
+)
 _OTHER = (("json", "dumps"), ("json", "loads"), ("os", "replace"), ("os", "_exit"), ("threading", "enumerate"), ("sys", "setprofile"))
 
 

@@ -39,6 +39,7 @@ from pkb.eval.classify import RUNTIME_PRIORITY, runtime_subtype
 from pkb.eval.compare import TOLERANCE_FACTOR
 from pkb.eval.launcher import LaunchResult
 from pkb.collectives import HOST_SYNCS
+from pkb.taxonomy import most_telling
 from pkb.eval.timing import event_time_ms, rank_time_ms, rank_time_range_ms
 
 _ERROR_PRIORITY = ("compile_error", "load_error", "runtime_error")
@@ -257,22 +258,24 @@ def _oom_evidence(launch: LaunchResult, boxed: dict[str, Any]) -> dict[str, Any]
 
 
 def wrong_result_subtype(trials: dict[int, list[dict[str, Any]]]) -> str:
-    """The subtype the evidence supports, or '' for the diagnosis stage to find."""
+    """The subtype the evidence supports, or '' for the diagnosis stage to find (ranked by
+    pkb.taxonomy.WRONG_RESULT_PRIORITY, as the emulation and the diagnosis rank)."""
     bad = [c for cs in trials.values() for c in cs if not c.get("matched")]
+    held = []
     if any(not c.get("shape_ok", True) or not c.get("structure_ok", True) for c in bad):
-        return "shape_mismatch"
+        held.append("shape_mismatch")
     if any(not c.get("dtype_ok", True) for c in bad):
-        return "dtype_mismatch"
+        held.append("dtype_mismatch")
     if any(c.get("nan_inf", 0) > 0 for c in bad):
-        return "nan_inf"
+        held.append("nan_inf")
     if any(c.get("sentinel", 0) > 0 for c in bad):
-        return "unwritten"
+        held.append("unwritten")
     right_ranks = [r for r, cs in trials.items() if cs and all(c.get("matched") for c in cs)]
     if right_ranks and len(right_ranks) < len(trials):
-        return "rank_subset"
+        held.append("rank_subset")
     if bad and all(1.0 < c.get("max_violation", math.inf) <= TOLERANCE_FACTOR for c in bad):
-        return "tolerance"
-    return ""
+        held.append("tolerance")
+    return most_telling(held)
 
 
 def speedups(timings: dict[int, dict[str, Any] | None]) -> tuple[float | None, dict[str, Any]]:
@@ -516,3 +519,45 @@ def profile_agreement(details: dict[str, Any], profile: dict[str, Any] | None) -
     if not rows:
         return None
     return {"ranks": rows, "agrees": all(r["agrees"] for r in rows)}
+
+
+_TRIAL_FIELDS = ("matched", "shape_ok", "dtype_ok", "numel", "mismatches", "max_abs_err", "max_rel_err", "max_violation", "nan_inf", "sentinel", "mutates_inputs", "aliases_input", "saved", "repeat")
+
+
+def trial_summary(result: Any) -> list[dict[str, Any]]:
+    """Every correctness trial with each rank's comparison (the first mismatches kept), from a launch's rank results."""
+    by_trial: dict[int, list[dict[str, Any]]] = {}
+    for r in result.ranks:
+        for c in (r.result or {}).get("trials", []) or []:
+            entry = {"rank": r.rank, **{k: c.get(k) for k in _TRIAL_FIELDS if k in c}}
+            mism = [m for leaf in c.get("leaves", []) for m in leaf.get("first_mismatches", [])]
+            if mism:
+                entry["first_mismatches"] = mism[:8]
+            by_trial.setdefault(int(c["trial"]), []).append(entry)
+    return [
+        {"trial": t, "matched": all(e.get("matched") for e in es), "ranks": sorted(es, key=lambda e: e["rank"])}
+        for t, es in sorted(by_trial.items())
+    ]
+
+
+def rank_summary(result: Any) -> list[dict[str, Any]]:
+    """Each rank's phase, error, build time, timing and log tails, from a launch's rank results."""
+    out = []
+    for r in result.ranks:
+        res = r.result or {}
+        timing = res.get("timing") or {}
+        out.append(
+            {
+                "rank": r.rank,
+                "phase": r.phase,
+                "finished": r.finished,
+                "error": res.get("error"),
+                "compile_s": res.get("compile_s"),
+                "timing": timing,
+                "timed_checks_matched": all(c.get("matched") for c in res.get("timed_checks") or []),
+                "refresh_matched": (res.get("refresh_check") or {}).get("matched"),
+                "stdout_tail": r.stdout_tail[-2000:],
+                "stderr_tail": r.stderr_tail[-4000:],
+            }
+        )
+    return out

@@ -11,281 +11,25 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import os
-import signal
 import sys
 import time
 import traceback
 from typing import Any, Callable
 
-from pkb.eval.job import (
-    JobSpec,
-    key_path,
-    log_paths,
-    read_json,
-    result_path,
-    status_path,
-    tensors_dir,
-    signed,
-    verdict_path,
-    verify,
-    write_json_atomic,
-)
-
-# Seeds of the timing groups and of the refresh check start past the correctness trials.
-GROUP_TRIAL_BASE = 1000
-REFRESH_TRIAL = 999
-# Reference and candidate alternate in this many rounds of timed calls.
-TIMING_ROUNDS = 5
-# The mixed-inputs check (even ranks repeat an earlier input, odd ranks get new ones) runs only
-# where every rank's inputs are independent, so mixing seeds cannot break the reference.
-PEER_CHANGE_PROBLEMS = frozenset({1, 2, 4, 7})
-PEER_CHANGE_TRIAL = 998
-# Timing groups called again, each output read at return, when no output was seen shared (all
-# groups when one was).
-AT_RETURN_GROUPS = 4
-# NVLink speed of light per direction (H100/H200 NVLink 4: 18 links x 25 GB/s).
-NVLINK_BYTES_PER_S = 450e9
-
-
-class Reporter:
-    """This rank's status and result files."""
-
-    def __init__(self, job: JobSpec, rank: int, world_size: int, key: str | None = None) -> None:
-        self.job, self.rank = job, rank
-        self.key = key  # the job's secret: signs every file this rank writes
-        self.watchdog: Any = None
-        self.deadline: float | None = None  # monotonic deadline of the current phase
-        self.current = ""
-        self.history: list[list[Any]] = []
-        self.result: dict[str, Any] = {
-            "rank": rank,
-            "world_size": world_size,
-            "pid": os.getpid(),
-            "trials": [],
-            "timing": None,
-            "timed_checks": [],
-            "refresh_check": None,
-            "inputs_kept_alive": True,  # False: past the budget of `Rank.hand`
-            "error": None,
-            "compile_s": 0.0,
-            "finished": False,
-        }
-
-    def phase(self, name: str, limit_s: float | None = None, deadline: float | None = None) -> None:
-        """Enter a phase; with a limit (or a monotonic deadline) the launcher kills past it."""
-        self.current = name
-        now = time.time()
-        if deadline is None and limit_s:
-            deadline = time.monotonic() + limit_s
-        self.deadline = deadline
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if self.watchdog is not None:
-            self.watchdog.set_phase(name, deadline, limit_s or left or 0.0)
-        self.history.append([name, round(now, 3)])
-        self._status({"phase": name, "since": now, "deadline": None if left is None else now + left, "limit_s": limit_s})
-
-    def _status(self, fields: dict[str, Any]) -> None:
-        data = {"rank": self.rank, "pid": os.getpid(), "pgid": os.getpgid(0), **fields, "history": self.history[-50:]}
-        write_json_atomic(status_path(self.job.job_dir, self.rank), signed(data, self.key))
-
-    def expire(self, where: str, limit_s: float) -> None:
-        """Called by the watchdog thread: this rank is past a limit; the launcher kills the job."""
-        self._status({"phase": self.current, "since": time.time(), "expired": True, "expired_in": where, "limit_s": limit_s})
-        print(f"[pkb.eval rank {self.rank}] past the {limit_s:g} s limit of {where}", file=sys.stderr, flush=True)
-
-    def save(self) -> None:
-        write_json_atomic(result_path(self.job.job_dir, self.rank), signed(self.result, self.key))
-
-    def fail(self, exc: BaseException, outcome: str, subtype: str, source: str) -> None:
-        tb = traceback.format_exc()
-        self.result["error"] = {
-            "outcome": outcome,
-            "subtype": subtype,
-            "source": source,  # candidate | reference | harness
-            "phase": self.current,
-            "type": type(exc).__name__,
-            "message": str(exc)[:4000],
-            "traceback": tb[-8000:],
-        }
-        if subtype == "binding_mismatch":
-            from pkb.eval.classify import binding_details
-
-            self.result["error"]["binding"] = binding_details(str(exc))
-        self.save()
-        print(f"[pkb.eval rank {self.rank}] {source} failed in {self.current}:\n{tb}", file=sys.stderr, flush=True)
-
-
-class CandidateFailure(Exception):
-    """An error the candidate caused, already classified."""
-
-    def __init__(self, outcome: str, subtype: str, cause: BaseException) -> None:
-        super().__init__(str(cause))
-        self.outcome, self.subtype, self.cause = outcome, subtype, cause
-
-
-class ReferenceFailure(Exception):
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-
-
-class BuildTracker:
-    """Marks the phase `compile` while a JIT build runs and tags the exceptions it raises."""
-
-    def __init__(self, reporter: Reporter) -> None:
-        self.reporter = reporter
-
-    def install(self) -> None:
-        try:
-            import torch.utils.cpp_extension as cpp_extension
-        except Exception:
-            return
-        for name in ("load_inline", "load"):
-            fn = getattr(cpp_extension, name, None)
-            if fn is not None and not getattr(fn, "_pkb_wrapped", False):
-                setattr(cpp_extension, name, self.wrap(fn))
-
-    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        reporter = self.reporter
-
-        def build(*args: Any, **kwargs: Any) -> Any:
-            previous, previous_deadline = reporter.current, reporter.deadline
-            # A build inside a call (load_inline on the first call) runs under the compile limit,
-            # not the call's: the call's clock stops for the build and restarts after it.
-            wd = reporter.watchdog
-            call_left = wd.pause_call() if wd is not None else None
-            reporter.phase("compile", reporter.job.compile_timeout_s)
-            reporter.result["built_extension"] = True
-            t0 = time.perf_counter()
-            m0 = time.monotonic()
-            try:
-                return fn(*args, **kwargs)
-            except BaseException as exc:
-                from pkb.eval.classify import mark_during_build
-
-                mark_during_build(exc)
-                raise
-            finally:
-                reporter.result["compile_s"] += time.perf_counter() - t0
-                # the enclosing phase (the import, a call) does not pay for the build
-                extended = None if previous_deadline is None else previous_deadline + (time.monotonic() - m0)
-                reporter.phase(previous, deadline=extended)
-                if wd is not None:
-                    wd.resume_call(call_left)
-
-        build._pkb_wrapped = True  # type: ignore[attr-defined]
-        build.__wrapped__ = fn  # type: ignore[attr-defined]
-        return build
-
-
-# ---- helpers over nested inputs/outputs ---------------------------------------------------------
-
-
-def clone_tree(x: Any) -> Any:
-    import torch
-
-    if isinstance(x, torch.Tensor):
-        return x.clone()
-    if isinstance(x, tuple):
-        return tuple(clone_tree(v) for v in x)
-    if isinstance(x, list):
-        return [clone_tree(v) for v in x]
-    if isinstance(x, dict):
-        return {k: clone_tree(v) for k, v in x.items()}
-    return x
-
-
-def tensors_of(x: Any) -> list[Any]:
-    import torch
-
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, (list, tuple)):
-        return [t for v in x for t in tensors_of(v)]
-    if isinstance(x, dict):
-        return [t for v in x.values() for t in tensors_of(v)]
-    return []
-
-
-def bitwise_equal(a: Any, b: Any) -> bool:
-    ta, tb = tensors_of(a), tensors_of(b)
-    if len(ta) != len(tb):
-        return False
-    import torch
-
-    for x, y in zip(ta, tb):
-        if x.shape != y.shape or x.dtype != y.dtype or x.layout != y.layout:
-            return False
-        if x.layout != torch.strided:  # sparse inputs (PKB's spherical convolution): no flat byte view
-            x, y = x.to_dense(), y.to_dense()
-        if x.numel() and not torch.equal(x.reshape(-1).view(torch.uint8), y.reshape(-1).view(torch.uint8)):
-            return False
-    return True
-
-
-def copy_into(dst: Any, src: Any) -> bool:
-    """Copy src's values into dst's tensors in place; False when the shapes differ."""
-    td, ts = tensors_of(dst), tensors_of(src)
-    if len(td) != len(ts) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(td, ts)):
-        return False
-    import torch
-
-    with torch.no_grad():  # the harness's own write: an input that requires grad is still a buffer here
-        for a, b in zip(td, ts):
-            a.copy_(b)
-    return True
-
-
-def storage_ptrs(x: Any) -> set[int]:
-    out = set()
-    for t in tensors_of(x):
-        try:
-            if t.numel():
-                out.add(t.untyped_storage().data_ptr())
-        except Exception:
-            pass
-    return out
-
-
-def repeat_summary(first: Any, second: Any) -> dict[str, Any]:
-    """How a second call on identical inputs differs from the first (bitwise; NaN equals NaN)."""
-    import torch
-
-    if bitwise_equal(first, second):
-        return {"equal": True, "differing": 0, "max_abs_diff": 0.0}
-    ta, tb = tensors_of(first), tensors_of(second)
-    differing, worst = 0, 0.0
-    for a, b in zip(ta, tb):
-        if a.shape != b.shape:
-            return {"equal": False, "differing": None, "max_abs_diff": None, "note": "shapes differ between the two calls"}
-        af, bf = a.detach().double(), b.detach().double()
-        same = (af == bf) | (torch.isnan(af) & torch.isnan(bf))
-        differing += int((~same).sum().item())
-        d = (af - bf).abs()[~same & torch.isfinite(af - bf)]
-        if d.numel():
-            worst = max(worst, float(d.max().item()))
-    return {"equal": False, "differing": differing, "max_abs_diff": worst}
-
-
-def _cap_for_saving(x: Any, cap_elems: int) -> Any:
-    import torch
-
-    if isinstance(x, torch.Tensor):
-        t = x.detach().to("cpu")
-        if t.numel() > cap_elems:
-            return {"truncated_from_shape": list(t.shape), "flat_head": t.reshape(-1)[:cap_elems].clone()}
-        return t
-    if isinstance(x, (list, tuple)):
-        return [_cap_for_saving(v, cap_elems) for v in x]
-    if isinstance(x, dict):
-        return {k: _cap_for_saving(v, cap_elems) for k, v in x.items()}
-    return x
+from pkb.eval.job import JobSpec, read_json, signed, tensors_dir, verdict_path, verify, write_json_atomic
+from pkb.eval.rank_process import die_with_parent, enter_scratch, redirect_output, take_key
+from pkb.eval.rank_report import BuildTracker, CandidateFailure, ReferenceFailure, Reporter
+from pkb.eval.rank_timing import GROUP_TRIAL_BASE, RankTiming
+from pkb.eval.tensors import bitwise_equal, cap_for_saving, clone_tree, repeat_summary
 
 
 # ---- the rank -------------------------------------------------------------------------------------
 
 
-class Rank:
+class Rank(RankTiming):
+    """One rank's evaluation: the problem and reference, the candidate's load, the correctness
+    trials, the verdict exchange with its peers, then timing (pkb.eval.rank_timing) and profile."""
+
     def __init__(self, job: JobSpec, rank: int, world_size: int, local_rank: int, key: str | None = None) -> None:
         self.job, self.rank, self.ws, self.local_rank = job, rank, world_size, local_rank
         self.key = key
@@ -686,11 +430,11 @@ class Rank:
             torch.save(
                 {
                     "rank": self.rank,
-                    "inputs": _cap_for_saving(inputs, cap_elems),
-                    "expected": _cap_for_saving(expected, cap_elems),
-                    "got": _cap_for_saving(got, cap_elems),
+                    "inputs": cap_for_saving(inputs, cap_elems),
+                    "expected": cap_for_saving(expected, cap_elems),
+                    "got": cap_for_saving(got, cap_elems),
                     # previous_expected / previous_trial / repeat_got, for the diagnosis
-                    **{k: _cap_for_saving(v, cap_elems) for k, v in (extra or {}).items()},
+                    **{k: cap_for_saving(v, cap_elems) for k, v in (extra or {}).items()},
                 },
                 path,
             )
@@ -733,7 +477,7 @@ class Rank:
             d.mkdir(parents=True, exist_ok=True)
             for t in wanted:
                 inputs = self.source.make_inputs(self.rank, self.ws, t, self.device, self.dtype)
-                torch.save({"rank": self.rank, "trial": t, "inputs": _cap_for_saving(inputs, cap_elems)}, d / f"inputs_trial{t}_rank{self.rank}.pt")
+                torch.save({"rank": self.rank, "trial": t, "inputs": cap_for_saving(inputs, cap_elems)}, d / f"inputs_trial{t}_rank{self.rank}.pt")
         except Exception:
             pass  # a convenience, like save_tensors: never a reason to fail the rank
 
@@ -753,182 +497,6 @@ class Rank:
             meta={"candidate": self.job.candidate_sha256, "problem": self.job.problem.get("id")},
         )
 
-    def timing(self, n_groups: int) -> None:
-        """Interleaved timed rounds over fresh input groups (new contents at new addresses), then
-        every group's last timed output checked against the reference computed only afterwards
-        on pristine copies, then two cache probes: new values at the old addresses (a cache on
-        the pointer or id) and, on problems whose ranks' inputs are independent, an earlier
-        input at a new address on even ranks with new inputs on odd ranks (a cache on the local
-        input's content answers with the old sum)."""
-        import torch.distributed as dist
-
-        from pkb.eval.poison import poison_allocator
-        from pkb.eval.timing import input_bytes, time_interleaved
-
-        rep, job = self.reporter, self.job
-        groups = [self._inputs(GROUP_TRIAL_BASE + g) for g in range(n_groups)]
-        for g in groups:
-            self.hand(g)
-        pristine = [clone_tree(g) for g in groups]  # the reference's inputs, after the timing
-        self.note_speed_floor(groups[0])
-        wd, counter = self.watchdog, self.counter
-
-        def guarded(fn: Callable[..., Any], side: str) -> Callable[..., Any]:
-            limit = job.call_timeout_s
-
-            def call(*args: Any) -> Any:
-                wd.call_start(side, limit)
-                if side == "candidate":
-                    counter.active = True
-                try:
-                    return fn(*args)
-                finally:
-                    counter.active = False
-                    wd.call_end()
-
-            return call
-
-        def barrier() -> None:
-            dist.barrier()
-
-        dist_before, syncs_before = counter.total, counter.host_syncs
-        reset_l2 = _l2_persisting_reset(self.device)
-
-        def before(side: str) -> None:
-            self.check_tamper("timed calls of the candidate")
-            if reset_l2 is not None:
-                reset_l2()  # lines a candidate marked persisting do not carry over between rounds
-            if side == "candidate":
-                poison_allocator(self.device, 2 * input_bytes(groups[0]))  # the reference's freed outputs
-
-        # An exception in this loop is charged to the candidate: the reference ran on trial
-        # inputs of the same shapes already.
-        try:
-            timed = time_interleaved(
-                {"reference": guarded(self.source.reference, "reference"), "candidate": guarded(self.solution, "candidate")},  # type: ignore[arg-type]
-                groups, warmup=job.warmup, iters=job.iters, rounds=TIMING_ROUNDS, device=self.device, barrier=barrier,
-                keep={"candidate"}, before=before,
-            )
-        except BaseException as exc:
-            if isinstance(exc, CandidateFailure):
-                raise
-            from pkb.eval.classify import classify_exception
-
-            outcome, subtype = classify_exception(exc, during_build=getattr(exc, "pkb_during_build", False))
-            raise CandidateFailure(outcome, subtype, exc) from exc
-        self.sync()
-        self.check_tamper("timed calls of the candidate")
-        self.dist_calls["timed"] += counter.total - dist_before
-        self.dist_calls["host_syncs"]["timed"] += counter.host_syncs - syncs_before
-        self.dist_calls["names"] = dict(counter.counts)
-        (ref_stats, _), (cand_stats, last) = timed["reference"], timed["candidate"]
-        for g, out in last.items():
-            self.check_output_type(out)
-        rep.result["timing"] = {"reference": ref_stats, "candidate": cand_stats}
-        rep.result["timed_inputs_mutated"] = any(not bitwise_equal(a, b) for a, b in zip(groups, pristine)) and not getattr(self, "reference_mutates", False)
-        # The timed calls' own outputs: a candidate that answers from a cache would pass the
-        # correctness trials and still be wrong here. An output sharing storage with another
-        # group's (one persistent buffer returned by every call) holds whichever call came last:
-        # it is judged at return time below, not here.
-        rep.phase("timing check")
-        shared = shared_output_groups(last)
-        for g, out in sorted(last.items()):
-            if g in shared:
-                continue
-            want = self.call_reference(clone_tree(pristine[g]))
-            cmp = self.compare(want, out)
-            cmp.update(kind="timed", trial=g)
-            cmp["aliases_input"] = overlaps_any(out, groups) and not getattr(self, "reference_aliases", False)
-            if not cmp["matched"]:
-                cmp["saved"] = self.save_tensors(f"timed{g}", pristine[g], want, out)
-            rep.result["timed_checks"].append(cmp)
-            del want
-        self.check_at_return(groups, pristine, sorted(last) if shared else sorted(last)[:AT_RETURN_GROUPS], shared)
-        del last, timed
-        rep.save()
-        # New values at the old addresses: a cache keyed on pointers answers with stale data.
-        fresh = self._inputs(REFRESH_TRIAL)
-        in_place = copy_into(groups[0], fresh)
-        target = groups[0] if in_place else fresh
-        reference_inputs = clone_tree(target)
-        rep.phase("timing refresh", job.call_timeout_s)
-        got = self.call_candidate(target, count="checks")
-        want = self.call_reference(reference_inputs)
-        cmp = self.compare(want, got)
-        cmp.update(kind="refresh", trial=0, in_place=in_place)
-        if not cmp["matched"]:
-            cmp["saved"] = self.save_tensors("refresh", reference_inputs, want, got)
-        rep.result["refresh_check"] = cmp
-        del got, want
-        rep.save()
-        if self.ws > 1 and self.source.id in PEER_CHANGE_PROBLEMS:
-            # Even ranks: group 1's values again, at a new address. Odd ranks: new values. The sum
-            # changes on every rank; a cache keyed on the local input's content does not notice.
-            src = pristine[min(1, len(pristine) - 1)] if self.rank % 2 == 0 else self._inputs(PEER_CHANGE_TRIAL)
-            target = clone_tree(src)
-            reference_inputs = clone_tree(src)
-            rep.phase("timing peer change", job.call_timeout_s)
-            got = self.call_candidate(target, count="checks")
-            want = self.call_reference(reference_inputs)
-            cmp = self.compare(want, got)
-            cmp.update(kind="peer_change", trial=0)
-            if not cmp["matched"]:
-                cmp["saved"] = self.save_tensors("peer_change", reference_inputs, want, got)
-            rep.result["peer_change_check"] = cmp
-            rep.save()
-
-    def check_at_return(self, groups: list[Any], pristine: list[Any], order: list[int], shared: set[int]) -> None:
-        """The candidate on the timing groups in turn, each output copied the moment its call
-        returns and compared with the reference: right at return time is right (PKB's contract).
-        Then each returned output is read again after the later calls: one a later call
-        overwrote is an aliasing hazard a caller must know about (`output_reuse`), not a cache."""
-        rep, job = self.reporter, self.job
-        rep.phase("timing check at return", job.call_timeout_s * max(1, 2 * len(order)))
-        returned = []
-        for g in order:
-            out = self.call_candidate(groups[g], count="checks")
-            at_return = clone_tree(out)
-            want = self.call_reference(clone_tree(pristine[g]))
-            cmp = self.compare(want, at_return)
-            cmp.update(kind="at_return", trial=g, shared_output=g in shared)
-            if not cmp["matched"]:
-                cmp["saved"] = self.save_tensors(f"at_return{g}", pristine[g], want, at_return)
-            rep.result["timed_checks"].append(cmp)
-            returned.append((g, out, at_return))
-            del want
-        self.sync()
-        overwritten = [g for g, out, snap in returned if not bitwise_equal(out, snap)]
-        if overwritten:
-            spans = [storage_ptrs(out) for _, out, _ in returned]
-            rep.result["output_reuse"] = {
-                "groups_overwritten": overwritten,
-                "calls": len(returned),
-                "same_storage": len(returned) > 1 and all(sp and sp == spans[0] for sp in spans),
-            }
-
-    def note_speed_floor(self, inputs: tuple) -> None:
-        """The problem's bytes over NVLink's per-direction speed: no correct candidate is faster."""
-        mod = getattr(self.source, "module", None)
-        fn = getattr(mod, "traffic_bytes", None)
-        floor: dict[str, Any] = {"applies": False}
-        if fn is None:
-            floor["why"] = "the problem gives no traffic figure"
-        else:
-            try:
-                traffic = fn(inputs, self.ws)
-                nbytes = max(int(v) for v in traffic.values()) if isinstance(traffic, dict) and traffic else int(traffic or 0)
-                floor.update(bytes=nbytes, floor_ms=nbytes / NVLINK_BYTES_PER_S * 1e3, link_bytes_per_s=NVLINK_BYTES_PER_S)
-                if self.ws <= 1:
-                    floor["why"] = "world size 1: nothing crosses a link, the floor does not apply"
-                elif self.device.type != "cuda":
-                    floor["why"] = "not on GPUs: the NVLink floor does not apply"
-                elif nbytes <= 0:
-                    floor["why"] = "no bytes cross a link"
-                else:
-                    floor["applies"] = True
-            except Exception as exc:
-                floor["why"] = f"traffic_bytes failed: {type(exc).__name__}: {exc}"
-        self.reporter.result["speed_floor"] = floor
 
 def reference_frame(exc: BaseException, module: Any) -> dict[str, Any] | None:
     """The innermost frame of the reference's own file in an exception's traceback (the line that
@@ -944,130 +512,6 @@ def reference_frame(exc: BaseException, module: Any) -> dict[str, Any] | None:
     return found
 
 
-def shared_output_groups(outputs: dict[int, Any]) -> set[int]:
-    """Groups whose output shares storage with another group's output."""
-    from pkb.eval.guard import overlaps
-
-    keys = sorted(outputs)
-    return {a for a in keys for b in keys if a != b and overlaps(outputs[a], outputs[b])}
-
-
-def overlaps_any(out: Any, groups: list[Any]) -> bool:
-    from pkb.eval.guard import overlaps
-
-    return any(overlaps(out, g) for g in groups)
-
-
-def _l2_persisting_reset(device: Any) -> Callable[[], None] | None:
-    """cudaCtxResetPersistingL2Cache through the CUDA runtime torch loaded (None off CUDA or
-    when the runtime cannot be found): persisting L2 lines are demoted to normal ones."""
-    if device is None or device.type != "cuda":
-        return None
-    try:
-        import ctypes
-        import glob
-
-        import torch
-
-        lib = None
-        for cand in ["libcudart.so", *sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "cuda_runtime", "lib", "libcudart.so*")))]:
-            try:
-                lib = ctypes.CDLL(cand)
-                break
-            except OSError:
-                continue
-        if lib is None or not hasattr(lib, "cudaCtxResetPersistingL2Cache"):
-            return None
-        fn = lib.cudaCtxResetPersistingL2Cache
-
-        def reset() -> None:
-            fn()
-
-        return reset
-    except Exception:
-        return None
-
-
-# ---- process plumbing -----------------------------------------------------------------------------
-
-
-def _redirect_output(job_dir: str, rank: int) -> None:
-    """This rank's stdout/stderr (C-level writes included) go to its own files."""
-    out, err = log_paths(job_dir, rank)
-    for fd, path in ((1, out), (2, err)):
-        f = open(path, "ab", buffering=0)
-        os.dup2(f.fileno(), fd)
-        f.close()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.reconfigure(line_buffering=True)  # type: ignore[attr-defined]
-        except Exception:
-            pass
-
-
-def _die_with_parent() -> None:
-    """If torchrun dies (SIGKILL of the evaluator), this rank must not live on."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:
-            os._exit(1)
-    except Exception:
-        pass
-
-
-def _take_key(job_dir: str, rank: int) -> str | None:
-    """The job's secret, read and deleted before any candidate code exists in this process
-    (every rank does this before the rendezvous, so no candidate can read a peer's copy)."""
-    path = key_path(job_dir, rank)
-    try:
-        key = path.read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-    try:
-        path.unlink()
-    except OSError:
-        pass
-    return key or None
-
-
-def _short_tmpdir(scratch: str, rank: int) -> str:
-    """A private TMPDIR with a short path.
-
-    torch's symmetric memory binds a Unix socket at $TMPDIR/symm_mem-<pid>; a socket path has at
-    most 107 bytes, and past that bind fails ("Failed to bind socket: Invalid argument", seen on
-    the H200 with a job directory under a long output folder). So the scratch TMPDIR lives under
-    /tmp, and the scratch folder records where, for the launcher's clean-up.
-    """
-    import atexit
-    import shutil
-    import tempfile
-
-    tmp = tempfile.mkdtemp(prefix=f"pkb-r{rank}-", dir="/tmp" if os.path.isdir("/tmp") else None)
-    with open(os.path.join(scratch, "tmpdir.txt"), "w", encoding="utf-8") as fh:
-        fh.write(tmp)
-    atexit.register(shutil.rmtree, tmp, True)
-    return tmp
-
-
-def _enter_scratch(job_dir: str, rank: int) -> None:
-    """The candidate's working directory, HOME and TMPDIR: a scratch folder of this rank."""
-    scratch = os.path.join(job_dir, "scratch", f"rank{rank}")
-    os.makedirs(scratch, exist_ok=True)
-    tmp = _short_tmpdir(scratch, rank)
-    os.environ["HOME"] = scratch
-    for name in ("TMPDIR", "TEMP", "TMP"):
-        os.environ[name] = tmp
-    import tempfile
-
-    tempfile.tempdir = tmp
-    os.chdir(scratch)
-
-
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
@@ -1077,10 +521,10 @@ def main(argv: list[str] | None = None) -> None:
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
-    _redirect_output(job.job_dir, rank)
-    _die_with_parent()
-    key = _take_key(job.job_dir, rank)
-    _enter_scratch(job.job_dir, rank)
+    redirect_output(job.job_dir, rank)
+    die_with_parent()
+    key = take_key(job.job_dir, rank)
+    enter_scratch(job.job_dir, rank)
     try:
         import faulthandler
 

@@ -1,0 +1,239 @@
+"""The rank's timing and the checks that ride on it: interleaved timed rounds over fresh input groups,
+each timed output checked against the reference afterwards, outputs read again at return, the two
+cache probes (new values at old addresses; an earlier input on even ranks only), and the NVLink
+speed floor. A mixin of pkb.eval.worker.Rank: it reads the rank's job, reporter, source, solution,
+watchdog and counter."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+from pkb.eval.rank_report import CandidateFailure
+from pkb.eval.tensors import bitwise_equal, clone_tree, copy_into, overlaps_any, shared_output_groups, storage_ptrs
+
+# Seeds of the timing groups and of the refresh check start past the correctness trials.
+GROUP_TRIAL_BASE = 1000
+REFRESH_TRIAL = 999
+# Reference and candidate alternate in this many rounds of timed calls.
+TIMING_ROUNDS = 5
+# The mixed-inputs check (even ranks repeat an earlier input, odd ranks get new ones) runs only
+# where every rank's inputs are independent, so mixing seeds cannot break the reference.
+PEER_CHANGE_PROBLEMS = frozenset({1, 2, 4, 7})
+PEER_CHANGE_TRIAL = 998
+# Timing groups called again, each output read at return, when no output was seen shared (all
+# groups when one was).
+AT_RETURN_GROUPS = 4
+# NVLink speed of light per direction (H100/H200 NVLink 4: 18 links x 25 GB/s).
+NVLINK_BYTES_PER_S = 450e9
+
+
+class RankTiming:
+    """Timing and its checks; the rest of the rank is pkb.eval.worker.Rank."""
+
+    def timing(self, n_groups: int) -> None:
+        """Interleaved timed rounds over fresh input groups (new contents at new addresses), then
+        every group's last timed output checked against the reference computed only afterwards
+        on pristine copies, then two cache probes: new values at the old addresses (a cache on
+        the pointer or id) and, on problems whose ranks' inputs are independent, an earlier
+        input at a new address on even ranks with new inputs on odd ranks (a cache on the local
+        input's content answers with the old sum)."""
+        import torch.distributed as dist
+
+        from pkb.eval.poison import poison_allocator
+        from pkb.eval.timing import input_bytes, time_interleaved
+
+        rep, job = self.reporter, self.job
+        groups = [self._inputs(GROUP_TRIAL_BASE + g) for g in range(n_groups)]
+        for g in groups:
+            self.hand(g)
+        pristine = [clone_tree(g) for g in groups]  # the reference's inputs, after the timing
+        self.note_speed_floor(groups[0])
+        wd, counter = self.watchdog, self.counter
+
+        def guarded(fn: Callable[..., Any], side: str) -> Callable[..., Any]:
+            limit = job.call_timeout_s
+
+            def call(*args: Any) -> Any:
+                wd.call_start(side, limit)
+                if side == "candidate":
+                    counter.active = True
+                try:
+                    return fn(*args)
+                finally:
+                    counter.active = False
+                    wd.call_end()
+
+            return call
+
+        def barrier() -> None:
+            dist.barrier()
+
+        dist_before, syncs_before = counter.total, counter.host_syncs
+        reset_l2 = _l2_persisting_reset(self.device)
+
+        def before(side: str) -> None:
+            self.check_tamper("timed calls of the candidate")
+            if reset_l2 is not None:
+                reset_l2()  # lines a candidate marked persisting do not carry over between rounds
+            if side == "candidate":
+                poison_allocator(self.device, 2 * input_bytes(groups[0]))  # the reference's freed outputs
+
+        # An exception in this loop is charged to the candidate: the reference ran on trial
+        # inputs of the same shapes already.
+        try:
+            timed = time_interleaved(
+                {"reference": guarded(self.source.reference, "reference"), "candidate": guarded(self.solution, "candidate")},  # type: ignore[arg-type]
+                groups, warmup=job.warmup, iters=job.iters, rounds=TIMING_ROUNDS, device=self.device, barrier=barrier,
+                keep={"candidate"}, before=before,
+            )
+        except BaseException as exc:
+            if isinstance(exc, CandidateFailure):
+                raise
+            from pkb.eval.classify import classify_exception
+
+            outcome, subtype = classify_exception(exc, during_build=getattr(exc, "pkb_during_build", False))
+            raise CandidateFailure(outcome, subtype, exc) from exc
+        self.sync()
+        self.check_tamper("timed calls of the candidate")
+        self.dist_calls["timed"] += counter.total - dist_before
+        self.dist_calls["host_syncs"]["timed"] += counter.host_syncs - syncs_before
+        self.dist_calls["names"] = dict(counter.counts)
+        (ref_stats, _), (cand_stats, last) = timed["reference"], timed["candidate"]
+        for g, out in last.items():
+            self.check_output_type(out)
+        rep.result["timing"] = {"reference": ref_stats, "candidate": cand_stats}
+        rep.result["timed_inputs_mutated"] = any(not bitwise_equal(a, b) for a, b in zip(groups, pristine)) and not getattr(self, "reference_mutates", False)
+        # The timed calls' own outputs: a candidate that answers from a cache would pass the
+        # correctness trials and still be wrong here. An output sharing storage with another
+        # group's (one persistent buffer returned by every call) holds whichever call came last:
+        # it is judged at return time below, not here.
+        rep.phase("timing check")
+        shared = shared_output_groups(last)
+        for g, out in sorted(last.items()):
+            if g in shared:
+                continue
+            want = self.call_reference(clone_tree(pristine[g]))
+            cmp = self.compare(want, out)
+            cmp.update(kind="timed", trial=g)
+            cmp["aliases_input"] = overlaps_any(out, groups) and not getattr(self, "reference_aliases", False)
+            if not cmp["matched"]:
+                cmp["saved"] = self.save_tensors(f"timed{g}", pristine[g], want, out)
+            rep.result["timed_checks"].append(cmp)
+            del want
+        self.check_at_return(groups, pristine, sorted(last) if shared else sorted(last)[:AT_RETURN_GROUPS], shared)
+        del last, timed
+        rep.save()
+        # New values at the old addresses: a cache keyed on pointers answers with stale data.
+        fresh = self._inputs(REFRESH_TRIAL)
+        in_place = copy_into(groups[0], fresh)
+        target = groups[0] if in_place else fresh
+        reference_inputs = clone_tree(target)
+        rep.phase("timing refresh", job.call_timeout_s)
+        got = self.call_candidate(target, count="checks")
+        want = self.call_reference(reference_inputs)
+        cmp = self.compare(want, got)
+        cmp.update(kind="refresh", trial=0, in_place=in_place)
+        if not cmp["matched"]:
+            cmp["saved"] = self.save_tensors("refresh", reference_inputs, want, got)
+        rep.result["refresh_check"] = cmp
+        del got, want
+        rep.save()
+        if self.ws > 1 and self.source.id in PEER_CHANGE_PROBLEMS:
+            # Even ranks: group 1's values again, at a new address. Odd ranks: new values. The sum
+            # changes on every rank; a cache keyed on the local input's content does not notice.
+            src = pristine[min(1, len(pristine) - 1)] if self.rank % 2 == 0 else self._inputs(PEER_CHANGE_TRIAL)
+            target = clone_tree(src)
+            reference_inputs = clone_tree(src)
+            rep.phase("timing peer change", job.call_timeout_s)
+            got = self.call_candidate(target, count="checks")
+            want = self.call_reference(reference_inputs)
+            cmp = self.compare(want, got)
+            cmp.update(kind="peer_change", trial=0)
+            if not cmp["matched"]:
+                cmp["saved"] = self.save_tensors("peer_change", reference_inputs, want, got)
+            rep.result["peer_change_check"] = cmp
+            rep.save()
+
+    def check_at_return(self, groups: list[Any], pristine: list[Any], order: list[int], shared: set[int]) -> None:
+        """The candidate on the timing groups in turn, each output copied the moment its call
+        returns and compared with the reference: right at return time is right (PKB's contract).
+        Then each returned output is read again after the later calls: one a later call
+        overwrote is an aliasing hazard a caller must know about (`output_reuse`), not a cache."""
+        rep, job = self.reporter, self.job
+        rep.phase("timing check at return", job.call_timeout_s * max(1, 2 * len(order)))
+        returned = []
+        for g in order:
+            out = self.call_candidate(groups[g], count="checks")
+            at_return = clone_tree(out)
+            want = self.call_reference(clone_tree(pristine[g]))
+            cmp = self.compare(want, at_return)
+            cmp.update(kind="at_return", trial=g, shared_output=g in shared)
+            if not cmp["matched"]:
+                cmp["saved"] = self.save_tensors(f"at_return{g}", pristine[g], want, at_return)
+            rep.result["timed_checks"].append(cmp)
+            returned.append((g, out, at_return))
+            del want
+        self.sync()
+        overwritten = [g for g, out, snap in returned if not bitwise_equal(out, snap)]
+        if overwritten:
+            spans = [storage_ptrs(out) for _, out, _ in returned]
+            rep.result["output_reuse"] = {
+                "groups_overwritten": overwritten,
+                "calls": len(returned),
+                "same_storage": len(returned) > 1 and all(sp and sp == spans[0] for sp in spans),
+            }
+
+    def note_speed_floor(self, inputs: tuple) -> None:
+        """The problem's bytes over NVLink's per-direction speed: no correct candidate is faster."""
+        mod = getattr(self.source, "module", None)
+        fn = getattr(mod, "traffic_bytes", None)
+        floor: dict[str, Any] = {"applies": False}
+        if fn is None:
+            floor["why"] = "the problem gives no traffic figure"
+        else:
+            try:
+                traffic = fn(inputs, self.ws)
+                nbytes = max(int(v) for v in traffic.values()) if isinstance(traffic, dict) and traffic else int(traffic or 0)
+                floor.update(bytes=nbytes, floor_ms=nbytes / NVLINK_BYTES_PER_S * 1e3, link_bytes_per_s=NVLINK_BYTES_PER_S)
+                if self.ws <= 1:
+                    floor["why"] = "world size 1: nothing crosses a link, the floor does not apply"
+                elif self.device.type != "cuda":
+                    floor["why"] = "not on GPUs: the NVLink floor does not apply"
+                elif nbytes <= 0:
+                    floor["why"] = "no bytes cross a link"
+                else:
+                    floor["applies"] = True
+            except Exception as exc:
+                floor["why"] = f"traffic_bytes failed: {type(exc).__name__}: {exc}"
+        self.reporter.result["speed_floor"] = floor
+
+
+def _l2_persisting_reset(device: Any) -> Callable[[], None] | None:
+    """cudaCtxResetPersistingL2Cache through the CUDA runtime torch loaded (None off CUDA or
+    when the runtime cannot be found): persisting L2 lines are demoted to normal ones."""
+    if device is None or device.type != "cuda":
+        return None
+    try:
+        import ctypes
+        import glob
+
+        import torch
+
+        lib = None
+        for cand in ["libcudart.so", *sorted(glob.glob(os.path.join(os.path.dirname(torch.__file__), "..", "nvidia", "cuda_runtime", "lib", "libcudart.so*")))]:
+            try:
+                lib = ctypes.CDLL(cand)
+                break
+            except OSError:
+                continue
+        if lib is None or not hasattr(lib, "cudaCtxResetPersistingL2Cache"):
+            return None
+        fn = lib.cudaCtxResetPersistingL2Cache
+
+        def reset() -> None:
+            fn()
+
+        return reset
+    except Exception:
+        return None
