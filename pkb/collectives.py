@@ -12,6 +12,9 @@ them it replaces. Reads nothing; plain name sets only (no torch import).
     HOST_SYNCS        rendezvous of the ranks on the host: they move nothing
     FUNCOL_WAITS      completion of an earlier functional collective (no transfer of its own)
     P2P_OP_CLASS      the descriptor class batch_isend_irecv takes: a p2p name, never a call to wrap
+    PROCESS_GROUP_METHODS  the same calls one level down, as methods of c10d's ProcessGroup and
+                      Backend objects (what torch.distributed's functions call), each mapped to the
+                      torch.distributed name it is counted under
 """
 
 from __future__ import annotations
@@ -38,3 +41,34 @@ STATIC_COLLECTIVES = DATA_COLLECTIVES | FUNCOL_COLLECTIVES | OBJECT_TRANSFERS | 
 MOVES_DATA = DATA_COLLECTIVES | FUNCOL_COLLECTIVES | OBJECT_TRANSFERS | P2P
 # Every function the runtime counter wraps (barriers are counted apart, as host syncs).
 COUNTED = MOVES_DATA | HOST_SYNCS
+
+
+# Methods of torch._C._distributed_c10d.ProcessGroup / Backend that move data or sync ranks. A
+# candidate can call them directly (dist.group.WORLD.allreduce([t])) and skip every function above.
+PROCESS_GROUP_METHODS = {
+    "allreduce": "all_reduce",
+    "allreduce_coalesced": "all_reduce_coalesced",
+    "allgather": "all_gather",
+    "allgather_coalesced": "all_gather",
+    "_allgather_base": "all_gather_into_tensor",
+    "all_gather_single": "all_gather_into_tensor",
+    "allgather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
+    "all_gather_single_coalesced": "all_gather_into_tensor_coalesced",
+    "reduce_scatter": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter_tensor",
+    "reduce_scatter_single": "reduce_scatter_tensor",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
+    "reduce_scatter_single_coalesced": "reduce_scatter_tensor_coalesced",
+    "alltoall": "all_to_all",
+    "alltoall_base": "all_to_all_single",
+    "all_to_all_single": "all_to_all_single",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "gather": "gather",
+    "scatter": "scatter",
+    "send": "send",
+    "recv": "recv",
+    "recv_anysource": "recv",
+    "barrier": "barrier",
+    "monitored_barrier": "monitored_barrier",
+}

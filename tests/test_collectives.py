@@ -100,3 +100,27 @@ def test_the_runtime_counter_counts_object_transfers_and_keeps_barriers_apart():
     finally:
         for (owner_id, name), value in before.items():
             setattr(next(o for o in owners if id(o) == owner_id), name, value)
+
+
+def test_process_group_methods_are_counted_under_names_of_the_one_list():
+    from pkb.collectives import COUNTED, PROCESS_GROUP_METHODS
+
+    assert set(PROCESS_GROUP_METHODS.values()) <= COUNTED
+
+
+def test_a_handler_calling_the_group_object_is_a_fallback():
+    from pkb.eval.static_checks import static_flags
+
+    src = (
+        "import torch.distributed as dist\n"
+        "def solution(x):\n"
+        "    try:\n"
+        "        return ext.run(x)\n"
+        "    except Exception:\n"
+        "        pg = dist.group.WORLD\n"
+        "        pg.allreduce([x]).wait()\n"
+        "        return x\n"
+    )
+    assert [f["flag"] for f in static_flags(src)] == ["fallback_try_except"]
+    scatter = src.replace("pg.allreduce([x]).wait()", "x = x.scatter(0, idx, x)")  # a tensor method
+    assert static_flags(scatter) == []

@@ -257,6 +257,52 @@ def test_snapshot_sees_a_replaced_timer_and_restores_it():
     assert snap.changed() == []
 
 
+def test_dist_counter_counts_process_group_methods_once(tmp_path):
+    """A collective through the process group object is counted; dist.all_reduce, which calls the
+    group's method itself, is still one call."""
+    import torch.distributed as dist
+
+    from pkb.eval.guard import DistCounter, HarnessSnapshot, process_group_classes
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised in this process")
+    classes = process_group_classes()
+    originals = {(cls, name): cls.__dict__.get(name) for cls in classes for name in vars(cls)}
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    c = DistCounter()
+    real = dist.all_reduce
+    try:
+        c.install()
+        group = dist.distributed_c10d._get_default_group()
+        snapshot = HarnessSnapshot()
+        c.active = True
+        group.allreduce([torch.ones(4)]).wait()
+        assert c.counts == {"all_reduce": 1}
+        dist.all_reduce(torch.ones(4))
+        assert c.counts == {"all_reduce": 2}  # the group's method under it is not counted again
+        dist.barrier()
+        assert c.total == 2 and c.host_syncs == 1
+        c.active = False
+        group.allreduce([torch.ones(4)]).wait()
+        assert c.total == 2
+        # putting the unwrapped method back is tampering with the harness
+        type(group).allreduce = type(group).__dict__["allreduce"].__wrapped__
+        assert f"c10d.{type(group).__name__}.allreduce" in snapshot.changed()
+    finally:
+        dist.destroy_process_group()
+        import torch.distributed.distributed_c10d as c10d
+
+        for (cls, name), fn in originals.items():
+            if cls.__dict__.get(name) is not fn:
+                setattr(cls, name, fn)
+        for owner in (dist, c10d):
+            for name in list(vars(owner)):
+                fn = getattr(owner, name)
+                if getattr(fn, "_pkb_counted", False):
+                    setattr(owner, name, fn.__wrapped__)
+        assert dist.all_reduce is real
+
+
 def test_dist_counter_counts_only_while_active():
     import torch.distributed as dist
 

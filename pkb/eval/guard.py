@@ -26,7 +26,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable
 
-from pkb.collectives import COUNTED, HOST_SYNCS
+from pkb.collectives import COUNTED, HOST_SYNCS, PROCESS_GROUP_METHODS
 
 _TORCH_FUNCS = (
     "allclose", "isclose", "equal", "eq", "ne", "isnan", "isfinite", "isinf", "where", "abs", "all", "any",
@@ -72,6 +72,9 @@ class HarnessSnapshot:
             self._add(time, "time", name)
         for name in sorted(COUNTED) + ["get_rank", "get_world_size", "init_process_group", "new_group"]:
             self._add(dist, "torch.distributed", name)
+        for cls in process_group_classes():  # the counter's wrappers one level down
+            for method in PROCESS_GROUP_METHODS:
+                self._add(cls, f"c10d.{cls.__name__}", method)
         for modname in _HARNESS_MODULES:
             mod = sys.modules.get(modname)
             if mod is None:
@@ -129,12 +132,18 @@ class HarnessSnapshot:
 
 class DistCounter:
     """Wraps torch.distributed's library calls (pkb.collectives.COUNTED, on dist, c10d and funcol)
-    to count calls while `active`."""
+    and the methods of c10d's ProcessGroup and Backend classes under them
+    (pkb.collectives.PROCESS_GROUP_METHODS), to count calls while `active`. A call is counted once,
+    at the outermost wrapper it enters: dist.all_reduce calling ProcessGroup.allreduce is one call,
+    and a candidate calling ProcessGroup.allreduce itself is counted all the same."""
 
     def __init__(self) -> None:
+        import threading
+
         self.active = False
         self.counts: dict[str, int] = {}
         self.installed = False
+        self._depth = threading.local()  # wrappers entered on this thread
 
     @property
     def total(self) -> int:
@@ -159,31 +168,52 @@ class DistCounter:
         wrapped: dict[int, Callable[..., Any]] = {}
         for owner in owners:
             for name in COUNTED:
-                fn = getattr(owner, name, None)
-                if fn is None or not callable(fn) or getattr(fn, "_pkb_counted", False):
-                    continue
-                w = wrapped.get(id(fn))
-                if w is None:
-                    w = wrapped[id(fn)] = self._wrap(fn, name)
-                try:
-                    setattr(owner, name, w)
-                except Exception:
-                    pass
+                self._replace(owner, name, name, wrapped)
+        for cls in process_group_classes():
+            for method, name in PROCESS_GROUP_METHODS.items():
+                self._replace(cls, method, name, wrapped)
         self.installed = True
 
+    def _replace(self, owner: Any, attr: str, name: str, wrapped: dict[int, Callable[..., Any]]) -> None:
+        fn = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
+        if fn is None or not callable(fn) or getattr(fn, "_pkb_counted", False):
+            return
+        w = wrapped.get(id(fn))
+        if w is None:
+            w = wrapped[id(fn)] = self._wrap(fn, name)
+        try:
+            setattr(owner, attr, w)
+        except Exception:
+            pass
+
     def _wrap(self, fn: Callable[..., Any], name: str) -> Callable[..., Any]:
-        counter = self
+        counter, depth = self, self._depth
 
         def counted(*args: Any, **kwargs: Any) -> Any:
-            if counter.active:
+            level = getattr(depth, "n", 0)
+            if counter.active and level == 0:
                 counter.counts[name] = counter.counts.get(name, 0) + 1
-            return fn(*args, **kwargs)
+            depth.n = level + 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                depth.n = level
 
         counted._pkb_counted = True  # type: ignore[attr-defined]
         counted.__wrapped__ = fn  # type: ignore[attr-defined]
         counted.__name__ = getattr(fn, "__name__", name)
         counted.__doc__ = getattr(fn, "__doc__", None)
         return counted
+
+
+def process_group_classes() -> list[type]:
+    """c10d's ProcessGroup and Backend classes (their methods are what torch.distributed calls);
+    none where torch was built without distributed support."""
+    try:
+        from torch._C import _distributed_c10d as c10d_ext
+    except Exception:
+        return []
+    return [cls for cls in (getattr(c10d_ext, "ProcessGroup", None), getattr(c10d_ext, "Backend", None)) if isinstance(cls, type)]
 
 
 class ReferenceWatch:

@@ -6,7 +6,8 @@ candidate's calls) or where the flag is itself the offence (reading the harness'
 rest become notes in the evaluation's details.
 
     fallback_try_except   a try/except whose handler calls a data-moving torch.distributed
-                          collective or reaches the reference (a custom kernel that quietly
+                          collective (or a process group's own method for one, such as
+                          group.allreduce) or reaches the reference (a custom kernel that quietly
                           falls back); a barrier there moves nothing and is no fallback
     imports_reference     imports the problem's reference module or opens/runs a reference file
     harness_access        names the harness's own files or modules (result_rank*.json, pkb.eval)
@@ -22,9 +23,12 @@ import ast
 import re
 from typing import Any
 
-from pkb.collectives import MOVES_DATA
+from pkb.collectives import HOST_SYNCS, MOVES_DATA, PROCESS_GROUP_METHODS
 
 _DIST_OWNERS = ("dist", "distributed", "funcol", "_functional_collectives", "c10d", "distributed_c10d")
+# ProcessGroup methods spelled unlike any tensor or Python method (allreduce, alltoall_base...):
+# a call of one moves data whatever the object is named (group, pg, WORLD).
+_PG_ONLY_METHODS = frozenset(m for m, name in PROCESS_GROUP_METHODS.items() if m not in MOVES_DATA and name not in HOST_SYNCS)
 _REFERENCE_MODULES = re.compile(r"^(problems(\.|$)|reference(\.|$)|pkb_reference$|pkb_problem_)")
 _REFERENCE_TEXT = re.compile(r"(^|[/\\])(reference|problems)([/\\]|$)|p\d+_[a-z0-9_]+\.py|^\d+_[a-z0-9_]+\.py$")
 _HARNESS_TEXT = re.compile(r"result_rank|status_rank|verdict_rank|\.key_rank|job\.json|torchrun\.log|pkb\.eval|TORCHELASTIC_ERROR_FILE")
@@ -77,6 +81,8 @@ def _is_collective_call(node: ast.AST) -> bool:
     if not isinstance(node, ast.Call):
         return False
     func = node.func
+    if isinstance(func, ast.Attribute) and func.attr in _PG_ONLY_METHODS:
+        return True
     if isinstance(func, ast.Attribute) and func.attr in MOVES_DATA:  # a barrier in a handler moves nothing
         owner = func.value
         name = owner.attr if isinstance(owner, ast.Attribute) else owner.id if isinstance(owner, ast.Name) else ""
