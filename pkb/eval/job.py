@@ -39,6 +39,8 @@ class JobSpec:
     extensions_dir: str = ""
     build_root: str = ""  # pkb.eval.build: the ranks route load_inline/load there ('' : torch's own)
     save_cap_bytes: int = 8 * 1024 * 1024
+    # per output, for the harness's own comparison (pkb.eval.judge); 0: the default (64 MiB)
+    judge_cap_bytes: int = 0
     repo_root: str = ""
     extra_sys_path: list[str] = field(default_factory=list)
     visible_devices: str = ""  # CUDA_VISIBLE_DEVICES for this launch ('' leaves it alone)
@@ -110,7 +112,7 @@ def key_path(job_dir: str | Path, rank: int) -> Path:
 HARNESS_FILE_PATTERNS = (
     "job.json", "status_rank*.json", "result_rank*.json", "verdict_rank*.json", "rank*.stdout",
     "rank*.stderr", "torchrun.log", "torchelastic_error.json", "tensors", "scratch", ".key_rank*",
-    ".*.tmp",
+    ".*.tmp", "outputs", ".judge_rank*",
 )
 # Where a profiled job's ranks write their traces: named by the profiling stage below us.
 from profiling.hooks import PROFILE_DIR  # noqa: E402  (re-exported for the launcher and ncu)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pkb.eval import judge as judging
 from pkb.eval import sandbox as sandboxing
 from pkb.eval.job import (
     HARNESS_FILE_PATTERNS,
@@ -81,6 +82,7 @@ class LaunchResult:
     strays: list[dict[str, Any]] = field(default_factory=list)  # processes left behind, killed
     sandbox: dict[str, Any] = field(default_factory=dict)  # pkb.eval.sandbox: which one, what its init saw
     unexpected_files: list[str] = field(default_factory=list)  # in the job dir, not the harness's
+    judge_check: dict[str, Any] = field(default_factory=dict)  # pkb.eval.judge: the harness's own comparison
 
     @property
     def stuck(self) -> list[dict[str, Any]]:
@@ -195,6 +197,8 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
     if box.kind != "none":
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback is the only interface inside
         env.setdefault("NCCL_SOCKET_IFNAME", "lo")
+    # The ranks' reference outputs, streamed here before the candidate loads (pkb.eval.judge).
+    readers = [] if job.reference_only else judging.open_channels(job_dir, job.world_size)
     log = open(launcher_log_path(job_dir), "wb")
     t0 = time.monotonic()
     proc = subprocess.Popen(
@@ -233,6 +237,9 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
         kill_job(proc, job, known, root=box.root_pid(proc))  # interrupted evaluator: leave no ranks behind
         box.finish(proc)
         sweep_strays(marker, {proc.pid} | known)
+        judging.finish_channels(readers, wait_s=0.5)
+        for reader in readers:
+            reader.close()
         raise
     if timed_out:
         known |= set(_descendants({proc.pid}))
@@ -252,6 +259,14 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
     exits = torchrun_exits(tail)
     for r in ranks:
         r.exit = exits.get(r.rank)
+    judge_check: dict[str, Any] = {}
+    if readers:
+        judging.finish_channels(readers)
+        try:
+            judge_check = judging.recheck(readers, job_dir, [r.result for r in ranks])
+        finally:
+            for reader in readers:
+                reader.close()
     return LaunchResult(
         returncode=proc.returncode,
         timed_out=timed_out,
@@ -263,6 +278,7 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
         strays=strays,
         sandbox=boxed,
         unexpected_files=unexpected_files(job_dir, allowed=(PROFILE_DIR,) if job.profile else ()),
+        judge_check=judge_check,
     )
 
 

@@ -82,11 +82,44 @@ def decide(launch: LaunchResult, job: Any = None) -> dict[str, Any]:
             ("; " if forged else "") + f"files in the job directory the harness did not write: {', '.join(unexpected[:5])}" if unexpected else ""
         )
         return _result("ran", "suspect", "harness_tamper", details_pre, reason=what)
+    judged = _judge_check(launch, details_pre)
+    if judged:
+        return judged
     out = _decide(launch, job, ranks)
     out["details"] = {**details_pre, **out["details"]}
     if details_pre.get("stray_processes"):
         out["reason"] += f"; {len(details_pre['stray_processes'])} process(es) left behind by the candidate were killed"
     return out
+
+
+def _judge_check(launch: LaunchResult, details: dict[str, Any]) -> dict[str, Any] | None:
+    """The harness's own comparison (pkb.eval.judge) into the record: which judge decided, what it
+    could not recheck; suspect/harness_tamper where a rank called correct what the harness finds wrong."""
+    check = getattr(launch, "judge_check", None) or {}
+    if not check:
+        return None
+    details["judge"] = check.get("judge", "rank")
+    details["judge_check"] = {
+        "rechecked_trials": check.get("rechecked", 0),
+        "not_rechecked": check.get("not_rechecked", [])[:16],
+        "disagreements": check.get("disagreements", [])[:8],
+        "reference_digests": check.get("reference_digests", {}),
+        "emulation": check.get("emulation", ""),
+    }
+    tampered = check.get("tampered") or []
+    if not tampered:
+        return None
+    details["judge"] = "harness"
+    details["judge_check"]["tampered"] = tampered[:8]
+    first = tampered[0]
+    where = f"rank {first['rank']}" + (f" trial {first['trial']}" if first.get("trial") is not None else "")
+    mine = first.get("harness") or {}
+    evidence = first.get("evidence") or (
+        f"{mine.get('mismatches')} of {mine.get('numel')} elements outside tolerance (max abs err {mine.get('max_abs_err')})"
+        if mine.get("shape_ok", True) else "shapes differ")
+    return _result("ran", "suspect", "harness_tamper", details,
+                   reason=f"tampering with judgement: {where} reported a correct answer; the harness's own comparison "
+                          f"of the saved outputs says wrong: {evidence}")
 
 
 def _decide(launch: LaunchResult, job: Any, ranks: list[Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from pkb.eval.rank_process import die_with_parent, enter_scratch, redirect_outpu
 from pkb.eval.rank_report import BuildTracker, CandidateFailure, ReferenceFailure, Reporter
 from pkb.eval.rank_timing import GROUP_TRIAL_BASE, RankTiming
 from pkb.eval.tensors import bitwise_equal, cap_for_saving, clone_tree, repeat_summary
+from pkb.eval.verdict_channel import RankChannel
 
 
 # ---- the rank -------------------------------------------------------------------------------------
@@ -30,9 +31,11 @@ class Rank(RankTiming):
     """One rank's evaluation: the problem and reference, the candidate's load, the correctness
     trials, the verdict exchange with its peers, then timing (pkb.eval.rank_timing) and profile."""
 
-    def __init__(self, job: JobSpec, rank: int, world_size: int, local_rank: int, key: str | None = None) -> None:
+    def __init__(self, job: JobSpec, rank: int, world_size: int, local_rank: int, key: str | None = None,
+                 channel: Any = None) -> None:
         self.job, self.rank, self.ws, self.local_rank = job, rank, world_size, local_rank
         self.key = key
+        self.channel = channel  # pkb.eval.verdict_channel.RankChannel: to the harness, closed before the import
         self.reporter = Reporter(job, rank, world_size, key)
         self.snapshot: Any = None
         self.counter: Any = None
@@ -89,7 +92,7 @@ class Rank(RankTiming):
             return 1
         try:
             self.load_problem()
-            rep.phase("reference check", self.job.call_timeout_s)
+            rep.phase("reference check", self.job.call_timeout_s * (1 + (0 if self.job.reference_only else self.job.trials)))
             self.check_reference()
             if self.job.reference_only:  # a probe: does the reference run at this world size?
                 rep.result["reference_ran"] = True
@@ -161,17 +164,39 @@ class Rank(RankTiming):
             raise ReferenceFailure(exc) from exc
 
     def check_reference(self) -> None:
-        """The reference once on trial 0's inputs, before any candidate code exists in this process:
-        a reference that fails later, after the candidate ran, was broken by the candidate."""
-        inputs = self._inputs(0)
-        pristine = clone_tree(inputs)
-        out = self.call_reference(inputs)
+        """The reference on every trial's inputs, before any candidate code exists in this process:
+        a reference that fails later, after the candidate ran, was broken by the candidate. Each
+        output goes to the harness (pkb.eval.verdict_channel), which judges the candidate's outputs
+        against these with code the candidate never reaches; here it is overwritten and dropped, so
+        the candidate cannot find it in freed memory. The channel is closed before the import."""
         from pkb.eval.guard import overlaps
+        from pkb.eval.verdict_channel import DEFAULT_CAP_BYTES, scrub
 
-        self.reference_mutates = not bitwise_equal(inputs, pristine)
-        self.reference_aliases = overlaps(out, inputs)
+        channel = self.channel
+        trials = 1 if channel is None or not channel.open or self.job.reference_only else max(1, self.job.trials)
+        if channel is not None and channel.open:
+            atol, rtol = self.source.tolerance
+            channel.send({"kind": "meta", "rank": self.rank, "trials": self.job.trials, "atol": atol, "rtol": rtol,
+                          "cap_bytes": self.job.judge_cap_bytes or DEFAULT_CAP_BYTES})
+        sent = []
+        for t in range(trials):
+            inputs = self._inputs(t)
+            pristine = clone_tree(inputs) if t == 0 else None
+            out = self.call_reference(inputs)
+            aliases = overlaps(out, inputs)
+            if t == 0:
+                self.reference_mutates = not bitwise_equal(inputs, pristine)
+                self.reference_aliases = aliases
+            if channel is not None and channel.open and not self.job.reference_only:
+                sent.append(channel.send_reference(t, out, self.job.judge_cap_bytes or DEFAULT_CAP_BYTES))
+                if not aliases:
+                    scrub(out)
+                    self.sync()
+            del out, inputs, pristine
+        if channel is not None:
+            channel.close()
+            self.reporter.result["judge_channel"] = {"sent": sent} if sent else {"why_not": channel.why_not or "not used"}
         self.reference_checked = True
-        del out, inputs, pristine
 
     def load(self) -> None:
         from pkb.eval.classify import classify_exception
@@ -354,6 +379,7 @@ class Rank(RankTiming):
         from pkb.eval.guard import ReferenceWatch, live_threads, new_live_threads, overlaps, started_threads
         from pkb.eval.poison import poison_allocator
         from pkb.eval.timing import input_bytes
+        from pkb.eval.verdict_channel import DEFAULT_CAP_BYTES, save_output
 
         rep, job = self.reporter, self.job
         all_matched = True
@@ -376,6 +402,8 @@ class Rank(RankTiming):
             if watch.hits:
                 raise CandidateFailure("suspect", "calls_reference", RuntimeError(f"the candidate's call ran the reference's code: {watch.hits[0]}"))
             at_return = clone_tree(got)  # what the call returned, before anything else runs
+            # ...and on the host, out of the device's reach, for the harness's own comparison
+            output_saved = save_output(job.job_dir, self.rank, t, at_return, job.judge_cap_bytes or DEFAULT_CAP_BYTES)
             started = new_live_threads(threads)
             mutated = not bitwise_equal(candidate_inputs, inputs)
             aliased = overlaps(got, candidate_inputs)
@@ -396,6 +424,7 @@ class Rank(RankTiming):
             cmp["mutates_inputs"] = mutated and not getattr(self, "reference_mutates", False)
             cmp["aliases_input"] = aliased and not getattr(self, "reference_aliases", False)
             cmp["threads_started"] = started
+            cmp["output_saved"] = output_saved
             if repeat is not None:
                 cmp["repeat"] = repeat
             if not cmp["matched"]:
@@ -524,6 +553,9 @@ def main(argv: list[str] | None = None) -> None:
     redirect_output(job.job_dir, rank)
     die_with_parent()
     key = take_key(job.job_dir, rank)
+    # opened (and its name removed) before the rendezvous: no candidate, this rank's or a peer's,
+    # exists yet to open it
+    channel = None if job.reference_only else RankChannel(job.job_dir, rank)
     enter_scratch(job.job_dir, rank)
     try:
         import faulthandler
@@ -531,7 +563,7 @@ def main(argv: list[str] | None = None) -> None:
         faulthandler.enable(file=sys.stderr, all_threads=True)  # a segfault names itself in the log
     except Exception:
         pass
-    code = Rank(job, rank, world_size, local_rank, key).run()
+    code = Rank(job, rank, world_size, local_rank, key, channel).run()
     sys.stdout.flush()
     sys.stderr.flush()
     # No process-group teardown: with a failed or stuck peer it can block forever, and every

@@ -1,0 +1,236 @@
+"""The harness's own judgement of a launch: the reference's outputs, received before the candidate
+existed, against the candidate's outputs as they returned, compared in this process (which never
+imports the candidate) with the same comparison and tolerances the ranks use.
+
+During the launch, one reader thread per rank drains the rank's FIFO (pkb.eval.verdict_channel)
+into unnamed temporary files (O_TMPFILE: no path a candidate could open; with a PID namespace it
+cannot see this process's descriptors either), hashing each output as it arrives. After the launch,
+`recheck` compares trial by trial (one trial's two outputs in memory at a time) and names every
+trial where the rank's reported verdict and the harness's differ. A rank that reported a trial
+correct which the harness finds wrong had its comparison tampered with: the outcome is suspect.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import select
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from pkb.eval.verdict_channel import channel_path, output_path
+
+READ_CHUNK = 1 << 20
+HEADER_MAX = 64 * 1024
+
+
+class ChannelReader(threading.Thread):
+    """Drains one rank's FIFO until its `done` header (or `stop()`): meta, then one reference
+    output per trial, each kept in an unnamed file with its sha256."""
+
+    def __init__(self, job_dir: str | Path, rank: int) -> None:
+        super().__init__(name=f"judge-channel-rank{rank}", daemon=True)
+        self.rank = rank
+        self.path = channel_path(job_dir, rank)
+        os.mkfifo(self.path, 0o600)
+        # read-write: the open never waits for the rank, and reads never see EOF before it writes
+        self.fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK)
+        self.meta: dict[str, Any] | None = None
+        self.references: dict[int, dict[str, Any]] = {}  # trial -> {file, sha256, bytes} or {why}
+        self.done = False
+        self.error = ""
+        self._stopping = threading.Event()
+        self._buf = b""
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    def run(self) -> None:
+        try:
+            while not self.done:
+                line = self._read_line()
+                if line is None:
+                    return
+                header = json.loads(line)
+                kind = header.get("kind")
+                if kind == "meta":
+                    self.meta = header
+                elif kind == "reference":
+                    self._reference(header)
+                elif kind == "done":
+                    self.done = True
+                else:
+                    raise ValueError(f"unknown header {kind!r}")
+        except Exception as exc:
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            try:
+                self.path.unlink()
+            except OSError:
+                pass
+
+    def _reference(self, header: dict[str, Any]) -> None:
+        trial = int(header["trial"])
+        if "nbytes" not in header:
+            why = "too large" if header.get("too_large") else f"output type {header.get('unsupported', '?')}"
+            self.references[trial] = {"why": why, "bytes": header.get("too_large")}
+            return
+        n = int(header["nbytes"])
+        f = tempfile.TemporaryFile()
+        digest = hashlib.sha256()
+        left = n
+        if self._buf:
+            head, self._buf = self._buf[:left], self._buf[left:]
+            f.write(head)
+            digest.update(head)
+            left -= len(head)
+        while left:
+            chunk = self._read(min(left, READ_CHUNK))
+            if chunk is None:
+                f.close()
+                raise EOFError(f"trial {trial}: the channel ended inside an output")
+            f.write(chunk)
+            digest.update(chunk)
+            left -= len(chunk)
+        self.references[trial] = {"file": f, "sha256": digest.hexdigest(), "bytes": n}
+
+    def _read(self, n: int) -> bytes | None:
+        """Waits for data; once stopped, reads what is left in the FIFO and then gives up."""
+        while True:
+            stopping = self._stopping.is_set()
+            ready, _, _ = select.select([self.fd], [], [], 0.0 if stopping else 0.2)
+            if ready:
+                try:
+                    data = os.read(self.fd, n)
+                except BlockingIOError:
+                    data = b""
+                if data:
+                    return data
+            if stopping:
+                return None
+
+    def _read_line(self) -> bytes | None:
+        while b"\n" not in self._buf:
+            if len(self._buf) > HEADER_MAX:
+                raise ValueError("a header past its size limit")
+            data = self._read(READ_CHUNK)
+            if data is None:
+                return None
+            self._buf += data
+        line, self._buf = self._buf.split(b"\n", 1)
+        return line
+
+    def close(self) -> None:
+        for ref in self.references.values():
+            f = ref.pop("file", None)
+            if f is not None:
+                f.close()
+
+
+def open_channels(job_dir: str | Path, world_size: int) -> list[ChannelReader]:
+    readers = [ChannelReader(job_dir, r) for r in range(world_size)]
+    for reader in readers:
+        reader.start()
+    return readers
+
+
+def finish_channels(readers: list[ChannelReader], wait_s: float = 5.0) -> None:
+    """After the launch (every writer gone): each reader reads what is left in its FIFO, then ends."""
+    for reader in readers:
+        reader.stop()
+    for reader in readers:
+        reader.join(timeout=wait_s)
+
+
+def _digest(f: BinaryIO) -> str:
+    f.seek(0)
+    h = hashlib.sha256()
+    for chunk in iter(lambda: f.read(READ_CHUNK), b""):
+        h.update(chunk)
+    f.seek(0)
+    return h.hexdigest()
+
+
+def _load(source: Any) -> Any:
+    import torch
+
+    # weights only: a candidate's file must not run code in the harness when it is read
+    return torch.load(source, map_location="cpu", weights_only=True)
+
+
+def _summary(cmp: dict[str, Any]) -> dict[str, Any]:
+    keys = ("matched", "mismatches", "numel", "max_abs_err", "max_violation", "shape_ok", "dtype_ok", "structure_ok")
+    return {k: cmp.get(k) for k in keys if k in cmp}
+
+
+def recheck(readers: list[ChannelReader], job_dir: str | Path, rank_results: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """The harness's comparison of every trial the ranks reported. Returns the record's
+    `judge_check`: who decided (`judge`), every trial the harness could not recheck and why,
+    `tampered` (the rank said correct, the harness says wrong) and `disagreements` (the other way)."""
+    from pkb.eval.compare import compare_outputs  # the parent's copy, loaded before any launch
+
+    out: dict[str, Any] = {"rechecked": 0, "not_rechecked": [], "tampered": [], "disagreements": [], "reference_digests": {},
+                           "emulation": "emulated ranks are compared inside the emulation's process (not rechecked here)"}
+    for reader in readers:
+        r = reader.rank
+        result = rank_results[r] if r < len(rank_results) else None
+        if reader.meta is None:
+            out["not_rechecked"].append({"rank": r, "why": reader.error or "the rank sent nothing before the candidate loaded"})
+            continue
+        if not reader.done:
+            out["not_rechecked"].append({"rank": r, "why": reader.error or "the rank's reference outputs did not all arrive"})
+            continue
+        out["reference_digests"][str(r)] = {str(t): ref.get("sha256") or ref.get("why") for t, ref in sorted(reader.references.items())}
+        if result is None:
+            continue
+        atol, rtol = reader.meta["atol"], reader.meta["rtol"]
+        trials = [c for c in result.get("trials", []) if c.get("kind", "trial") == "trial"]
+        expected_count = int(reader.meta.get("trials", 0))
+        if result.get("finished") and not result.get("error") and len({c.get("trial") for c in trials}) < expected_count:
+            out["tampered"].append({"rank": r, "trial": None, "evidence": f"finished with {len(trials)} trial(s) reported of {expected_count}"})
+        for cmp in trials:
+            t = cmp.get("trial")
+            said = bool(cmp.get("matched"))
+            ref = reader.references.get(t) if isinstance(t, int) else None
+            if ref is None or "file" not in ref:
+                out["not_rechecked"].append({"rank": r, "trial": t, "why": f"reference {ref['why']}" if ref else "no reference output for this trial"})
+                continue
+            got_path = output_path(job_dir, r, t)
+            if not got_path.is_file():
+                why = str(cmp.get("output_saved") or "missing")
+                if said:
+                    # an output judged correct has the reference's structure, shapes and dtypes: the
+                    # cap or its type cannot explain its absence (the rank's reason is the candidate's to forge)
+                    out["tampered"].append({"rank": r, "trial": t, "rank_said": said, "evidence": f"the output the rank judged correct is absent ({why}), the reference's was {ref['bytes']} bytes"})
+                else:
+                    out["not_rechecked"].append({"rank": r, "trial": t, "why": f"candidate output {why}"})
+                continue
+            if _digest(ref["file"]) != ref["sha256"]:
+                out["not_rechecked"].append({"rank": r, "trial": t, "why": "the reference's copy changed after it arrived"})
+                continue
+            try:
+                expected = _load(ref["file"])
+                got = _load(got_path)
+                mine = compare_outputs(expected, got, atol, rtol)
+            except Exception as exc:
+                if said:
+                    out["tampered"].append({"rank": r, "trial": t, "rank_said": said, "evidence": f"the saved output cannot be read or compared: {type(exc).__name__}: {str(exc)[:200]}"})
+                else:
+                    out["not_rechecked"].append({"rank": r, "trial": t, "why": f"unreadable: {type(exc).__name__}"})
+                continue
+            finally:
+                ref["file"].seek(0)
+            out["rechecked"] += 1
+            if bool(mine["matched"]) != said:
+                entry = {"rank": r, "trial": t, "rank_said": said, "harness": _summary(mine), "rank_reported": _summary(cmp)}
+                (out["tampered"] if said else out["disagreements"]).append(entry)
+            del expected, got, mine
+    out["judge"] = "harness" if out["rechecked"] and not out["not_rechecked"] else "rank"
+    return out

@@ -1,0 +1,170 @@
+"""What a rank hands the harness so that the harness, not the rank, can judge the candidate.
+
+Before the candidate is imported, each rank runs the reference on every trial's inputs and
+streams the outputs to the harness through a FIFO the launcher made (`channel_path`): the harness
+keeps them where the sandbox hides them and hashes them as they arrive, so neither their content
+nor their digest is in the candidate's reach. The rank opens the FIFO and removes its name at
+start, before the rendezvous, so no candidate (its own or a peer's) can open it later; the
+descriptor is closed before the candidate loads.
+
+After each candidate call, the output as it returned is copied to host memory and saved under
+`outputs/rank<r>/trial<t>.pt` (`output_path`); the harness compares both sides after the launch
+(pkb.eval.judge). Outputs past the byte cap are not sent or saved, and the record says so.
+
+Wire format: one JSON header line, then `nbytes` raw bytes (a `torch.save` of the output on the
+host) when the header has them. Headers: {"kind": "meta", ...}, {"kind": "reference", "trial",
+"nbytes"} or {"kind": "reference", "trial", "too_large": bytes}, {"kind": "done"}.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pkb.eval.tensors import tensors_of
+
+DEFAULT_CAP_BYTES = 64 * 1024 * 1024  # per output (all its tensors); the harness compares in float64
+
+
+def channel_path(job_dir: str | Path, rank: int) -> Path:
+    return Path(job_dir) / f".judge_rank{rank}"
+
+
+def output_path(job_dir: str | Path, rank: int, trial: int) -> Path:
+    return Path(job_dir) / "outputs" / f"rank{rank}" / f"trial{trial}.pt"
+
+
+def output_bytes(out: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors_of(out))
+
+
+def host_copy(out: Any) -> Any:
+    """The output as plain host data (tensors, tuples, lists, dicts, numbers), or None when it holds
+    something else (the harness cannot load an arbitrary object safely: it loads weights only)."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        if type(out) is not torch.Tensor:
+            return None
+        return out.detach().to("cpu", copy=True)
+    if isinstance(out, (list, tuple)):
+        items = [host_copy(v) for v in out]
+        if any(i is None and v is not None for i, v in zip(items, out)):
+            return None
+        return tuple(items) if isinstance(out, tuple) else items
+    if isinstance(out, dict):
+        if not all(isinstance(k, (str, int)) for k in out):
+            return None
+        items = {k: host_copy(v) for k, v in out.items()}
+        if any(items[k] is None and out[k] is not None for k in out):
+            return None
+        return items
+    if out is None:
+        return None
+    for plain in (bool, int, float, str):  # numpy scalars subclass these: stored as the builtin
+        if isinstance(out, plain):
+            return plain(out)
+    return None
+
+
+def serialize(out: Any) -> bytes | None:
+    import torch
+
+    copy = host_copy(out)
+    if copy is None and out is not None:
+        return None
+    buf = io.BytesIO()
+    torch.save(copy, buf)
+    return buf.getvalue()
+
+
+def scrub(out: Any) -> None:
+    """Overwrite the reference's output tensors in place before they are freed: a freed block of
+    the caching allocator keeps its bytes, and the candidate must not find the answer there."""
+    import torch
+
+    with torch.no_grad():
+        for t in tensors_of(out):
+            try:
+                if t.numel() and t.layout == torch.strided:
+                    t.zero_()
+            except Exception:
+                pass
+
+
+class RankChannel:
+    """The rank's end of the FIFO: opened and unlinked at start, closed before the candidate loads."""
+
+    def __init__(self, job_dir: str, rank: int) -> None:
+        self.rank = rank
+        self.file: Any = None
+        self.why_not = ""
+        path = channel_path(job_dir, rank)
+        try:
+            # O_NONBLOCK: fails at once (ENXIO) when no harness reads it, instead of waiting forever
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            self.why_not = f"no channel to the harness ({type(exc).__name__}: {exc})"
+            return
+        os.set_blocking(fd, True)
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        self.file = os.fdopen(fd, "wb", buffering=0)
+
+    @property
+    def open(self) -> bool:
+        return self.file is not None
+
+    def send(self, header: dict[str, Any], payload: bytes = b"") -> None:
+        if self.file is None:
+            return
+        if payload:
+            header = {**header, "nbytes": len(payload)}
+        self.file.write(json.dumps(header).encode() + b"\n")
+        view = memoryview(payload)
+        while view:
+            n = self.file.write(view)
+            view = view[n or 0:]
+
+    def send_reference(self, trial: int, out: Any, cap_bytes: int) -> dict[str, Any]:
+        size = output_bytes(out)
+        if size > cap_bytes:
+            self.send({"kind": "reference", "trial": trial, "too_large": size})
+            return {"trial": trial, "sent": False, "why": "too large", "bytes": size}
+        data = serialize(out)
+        if data is None:
+            self.send({"kind": "reference", "trial": trial, "unsupported": type(out).__name__})
+            return {"trial": trial, "sent": False, "why": f"output type {type(out).__name__}"}
+        self.send({"kind": "reference", "trial": trial}, data)
+        return {"trial": trial, "sent": True, "bytes": len(data)}
+
+    def close(self) -> None:
+        if self.file is not None:
+            try:
+                self.send({"kind": "done"})
+            finally:
+                self.file.close()
+                self.file = None
+
+
+def save_output(job_dir: str, rank: int, trial: int, out: Any, cap_bytes: int) -> str:
+    """The candidate's output as it returned, on the host, for the harness's own comparison.
+    Returns 'saved', 'too large' or why it was not saved."""
+    size = output_bytes(out)
+    if size > cap_bytes:
+        return "too large"
+    try:
+        data = serialize(out)
+        if data is None:
+            return f"output type {type(out).__name__}"
+        path = output_path(job_dir, rank, trial)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        return "saved"
+    except Exception as exc:  # a convenience of the check, never a reason to fail the rank
+        return f"not saved: {type(exc).__name__}: {exc}"
