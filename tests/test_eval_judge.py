@@ -1,0 +1,183 @@
+"""The harness's own judgement (pkb.eval.judge, pkb.eval.verdict_channel): the reference's outputs
+streamed through the FIFO before the candidate loads, the candidate's saved outputs, the recheck
+in the harness's process, and the outcome it leads to. The last tests run the hostile candidates
+that tamper with the rank's comparison through the real launcher at world size 1 (the hostile
+batch runs them at 2)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from pkb.eval import judge
+from pkb.eval.launcher import LaunchResult, RankReport
+from pkb.eval.outcome import decide
+from pkb.eval.verdict_channel import RankChannel, channel_path, output_path, save_output
+
+ATOL, RTOL = 1e-5, 1e-5
+
+
+def _stream(tmp: Path, references: dict[int, object], cap: int = 1 << 20, trials: int | None = None) -> judge.ChannelReader:
+    reader = judge.open_channels(tmp, 1)[0]
+    channel = RankChannel(str(tmp), 0)
+    assert channel.open, channel.why_not
+    channel.send({"kind": "meta", "rank": 0, "trials": len(references) if trials is None else trials, "atol": ATOL, "rtol": RTOL})
+    for t, out in references.items():
+        channel.send_reference(t, out, cap)
+    channel.close()
+    judge.finish_channels([reader])
+    return reader
+
+
+def _trial(t: int, matched: bool) -> dict:
+    return {"trial": t, "kind": "trial", "matched": matched, "output_saved": "saved"}
+
+
+def test_the_reference_arrives_whole_hashed_and_its_fifo_name_is_gone(tmp_path):
+    ref = torch.arange(300_000, dtype=torch.float32)  # past one pipe buffer: the reader drains while the rank writes
+    reader = _stream(tmp_path, {0: ref}, cap=8 << 20)
+    assert not channel_path(tmp_path, 0).exists()  # nothing left for a candidate to open
+    assert reader.done and not reader.error
+    got = reader.references[0]
+    buf = io.BytesIO()
+    torch.save(ref, buf)
+    assert got["sha256"] == hashlib.sha256(buf.getvalue()).hexdigest()
+    got["file"].seek(0)
+    assert torch.equal(torch.load(got["file"], weights_only=True), ref)
+    reader.close()
+
+
+def test_without_a_harness_reading_the_rank_has_no_channel_and_says_why(tmp_path):
+    channel = RankChannel(str(tmp_path), 0)
+    assert not channel.open and "no channel" in channel.why_not
+    channel.send({"kind": "meta"})  # harmless
+    channel.close()
+
+
+def test_recheck_catches_a_wrong_answer_the_rank_called_correct(tmp_path):
+    refs = {0: torch.ones(8), 1: torch.full((8,), 2.0)}
+    reader = _stream(tmp_path, refs)
+    save_output(str(tmp_path), 0, 0, torch.ones(8), 1 << 20)  # right
+    save_output(str(tmp_path), 0, 1, torch.zeros(8), 1 << 20)  # wrong, reported matched
+    check = judge.recheck([reader], tmp_path, [{"finished": True, "trials": [_trial(0, True), _trial(1, True)]}])
+    reader.close()
+    assert check["rechecked"] == 2 and check["judge"] == "harness"
+    assert [(e["rank"], e["trial"]) for e in check["tampered"]] == [(0, 1)]
+    assert check["tampered"][0]["harness"]["mismatches"] == 8
+
+
+def test_recheck_agrees_with_an_honest_rank(tmp_path):
+    reader = _stream(tmp_path, {0: (torch.ones(4), torch.zeros(2))})
+    save_output(str(tmp_path), 0, 0, (torch.ones(4), torch.zeros(2)), 1 << 20)
+    check = judge.recheck([reader], tmp_path, [{"finished": True, "trials": [_trial(0, True)]}])
+    reader.close()
+    assert check["tampered"] == [] and check["disagreements"] == [] and check["judge"] == "harness"
+    assert set(check["reference_digests"]["0"]) == {"0"}
+
+
+def test_an_output_judged_correct_and_then_removed_is_tampering(tmp_path):
+    reader = _stream(tmp_path, {0: torch.ones(8)})
+    check = judge.recheck([reader], tmp_path, [{"finished": True, "trials": [{**_trial(0, True), "output_saved": "too large"}]}])
+    reader.close()
+    assert len(check["tampered"]) == 1 and "absent" in check["tampered"][0]["evidence"]
+
+
+def test_too_large_outputs_are_named_not_rechecked(tmp_path):
+    reader = _stream(tmp_path, {0: torch.ones(1024)}, cap=1024)
+    save_output(str(tmp_path), 0, 0, torch.ones(1024), 1 << 20)
+    check = judge.recheck([reader], tmp_path, [{"finished": True, "trials": [_trial(0, True)]}])
+    reader.close()
+    assert check["judge"] == "rank" and check["rechecked"] == 0
+    assert check["not_rechecked"] == [{"rank": 0, "trial": 0, "why": "reference too large"}]
+    assert save_output(str(tmp_path), 0, 1, torch.ones(1024), 1024) == "too large"
+
+
+def test_a_finished_rank_reporting_fewer_trials_than_the_reference_ran_is_tampering(tmp_path):
+    reader = _stream(tmp_path, {0: torch.ones(2), 1: torch.ones(2)})
+    check = judge.recheck([reader], tmp_path, [{"finished": True, "trials": []}])
+    reader.close()
+    assert check["tampered"] and "0 trial(s) reported of 2" in check["tampered"][0]["evidence"]
+
+
+def test_a_rank_that_calls_a_right_answer_wrong_is_a_disagreement_not_tampering(tmp_path):
+    reader = _stream(tmp_path, {0: torch.ones(8)})
+    save_output(str(tmp_path), 0, 0, torch.ones(8), 1 << 20)
+    check = judge.recheck([reader], tmp_path, [{"finished": True, "trials": [_trial(0, False)]}])
+    reader.close()
+    assert check["tampered"] == [] and len(check["disagreements"]) == 1
+
+
+def test_a_candidate_file_that_is_not_plain_data_is_never_unpickled(tmp_path):
+    import pickle
+
+    class Boom:
+        def __reduce__(self):
+            return (Path.touch, (tmp_path / "pwned",))
+
+    reader = _stream(tmp_path, {0: torch.ones(2)})
+    path = output_path(tmp_path, 0, 0)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(pickle.dumps(Boom()))
+    check = judge.recheck([reader], tmp_path, [{"finished": True, "trials": [_trial(0, True)]}])
+    reader.close()
+    assert not (tmp_path / "pwned").exists()
+    assert check["tampered"] and "cannot be read" in check["tampered"][0]["evidence"]
+
+
+def test_a_rank_that_sent_nothing_is_not_rechecked_and_says_so(tmp_path):
+    reader = judge.open_channels(tmp_path, 1)[0]
+    t0 = time.monotonic()
+    judge.finish_channels([reader])
+    assert time.monotonic() - t0 < 2.0  # an empty FIFO ends its reader at once
+    check = judge.recheck([reader], tmp_path, [None])
+    assert check["judge"] == "rank" and "sent nothing" in check["not_rechecked"][0]["why"]
+
+
+def _finished(trials):
+    return {"finished": True, "world_size": 1, "trials": trials, "timing": None}
+
+
+def test_decide_makes_a_tampered_verdict_suspect_and_says_the_harness_judged():
+    launch = LaunchResult(0, False, 1.0, [RankReport(0, "done", _finished([{**_trial(0, True), "values_close": True}]))],
+                          judge_check={"judge": "harness", "rechecked": 1, "not_rechecked": [], "disagreements": [],
+                                       "tampered": [{"rank": 0, "trial": 0, "rank_said": True,
+                                                     "harness": {"matched": False, "mismatches": 8, "numel": 8, "max_abs_err": 1.0}}]})
+    ev = decide(launch)
+    assert (ev["outcome"], ev["subtype"]) == ("suspect", "harness_tamper")
+    assert ev["details"]["judge"] == "harness" and "harness's own comparison" in ev["reason"]
+
+
+def test_decide_without_tampering_keeps_the_outcome_and_records_the_judge():
+    trials = [{**_trial(0, True), "values_close": True}]
+    check = {"judge": "rank", "rechecked": 0, "not_rechecked": [{"rank": 0, "trial": 0, "why": "reference too large"}],
+             "disagreements": [], "tampered": []}
+    ev = decide(LaunchResult(0, False, 1.0, [RankReport(0, "done", _finished(trials))], judge_check=check))
+    assert ev["correct"] and ev["details"]["judge"] == "rank"
+    assert ev["details"]["judge_check"]["not_rechecked"][0]["why"] == "reference too large"
+
+
+HOSTILE = Path(__file__).resolve().parents[1] / "corpus" / "hostile"
+
+
+@pytest.mark.parametrize("world_size", [1])
+def test_comparison_tampering_candidates_are_suspect_through_the_launcher(world_size):
+    from pkb.corpus import read_candidate
+    from pkb.eval import EvalOptions, evaluate
+
+    tmp = Path(tempfile.mkdtemp(prefix="pkb-judge-"))
+    names = ["1_allreduce_swap_compare_code.py", "1_allreduce_patch_rank_compare.py"]
+    records = [read_candidate(HOSTILE / n) for n in names]
+    options = EvalOptions(world_size=world_size, trials=2, dtype="float32", backend="gloo", timeout_s=90.0, warmup=1, iters=3,
+                          groups=2, store_path=str(tmp / "s.sqlite"), work_dir=str(tmp / "work"), jobs=1,
+                          call_timeout_s=10.0, import_timeout_s=10.0, compile_timeout_s=30.0)
+    evaluate(records, options)
+    for rec in records:
+        ev = rec.evaluation
+        assert (ev["outcome"], ev["subtype"]) == ("suspect", "harness_tamper"), (rec.path, ev["reason"])
+        assert ev["details"]["judge"] == "harness" and ev["details"]["judge_check"]["tampered"]
