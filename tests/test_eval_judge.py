@@ -181,3 +181,16 @@ def test_comparison_tampering_candidates_are_suspect_through_the_launcher(world_
         ev = rec.evaluation
         assert (ev["outcome"], ev["subtype"]) == ("suspect", "harness_tamper"), (rec.path, ev["reason"])
         assert ev["details"]["judge"] == "harness" and ev["details"]["judge_check"]["tampered"]
+
+
+def test_a_filesystem_without_fifos_leaves_the_ranks_to_judge_and_the_record_says_why(tmp_path, monkeypatch):
+    def refuse(*_a, **_k):
+        raise OSError(95, "Operation not supported")
+
+    monkeypatch.setattr(judge.os, "mkfifo", refuse)
+    with pytest.raises(OSError):
+        judge.open_channels(tmp_path, 2)
+    check = judge.without_channels("OSError: Operation not supported")
+    ev = decide(LaunchResult(0, False, 1.0, [RankReport(0, "done", _finished([{**_trial(0, True), "values_close": True}]))], judge_check=check))
+    assert ev["correct"] and ev["details"]["judge"] == "rank"
+    assert "no channel" in ev["details"]["judge_check"]["not_rechecked"][0]["why"]

@@ -135,10 +135,25 @@ class ChannelReader(threading.Thread):
 
 
 def open_channels(job_dir: str | Path, world_size: int) -> list[ChannelReader]:
-    readers = [ChannelReader(job_dir, r) for r in range(world_size)]
+    """One started reader per rank; OSError (a filesystem without FIFOs) leaves none open."""
+    readers: list[ChannelReader] = []
+    try:
+        for r in range(world_size):
+            readers.append(ChannelReader(job_dir, r))
+    except OSError:
+        for reader in readers:
+            os.close(reader.fd)
+            reader.path.unlink(missing_ok=True)
+        raise
     for reader in readers:
         reader.start()
     return readers
+
+
+def without_channels(why: str) -> dict[str, Any]:
+    """The record's `judge_check` when the harness could not open the ranks' channels."""
+    return {"judge": "rank", "rechecked": 0, "not_rechecked": [{"why": f"no channel to the ranks: {why}"}],
+            "tampered": [], "disagreements": [], "reference_digests": {}}
 
 
 def finish_channels(readers: list[ChannelReader], wait_s: float = 5.0) -> None:

@@ -198,7 +198,12 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback is the only interface inside
         env.setdefault("NCCL_SOCKET_IFNAME", "lo")
     # The ranks' reference outputs, streamed here before the candidate loads (pkb.eval.judge).
-    readers = [] if job.reference_only else judging.open_channels(job_dir, job.world_size)
+    readers: list[judging.ChannelReader] = []
+    judge_check: dict[str, Any] = {}
+    try:
+        readers = [] if job.reference_only else judging.open_channels(job_dir, job.world_size)
+    except OSError as exc:  # the ranks then judge alone, and the record says so
+        judge_check = judging.without_channels(f"{type(exc).__name__}: {exc}")
     log = open(launcher_log_path(job_dir), "wb")
     t0 = time.monotonic()
     proc = subprocess.Popen(
@@ -259,7 +264,6 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
     exits = torchrun_exits(tail)
     for r in ranks:
         r.exit = exits.get(r.rank)
-    judge_check: dict[str, Any] = {}
     if readers:
         judging.finish_channels(readers)
         try:
