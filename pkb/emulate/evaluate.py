@@ -29,6 +29,7 @@ CAVEATS = (
     "peer copies are device-local copies; multicast is absent (multicast_ptr = 0)",
     "symm_mem barrier/put_signal/wait_signal are host-side after a stream sync (stronger than the device-side originals)",
     "collectives complete synchronously (async_op works are already done); sends are buffered",
+    "judged in the process the candidate runs in: its outputs are not rechecked by the harness (real launches are: details.judge)",
 )
 
 class _LoadFailure(Exception):

@@ -4,6 +4,9 @@ Started by torchrun (`python -m pkb.eval.worker <job.json>`), one process per GP
 rank learns goes to files in the job directory: `status_rank<r>.json` (the phase it is in, so a
 hang can be located), `result_rank<r>.json` (rewritten after every step, so a later crash or hang
 keeps what was already measured) and, on mismatch, small tensors for the diagnosis stage.
+The rank's verdicts are not the last word: before the candidate loads, the reference's outputs of
+every trial go to the harness through its channel, and each candidate output is saved as it
+returned, so the harness judges again where the candidate never was (pkb.eval.judge).
 """
 
 from __future__ import annotations
