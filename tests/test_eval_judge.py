@@ -194,3 +194,21 @@ def test_a_filesystem_without_fifos_leaves_the_ranks_to_judge_and_the_record_say
     ev = decide(LaunchResult(0, False, 1.0, [RankReport(0, "done", _finished([{**_trial(0, True), "values_close": True}]))], judge_check=check))
     assert ev["correct"] and ev["details"]["judge"] == "rank"
     assert "no channel" in ev["details"]["judge_check"]["not_rechecked"][0]["why"]
+
+
+def test_the_streaming_comparison_gives_the_whole_comparisons_verdict_and_figures():
+    from pkb.eval.compare import compare_outputs
+
+    torch.manual_seed(0)
+    e = torch.randn(10_000)
+    g = e.clone()
+    g[[3, 4_567, 9_999]] += 1.0
+    g[77] = float("nan")
+    whole = compare_outputs((e, 2.0), (g, 2.0), ATOL, RTOL)
+    sliced = judge.compare_streaming((e, 2.0), (g, 2.0), ATOL, RTOL, chunk=1_000)
+    assert sliced["matched"] is False and whole["matched"] is False
+    for key in ("numel", "mismatches", "max_abs_err", "max_violation"):
+        assert sliced[key] == whole[key], key
+    assert judge.compare_streaming(e, e.clone(), ATOL, RTOL, chunk=1_000)["matched"] is True
+    assert judge.compare_streaming(e, e.double(), ATOL, RTOL, chunk=1_000)["dtype_ok"] is False
+    assert judge.compare_streaming(e, e[:10], ATOL, RTOL, chunk=1_000)["shape_ok"] is False

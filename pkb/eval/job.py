@@ -39,7 +39,7 @@ class JobSpec:
     extensions_dir: str = ""
     build_root: str = ""  # pkb.eval.build: the ranks route load_inline/load there ('' : torch's own)
     save_cap_bytes: int = 8 * 1024 * 1024
-    # per output, for the harness's own comparison (pkb.eval.judge); 0: the default (64 MiB)
+    # per output, for the harness's own comparison (pkb.eval.judge); 0: the default (128 MiB)
     judge_cap_bytes: int = 0
     repo_root: str = ""
     extra_sys_path: list[str] = field(default_factory=list)

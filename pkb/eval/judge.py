@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 from pkb.eval.verdict_channel import channel_path, output_path
 
 READ_CHUNK = 1 << 20
+COMPARE_CHUNK = 4 << 20  # elements per slice: the comparison holds a few float64 copies of one
 HEADER_MAX = 64 * 1024
 
 
@@ -173,11 +174,43 @@ def _digest(f: BinaryIO) -> str:
     return h.hexdigest()
 
 
-def _load(source: Any) -> Any:
+def _load(path: str | Path) -> Any:
     import torch
 
-    # weights only: a candidate's file must not run code in the harness when it is read
-    return torch.load(source, map_location="cpu", weights_only=True)
+    # weights only: a candidate's file must not run code in the harness when it is read;
+    # mmap: the tensors stay in the page cache, read chunk by chunk by `compare_streaming`
+    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+
+
+def compare_streaming(expected: Any, got: Any, atol: float, rtol: float, chunk: int = COMPARE_CHUNK) -> dict[str, Any]:
+    """pkb.eval.compare's verdict and figures, leaf by leaf and, for two tensors of one shape,
+    over flat slices of `chunk` elements: the comparison is elementwise, so the slices' counts add
+    up and their maxima give the whole's, while memory stays a few slices' worth."""
+    import torch
+
+    from pkb.eval.compare import compare_outputs, flatten_output
+
+    exp_leaves, got_leaves = flatten_output(expected), flatten_output(got)
+    if [n for n, _ in exp_leaves] != [n for n, _ in got_leaves]:
+        return compare_outputs(expected, got, atol, rtol)
+    total: dict[str, Any] = {"matched": True, "shape_ok": True, "dtype_ok": True, "structure_ok": True,
+                             "numel": 0, "mismatches": 0, "max_abs_err": 0.0, "max_violation": 0.0}
+    for (_, e), (_, g) in zip(exp_leaves, got_leaves):
+        sliceable = (isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor) and e.shape == g.shape
+                     and e.layout == torch.strided and g.layout == torch.strided and e.numel() > chunk)
+        if sliceable:
+            ef, gf = e.reshape(-1), g.reshape(-1)
+            parts = [compare_outputs(ef[i:i + chunk], gf[i:i + chunk], atol, rtol) for i in range(0, ef.numel(), chunk)]
+        else:
+            parts = [compare_outputs(e, g, atol, rtol)]
+        for part in parts:
+            for key in ("matched", "shape_ok", "dtype_ok", "structure_ok"):
+                total[key] = total[key] and bool(part.get(key, True))
+            for key in ("numel", "mismatches"):
+                total[key] += int(part.get(key, 0))
+            for key in ("max_abs_err", "max_violation"):
+                total[key] = max(total[key], float(part.get(key, 0.0)))
+    return total
 
 
 def _summary(cmp: dict[str, Any]) -> dict[str, Any]:
@@ -186,11 +219,11 @@ def _summary(cmp: dict[str, Any]) -> dict[str, Any]:
 
 
 def recheck(readers: list[ChannelReader], job_dir: str | Path, rank_results: list[dict[str, Any] | None]) -> dict[str, Any]:
-    """The harness's comparison of every trial the ranks reported. Returns the record's
+    """The harness's comparison of every trial the ranks reported (pkb.eval.compare: the parent's
+    copy, loaded before any launch, with the tolerances the rank sent before the candidate loaded;
+    one trial's two outputs mapped at a time). Returns the record's
     `judge_check`: who decided (`judge`), every trial the harness could not recheck and why,
     `tampered` (the rank said correct, the harness says wrong) and `disagreements` (the other way)."""
-    from pkb.eval.compare import compare_outputs  # the parent's copy, loaded before any launch
-
     out: dict[str, Any] = {"rechecked": 0, "not_rechecked": [], "tampered": [], "disagreements": [], "reference_digests": {},
                            "emulation": "emulated ranks are compared inside the emulation's process (not rechecked here)"}
     for reader in readers:
@@ -231,9 +264,10 @@ def recheck(readers: list[ChannelReader], job_dir: str | Path, rank_results: lis
                 out["not_rechecked"].append({"rank": r, "trial": t, "why": "the reference's copy changed after it arrived"})
                 continue
             try:
-                expected = _load(ref["file"])
+                # the unnamed file through this process's own descriptor table, so it can be mapped
+                expected = _load(f"/proc/self/fd/{ref['file'].fileno()}")
                 got = _load(got_path)
-                mine = compare_outputs(expected, got, atol, rtol)
+                mine = compare_streaming(expected, got, atol, rtol)
             except Exception as exc:
                 if said:
                     out["tampered"].append({"rank": r, "trial": t, "rank_said": said, "evidence": f"the saved output cannot be read or compared: {type(exc).__name__}: {str(exc)[:200]}"})
