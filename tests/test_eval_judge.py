@@ -212,3 +212,15 @@ def test_the_streaming_comparison_gives_the_whole_comparisons_verdict_and_figure
     assert judge.compare_streaming(e, e.clone(), ATOL, RTOL, chunk=1_000)["matched"] is True
     assert judge.compare_streaming(e, e.double(), ATOL, RTOL, chunk=1_000)["dtype_ok"] is False
     assert judge.compare_streaming(e, e[:10], ATOL, RTOL, chunk=1_000)["shape_ok"] is False
+
+
+def test_an_honest_rank_at_the_edge_of_the_tolerance_is_a_disagreement_a_forged_one_is_not(tmp_path):
+    reader = _stream(tmp_path, {0: torch.ones(8)})
+    save_output(str(tmp_path), 0, 0, torch.ones(8) + 3e-5, 1 << 20)  # 1.5 tolerances off
+    honest = {**_trial(0, True), "numel": 8, "max_violation": 0.9}
+    forged = {**_trial(0, True), "numel": 0, "max_violation": 0.0}
+    check = judge.recheck([reader], tmp_path, [{"finished": True, "trials": [honest]}])
+    assert check["tampered"] == [] and check["disagreements"][0]["near_tolerance"]
+    check = judge.recheck([reader], tmp_path, [{"finished": True, "trials": [forged]}])
+    reader.close()
+    assert len(check["tampered"]) == 1

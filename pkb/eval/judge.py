@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import select
 import tempfile
@@ -218,6 +219,23 @@ def _summary(cmp: dict[str, Any]) -> dict[str, Any]:
     return {k: cmp.get(k) for k in keys if k in cmp}
 
 
+def near_tolerance(mine: dict[str, Any], reported: dict[str, Any]) -> bool:
+    """An honest rank and the harness can differ at the edge of the tolerance: the rank compares
+    with the reference run after the candidate, the harness with its run before, and a reference
+    with atomics or another reduction order differs a little between runs. So: the harness's worst
+    element within TOLERANCE_FACTOR tolerances, and the rank's own figures near the edge for the
+    same elements. A comparison made to say yes reports nothing like that."""
+    from pkb.eval.compare import TOLERANCE_FACTOR
+
+    try:
+        return (bool(mine.get("shape_ok", True) and mine.get("dtype_ok", True) and mine.get("structure_ok", True))
+                and float(mine.get("max_violation", math.inf)) <= TOLERANCE_FACTOR
+                and float(reported.get("max_violation", 0.0)) >= 0.5
+                and int(reported.get("numel", -1)) == int(mine.get("numel", -2)))
+    except (TypeError, ValueError):
+        return False
+
+
 def recheck(readers: list[ChannelReader], job_dir: str | Path, rank_results: list[dict[str, Any] | None]) -> dict[str, Any]:
     """The harness's comparison of every trial the ranks reported (pkb.eval.compare: the parent's
     copy, loaded before any launch, with the tolerances the rank sent before the candidate loaded;
@@ -279,7 +297,11 @@ def recheck(readers: list[ChannelReader], job_dir: str | Path, rank_results: lis
             out["rechecked"] += 1
             if bool(mine["matched"]) != said:
                 entry = {"rank": r, "trial": t, "rank_said": said, "harness": _summary(mine), "rank_reported": _summary(cmp)}
-                (out["tampered"] if said else out["disagreements"]).append(entry)
+                if said and near_tolerance(mine, cmp):
+                    entry["near_tolerance"] = True
+                (out["tampered"] if said and not entry.get("near_tolerance") else out["disagreements"]).append(entry)
             del expected, got, mine
-    out["judge"] = "harness" if out["rechecked"] and not out["not_rechecked"] else "rank"
+    # the harness decided when it rechecked every trial and agreed; else the rank's verdict stands
+    # where the harness could not recheck or deferred (tampering is the harness's call: outcome.py)
+    out["judge"] = "harness" if out["rechecked"] and not out["not_rechecked"] and not out["disagreements"] else "rank"
     return out
