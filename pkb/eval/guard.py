@@ -39,7 +39,7 @@ _TIME_FUNCS = ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "
 _HARNESS_MODULES = (
     "pkb.eval.compare", "pkb.eval.poison", "pkb.eval.timing", "pkb.eval.worker", "pkb.eval.rank_report",
     "pkb.eval.rank_timing", "pkb.eval.rank_process", "pkb.eval.tensors", "pkb.eval.job", "pkb.eval.guard",
-    "pkb.eval.classify",
+    "pkb.eval.classify", "pkb.eval.verdict_channel",
 )
 _OTHER = (("json", "dumps"), ("json", "loads"), ("os", "replace"), ("os", "_exit"), ("threading", "enumerate"), ("sys", "setprofile"))
 
