@@ -61,6 +61,13 @@ def is_metadata_collective(call: CallSite) -> bool:
     return bool(tensors) and all(any(w in t.lower() for w in ("split", "count", "size", "offset", "meta", "num_", "nnz", "len")) for t in tensors)
 
 
+def _names_cpu(node: ast.AST) -> bool:
+    """`"cpu"` or `torch.device("cpu")`."""
+    if isinstance(node, ast.Constant):
+        return node.value == "cpu"
+    return isinstance(node, ast.Call) and dotted(node.func).endswith("device") and bool(node.args) and _names_cpu(node.args[0])
+
+
 def dotted(node: ast.AST) -> str:
     """`torch.cuda.synchronize` for that attribute chain, `f().x` for a call's attribute; '' otherwise."""
     parts: list[str] = []
@@ -87,8 +94,8 @@ class CallCategories:
             return True
         consts = [a.value for a in value.args if isinstance(a, ast.Constant)]
         kws = {k.arg: k.value for k in value.keywords if k.arg}
-        if last == "to" and "cpu" in consts:
-            return True
+        if last in ("to", "tensor", "as_tensor") + tuple(ALLOC_FUNCS) and any(_names_cpu(a) for a in [*value.args, *kws.values()]):
+            return True  # `.to("cpu")`, `.to(torch.device("cpu"), non_blocking=True)`, `device="cpu"`
         pinned = isinstance(kws.get("pin_memory"), ast.Constant) and kws["pin_memory"].value is True
         on_cpu = isinstance(kws.get("device"), ast.Constant) and kws["device"].value == "cpu"
         if last in ALLOC_FUNCS and (pinned or on_cpu):
@@ -102,11 +109,16 @@ class CallCategories:
         """A tensor known to live in host memory: a name bound to one, or an expression making one."""
         if isinstance(node, ast.Attribute) and node.attr in ("T", "mT", "data") or isinstance(node, ast.Subscript):
             return self._is_host_value(node.value)  # `cpu_t.T`, `cpu_t[i]`
+        if isinstance(node, ast.Name) and self._in_host_locals(node):
+            return True
         if isinstance(node, (ast.Name, ast.Attribute)):
             return dotted(node) in self.facts.host_tensors
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr not in ("cuda", "to") \
                 and self._is_host_value(node.func.value):
             return True  # `cpu_t.sum()`, `cpu_t.long()`: an op on a host tensor stays on the host
+        if isinstance(node, ast.Call) and node.args and self.qualname(node.func).startswith("torch.") \
+                and self.qualname(node.func).endswith("_like") and not any(k.arg == "device" for k in node.keywords):
+            return self._is_host_value(node.args[0])  # `torch.zeros_like(cpu_t)` is made where cpu_t lives
         return self._is_host_tensor(node)
 
     def _is_metadata(self, call: ast.Call) -> bool:

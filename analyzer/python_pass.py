@@ -12,6 +12,7 @@ into PythonPass in the order run() calls them:
 
     python_api       the torch / symmetric-memory names and each call's category
     python_pointers  what each name points at (peer buffers, signal pads, multicast)
+    python_host      which tensors live in host memory (their .item()/.tolist() do not sync)
     python_reach     the call graph from solution() and the route each call runs on
     python_cache     cache guards (set-up that runs once) and buffers returned from a cache
     python_run       the branches PKB's run takes (dtype, world size, multicast)
@@ -29,6 +30,7 @@ from pkb.facts import ArgInfo, CallSite, PythonFacts
 from analyzer.python_api import ALLOC_FUNCS, SYMM_HANDLE_ATTRS, CallCategories, dotted, is_metadata_collective
 from analyzer.python_asserts import AssertsAndLoops
 from analyzer.python_cache import CacheState
+from analyzer.python_host import HostTensors
 from analyzer.python_pointers import PointerKinds, Scope, stronger
 from analyzer.python_reach import Reachability, CallContext
 from analyzer.python_run import RunBranches, RunContext, run_context, run_context_of_path
@@ -40,7 +42,7 @@ from analyzer.strings import StringResolver
 __all__ = ["PythonPass", "RunContext", "analyze_python", "is_metadata_collective", "run_context", "run_context_of_path"]
 
 
-class PythonPass(CallCategories, PointerKinds, Reachability, CacheState, RunBranches, ExtensionSources,
+class PythonPass(CallCategories, PointerKinds, HostTensors, Reachability, CacheState, RunBranches, ExtensionSources,
                  TritonKernels, AssertsAndLoops):
     """One candidate's Python facts: run() calls the steps in order over one parsed tree."""
 
@@ -74,6 +76,7 @@ class PythonPass(CallCategories, PointerKinds, Reachability, CacheState, RunBran
         self.stmt_ctx: dict[int, CallContext] = {}  # id(call node) -> the route it runs on
         self.loop_nodes: list[tuple[ast.AST, str]] = []  # loops on the timed path, with their function
         self.parents: dict[int, ast.AST] = {}  # id(node) -> its parent
+        self.host_locals: dict[int, set[str]] = {}  # id(function def) -> names bound to host tensors
         self._return_line = 0  # the return statement _reused_returns is looking at
 
     # ---- entry --------------------------------------------------------------------------------
@@ -83,6 +86,7 @@ class PythonPass(CallCategories, PointerKinds, Reachability, CacheState, RunBran
         self._definitions()
         self.enclosing = self._enclosing_functions()
         self._pointer_kinds()
+        self._host_tensor_flow()
         self._reachability()
         self._walk_calls()
         self._cuda_sources()

@@ -182,6 +182,28 @@ def test_host_tensors_and_metadata_copies():
     assert (11, "tensor.tolist") not in cats and (12, "tensor.item") not in cats
 
 
+def test_host_copies_followed_into_helpers_derived_tensors_and_returns():
+    f = facts('''
+        import torch
+        def plan(rank, counts_cpu, gpu_counts):
+            offsets = torch.zeros_like(counts_cpu)
+            offsets[1:] = counts_cpu.cumsum(0)[:-1]
+            a = counts_cpu[rank].item()         # parameter fed a host copy: no sync
+            b = offsets[rank].item()            # derived from it: no sync
+            c = gpu_counts[rank].item()         # fed a GPU tensor: a sync
+            return a + b + c
+        def split(x):
+            per_rank = x.sum(dim=1).to(torch.device("cpu"), non_blocking=True)
+            return x, per_rank
+        def solution(x, counts):
+            y, per_rank = split(x)
+            sizes = per_rank.tolist()           # returned host copy: no sync
+            return plan(0, counts.cpu(), counts) + len(sizes)
+    ''')
+    syncs = {c.line for c in f.calls if c.category == "cuda_sync" and c.qualname in ("tensor.item", "tensor.tolist")}
+    assert syncs == {8}
+
+
 def test_extension_function_named_like_a_handle_method_is_the_extensions():
     f = facts('''
         import torch.distributed._symmetric_memory as symm_mem
