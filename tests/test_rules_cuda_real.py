@@ -94,6 +94,41 @@ def test_pkb017_cast_first_or_scaled_offset_is_aligned(tmp_path):
         assert lines_of(analyze(tmp_path, candidate(src)), "PKB017") == []
 
 
+# The send and the wait of one barrier share one formula: one finding, at the send.
+TWO_BARRIERS = MISALIGNED.replace(
+    "    uint32_t old;",
+    "    uint32_t* wait_addr = reinterpret_cast<uint32_t*>(signal_pad_ptrs[rank] + block_id * (uint64_t)world_size + (uint64_t)t);\n"
+    "    uint32_t old;").replace(
+    "__global__ void k(",
+    "__device__ void exit_barrier(const uint64_t* signal_pad_ptrs, uint64_t block_id, int rank, int world_size) {\n"
+    "    uint64_t remote_base = signal_pad_ptrs[threadIdx.x];\n"
+    "    uint32_t* exit_addr = reinterpret_cast<uint32_t*>(remote_base + block_id * (uint64_t)world_size + (uint64_t)rank);\n"
+    "    atomicAdd(exit_addr, 1u);\n"
+    "}\n\n"
+    "__global__ void k(").replace(
+    "    barrier(signal_pad_ptrs, blockIdx.x, rank, world_size);\n}",
+    "    barrier(signal_pad_ptrs, blockIdx.x, rank, world_size);\n"
+    "    exit_barrier(signal_pad_ptrs, blockIdx.x, rank, world_size);\n}\n\n"
+    "__global__ void copy(const uint64_t* buffer_ptrs, float* out, int peer, int n) {\n"
+    "    uint64_t remote_base = buffer_ptrs[peer];\n"
+    "    const float* src = reinterpret_cast<const float*>(remote_base + 16);\n"
+    "    out[threadIdx.x] = src[threadIdx.x];\n}")
+
+
+def test_pkb017_one_finding_per_barrier_function(tmp_path):
+    rec = analyze(tmp_path, candidate(TWO_BARRIERS))
+    assert lines_of(rec, "PKB017") == sorted([
+        line_of(rec, "uint32_t* send_addr = reinterpret_cast<uint32_t*>(remote_base +"),
+        line_of(rec, "uint32_t* exit_addr = reinterpret_cast<uint32_t*>(remote_base +"),
+    ])
+
+
+def test_pkb017_not_on_a_barrier_only_a_skipped_branch_calls(tmp_path):
+    launch = "if dist.get_world_size() == 1:\n        _ext.run(hdl.signal_pad_ptrs_dev, buf, dist.get_rank(), dist.get_world_size())"
+    assert lines_of(analyze(tmp_path, candidate(MISALIGNED, launch)), "PKB017") == []
+    assert lines_of(analyze(tmp_path, candidate(MISALIGNED)), "PKB017") != []
+
+
 PARTIAL_WAIT = r"""
 __device__ void wait_flag(const uint32_t* flag, uint32_t epoch) {
     uint32_t v;
