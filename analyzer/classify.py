@@ -421,19 +421,39 @@ class Classifier:
         fn, _, first, last = block
         mine = [c for c in calls if first <= c.line <= last]
         recorded = {m.group(1) for c in mine for m in [re.search(r"([\w\[\]+\-. ]+)\.record\(", c.snippet)] if m}
+        # An event recorded after the block (`ev.record(s)` in a loop over the side streams) and
+        # waited on is a join too.
+        recorded |= {m.group(1) for c in calls if c.path == "timed" and c.function == fn and c.line > last
+                     for m in [re.search(r"([\w\[\]+\-. ]+)\.record\(\s*\w", c.snippet)] if m}
         joins = [c.line for c in calls if c.path == "timed" and c.function == fn and c.line > last
                  and ("wait_stream" in c.qualname or c.category == "cuda_sync" and "synchronize" in c.qualname
                       or "wait_event" in c.qualname and any(a.text in recorded for a in c.args))]
         if not joins:
             return True  # joined elsewhere (the caller, the next iteration): work can run between
         end = min(joins)
-        for i in range(last + 1, end):
+        between = list(range(last + 1, end))
+        # Inside a loop joined only after it: the next iteration's work (before the block in the
+        # loop body) also runs while this iteration's side-stream work is in flight.
+        loop = self._enclosing_loop(first)
+        if loop is not None and (loop.end_lineno or loop.lineno) < end:
+            between += list(range(loop.body[0].lineno, first))
+        for i in between:
             code = self.lines[i - 1].split("#")[0].strip()
-            if "(" in code and not re.search(r"\b(wait_stream|wait_event|record|synchronize|Event|stream)\(", code) \
+            # Work is a call that is not stream plumbing nor a builtin on host numbers.
+            called = [m.group(1) for m in re.finditer(r"([\w.]+)\s*\(", code)]
+            work = [c for c in called if c.split(".")[-1] not in _NOT_WORK]
+            if work and not re.search(r"\b(wait_stream|wait_event|record|synchronize|Event|stream)\(", code) \
                     and not code.startswith(("def ", "return", "if ", "for ", "with ", "elif ")):
                 return True
         # A matmul written as `@` between the block and the join counts as other work.
-        return any(last < m < end for m in matmul_lines)
+        return any(m in between for m in matmul_lines)
+
+    def _enclosing_loop(self, line: int) -> ast.AST | None:
+        """The innermost `for`/`while` whose body holds `line`."""
+        tree = self.rec.syntax_tree()
+        loops = [n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.While)) and n.body
+                 and n.body[0].lineno <= line <= (n.end_lineno or n.lineno)] if tree else []
+        return max(loops, key=lambda n: n.lineno, default=None)
 
     def _host_cuda_calls(self) -> None:
         for cuda in self.facts.cuda:
@@ -476,6 +496,12 @@ class Classifier:
         if not rec.labels.get("overlap"):
             line = (compute_calls[0].line if compute_calls else (matmul_lines[0] if matmul_lines else py.solution_line or 1))
             rec.add_label(Label("overlap", "none", [self.ev(line, "python", "communication and computation run one after another")]))
+
+
+# Calls on host numbers that issue no GPU work (`peer = (rank + i) % len(streams)`).
+_NOT_WORK = {"int", "len", "range", "min", "max", "float", "abs", "divmod", "isinstance", "tuple", "list",
+             "str", "bool", "size", "numel", "element_size", "data_ptr", "dim", "stride", "get_rank",
+             "get_world_size", "current_stream", "cuda_stream"}
 
 
 def _in_fallback(cuda: CudaFacts, line: int) -> bool:

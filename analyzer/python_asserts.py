@@ -13,7 +13,7 @@ import re
 
 from pkb.facts import AssertFact, ConstantFact
 
-from analyzer.python_api import RANK_NAMES, WORLD_NAMES, dotted
+from analyzer.python_api import RANK_NAMES, SYMM_HANDLE_ATTRS, WORLD_NAMES, dotted
 
 
 class AssertsAndLoops:
@@ -66,6 +66,10 @@ class AssertsAndLoops:
                 if c.path != "timed":
                     continue
                 if loop.lineno <= c.line <= (loop.end_lineno or loop.lineno) or c.function in callees:
+                    # Reading a handle's pointer table (`hdl.buffer_ptrs[peer]`) or taking a view of
+                    # a peer's buffer moves nothing: the copy through it is the transfer.
+                    if c.category == "symm_handle" and c.qualname.split(".")[-1] in (*SYMM_HANDLE_ATTRS, "get_buffer", "get_signal_pad"):
+                        continue
                     cats.add(c.category)
                     streamed = streamed or bool(c.stream_context) or c.category in ("event", "stream")
             # One stream runs an iteration's transfer and compute one after the other: chunks

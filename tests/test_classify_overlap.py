@@ -99,3 +99,40 @@ def solution(A_local, B):
     return torch.cat(outs)
 '''
     assert overlap(analyzer, tmp_path, serial) == ["none"]
+
+
+PEER_PULL_LOOP = '''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+
+_streams = [torch.cuda.Stream() for _ in range(2)]
+
+def solution(A_local, B):
+    world, rank = dist.get_world_size(), dist.get_rank()
+    buf = symm_mem.empty(A_local.numel() * world, dtype=A_local.dtype, device=A_local.device)
+    hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+    hdl.barrier(channel=0)
+    cur = torch.cuda.current_stream()
+    for i in range(1, world):
+        peer = (rank + i) % world
+        s = _streams[i % len(_streams)]
+        WORK
+        with torch.cuda.stream(s):
+            hdl.get_buffer(peer, A_local.shape, A_local.dtype).copy_(A_local)
+    for s in _streams:
+        ev = torch.cuda.Event()
+        ev.record(s)
+        cur.wait_event(ev)
+    return torch.matmul(buf.view(-1, B.shape[0]), B)
+'''
+
+
+def test_peer_copies_joined_by_events_after_the_loop_with_no_work_in_it_are_serial(analyzer, tmp_path):
+    # the index arithmetic and reading the handle's table issue no GPU work: no overlap, no pipeline
+    assert overlap(analyzer, tmp_path, PEER_PULL_LOOP.replace("        WORK\n", "")) == ["none"]
+
+
+def test_side_stream_in_a_loop_beside_the_next_iterations_compute_is_multi_stream(analyzer, tmp_path):
+    src = PEER_PULL_LOOP.replace("WORK", "part = torch.matmul(A_local, B)")
+    assert "multi_stream" in overlap(analyzer, tmp_path, src)
