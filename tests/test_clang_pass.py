@@ -505,3 +505,24 @@ def test_never_raises_on_bad_input(text):
     facts = analyze_cuda(make_src(text), "cand.py")
     assert facts.status in ("ok", "partial")
     assert facts.seconds >= 0
+
+
+NAMESPACED = """
+namespace pull {
+__global__ void kernel(const float* src, float* out, int n) { out[threadIdx.x] = src[threadIdx.x]; }
+}
+namespace barrier {
+__global__ void kernel(int* flags) { flags[threadIdx.x] = 1; }
+}
+void run(const float* src, float* out, int* flags, int n) {
+    barrier::kernel<<<1, 32>>>(flags);
+    pull::kernel<<<1, 32>>>(src, out, n);
+}
+"""
+
+
+def test_namespaced_kernels_launched_by_their_written_names():
+    # Two namespaces of one file each define `kernel` (ParallelKittens files do): the launch keeps
+    # the qualified name, so the kernel the run reaches is told apart from its namesake.
+    facts = analyze_cuda(make_src(NAMESPACED), "cand.py")
+    assert [l.kernel for l in facts.launches if l.caller == "run"] == ["barrier::kernel", "pull::kernel"]
