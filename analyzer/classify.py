@@ -61,6 +61,7 @@ class Classifier:
         self.facts = rec.facts
         self.has_compute = has_compute
         self.computes: dict[str, bool] = {}  # CUDA kernel -> its body does arithmetic beyond copies
+        self.on_run: set[str] = set()  # kernels whose labels are the candidate's (not fallbacks)
 
     def ev(self, line: int, pass_name: str, note: str = "") -> Evidence:
         snippet = self.lines[line - 1].strip()[:160] if 0 < line <= len(self.lines) else ""
@@ -245,6 +246,7 @@ class Classifier:
         if fb_kernels:
             launched = (launched if launched is not None else {k.fn.name for k in k_facts}) - fb_kernels
             fallback_only |= fb_kernels
+        self.on_run = set()  # kernels the run launches on the timed path
         triton_timed = {c.target for c in self.timed("triton_launch")}
         triton_other = {c.target for c in self.facts.python.calls if c.category == "triton_launch" and c.path != "timed"}
         for rep in reports:
@@ -259,6 +261,7 @@ class Classifier:
                         if lab.value not in ("none", "unknown"):
                             rec.add_label(Label("fallback", lab.value, [self._tagged(e) for e in lab.evidence]))
                 continue
+            self.on_run.add(rep.name)
             for axis, labs in rep.labels.items():
                 for lab in labs:
                     if lab.value == "none":
@@ -381,8 +384,10 @@ class Classifier:
                 if f.name in entry_fns:
                     if f.kind == "global":
                         out.add(f.name)
-                    for callee in _reach(f, by_name, device_only=False):
-                        out.add(callee)
+                    reached = _reach(f, by_name, device_only=False)
+                    out |= reached
+                    # launches by their written (namespace-qualified) names
+                    out |= {la.kernel for la in cuda.launches if la.caller in reached}
         # cupy kernels are launched by name
         return out or None
 
@@ -475,7 +480,7 @@ class Classifier:
         if not problem_compute:
             rec.add_label(Label("overlap", "n/a", [self.ev(py.solution_line or 1, "python", "the problem is a bare collective")]))
             return
-        mover = [r for r in reports if any(l.value not in ("none", "unknown") for l in r.labels.get("mechanism", []))]
+        mover = [r for r in reports if r.name in self.on_run and any(l.value not in ("none", "unknown") for l in r.labels.get("mechanism", []))]
         overlapping = [b for b in self._side_stream_blocks() if self._side_stream_overlaps(b, matmul_lines)]
         if overlapping and (py.streams or self.timed("event", "stream")):
             _, with_line, first, _ = overlapping[0]
@@ -485,7 +490,7 @@ class Classifier:
         if py.chunk_loops:
             rec.add_label(Label("overlap", "chunked_pipeline", [self.ev(py.chunk_loops[0], "python", "a loop over chunks issues transfers and compute")]))
         fused = [r for r in mover if self.computes.get(r.name, False)]
-        if fused and not has_torch_compute:
+        if fused:
             k = fused[0]
             pass_name = "clang" if k.language == "cuda" else "python"
             evidence = [self.ev(k.line, pass_name, f"{k.name} moves peer data and computes")]
@@ -580,9 +585,17 @@ def _line_computes(line: str) -> bool:
     code = line.split("//")[0]
     if _COMPUTE_RE.search(code):
         return True
-    # A product or quotient of values (`acc += a * b`, `float y = x * inv_rms`), not of indices.
-    return "=" in code and bool(_VALUE_PRODUCT.search(code.split("=", 1)[1])) and not _INDEX_WORDS.search(code) \
-        and not code.strip().startswith(("#", "for", "if", "return"))
+    # A product or quotient of values (`acc += a * b`, `float y = x * inv_rms`), not of indices:
+    # products inside subscripts (`out[row * H + col] = src[row * w + h]`) and pointer arithmetic
+    # (`T* dst = out + start * hidden`, `reinterpret_cast<...>(src + off * n)`) address, not compute.
+    if "=" not in code or code.strip().startswith(("#", "for", "if", "return")):
+        return False
+    lhs, rhs = code.split("=", 1)
+    if re.search(r"\w\s*\*\s*(?:__restrict__\s+)?\w+\s*$", lhs.strip()) or "reinterpret_cast<" in rhs:
+        return False
+    while re.search(r"\[[^\[\]]*\]", rhs):
+        rhs = re.sub(r"\[[^\[\]]*\]", "", rhs)
+    return bool(_VALUE_PRODUCT.search(rhs)) and not _INDEX_WORDS.search(code)
 
 
 def _kernel_computes(body_lines: list[str]) -> bool:
