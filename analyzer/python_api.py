@@ -56,9 +56,12 @@ _METADATA_WORDS = ("split", "count", "size", "offset", "len", "num", "idx", "ind
 def is_metadata_collective(call: CallSite) -> bool:
     """A collective or p2p call whose tensors are all split sizes, counts or offsets: it moves a few
     numbers for the host, not the payload (`dist.all_gather_into_tensor(all_counts, counts)`)."""
-    tensors = [a.text for a in call.args if a.keyword in ("", "tensor", "output", "input", "output_tensor", "input_tensor")]
-    tensors = [t for t in tensors if re.fullmatch(r"[\w.\[\]]+", t) and not t.startswith(("dist.", "group"))]
-    return bool(tensors) and all(any(w in t.lower() for w in ("split", "count", "size", "offset", "meta", "num_", "nnz", "len")) for t in tensors)
+    args = [a for a in call.args if a.keyword in ("", "tensor", "output", "input", "output_tensor", "input_tensor", "tensor_list")
+            and (a.integer_tensor or re.fullmatch(r"[\w.\[\]]+", a.text) and not a.text.startswith(("dist.", "group")))]
+    # Named as sizes or counts, or made as a tensor of integers (`torch.empty(w * w, dtype=torch.int64)`):
+    # the payloads of these problems are floating point.
+    return bool(args) and all(a.integer_tensor or any(w in a.text.lower() for w in (
+        "split", "count", "size", "offset", "meta", "num_", "nnz", "len")) for a in args)
 
 
 def _names_cpu(node: ast.AST) -> bool:
@@ -83,8 +86,38 @@ def dotted(node: ast.AST) -> str:
     return ".".join(reversed(parts))
 
 
+_INT_DTYPES = {"int32", "int64", "int", "long", "int16", "int8", "uint8", "short"}
+
+
 class CallCategories:
     """How the Python pass names and sorts the calls it finds (a mixin of PythonPass)."""
+
+    def _is_integer_tensor(self, node: ast.AST, fn: ast.AST | None, seen: frozenset = frozenset()) -> bool:
+        """A tensor of integers: made with an integer dtype, cast to one (`.int()`, `.to(torch.int32)`),
+        a view or element of one, a list of them, or a name every assignment of which is one."""
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return bool(node.elts) and all(self._is_integer_tensor(e, fn, seen) for e in node.elts)
+        if isinstance(node, ast.ListComp):
+            return self._is_integer_tensor(node.elt, fn, seen)
+        if isinstance(node, ast.Subscript):
+            return self._is_integer_tensor(node.value, fn, seen)
+        if isinstance(node, ast.Name):
+            if node.id in seen or fn is None:
+                return node.id in seen  # `all_in = all_in.view(w, w)`: as integer as before
+            values = [n.value for n in ast.walk(fn) if isinstance(n, ast.Assign) and len(n.targets) == 1
+                      and isinstance(n.targets[0], ast.Name) and n.targets[0].id == node.id]
+            return bool(values) and all(self._is_integer_tensor(v, fn, seen | {node.id}) for v in values)
+        if not isinstance(node, ast.Call):
+            return False
+        dtypes = [k.value for k in node.keywords if k.arg == "dtype"] + [a for a in node.args if isinstance(a, ast.Attribute)]
+        if any(isinstance(d, ast.Attribute) and dotted(d).startswith("torch.") and d.attr in _INT_DTYPES for d in dtypes):
+            return True
+        if isinstance(node.func, ast.Attribute):
+            if node.func.attr in ("int", "long", "short") and not node.args:
+                return True
+            if node.func.attr in ("view", "reshape", "contiguous", "flatten", "clone", "to", "cuda", "narrow", "t", "T"):
+                return self._is_integer_tensor(node.func.value, fn, seen)
+        return False
 
     def _is_host_tensor(self, value: ast.AST) -> bool:
         if not isinstance(value, ast.Call):

@@ -202,7 +202,8 @@ class PythonPass(CallCategories, PointerKinds, HostTensors, Reachability, CacheS
             origin = scope.origin.get(node.id) or self.module_scope.origin.get(node.id, 0)
         return ArgInfo(position=pos, keyword=kw, text=ast.unparse(node)[:120], pointer_kind=kind,
                        origin_line=origin or getattr(node, "lineno", 0),
-                       value_type=self._value_type(node, self.enclosing.get(id(node))), line=getattr(node, "lineno", 0))
+                       value_type=self._value_type(node, self.enclosing.get(id(node))), line=getattr(node, "lineno", 0),
+                       integer_tensor=self._is_integer_tensor(node, self.enclosing.get(id(node))))
 
     def _value_type(self, node: ast.AST, fn: ast.AST | None, depth: int = 0) -> str:
         """'int' for an address (a handle's buffer_ptrs_dev, signal_pad_ptrs_dev, multicast_ptr, a

@@ -332,6 +332,27 @@ def test_metadata_collectives_and_cpu_copies_read_back_as_numbers():
     assert by_name["cpu"].category == "cuda_sync"
 
 
+def test_integer_tensors_exchanged_are_metadata_whatever_their_names():
+    from analyzer.python_pass import is_metadata_collective
+
+    f = facts('''
+        import torch
+        import torch.distributed as dist
+        def solution(x, splits, world):
+            local_in = torch.tensor(splits, dtype=torch.int64, device=x.device)
+            all_in = torch.empty(world * world, dtype=torch.int64, device=x.device)
+            dist.all_gather_into_tensor(all_in, local_in)
+            all_in = all_in.view(world, world)
+            table = torch.empty((world, world), dtype=torch.int32, device=x.device)
+            dist.all_gather([table[i] for i in range(world)], local_in.int())
+            out = torch.empty(world * x.numel(), dtype=x.dtype, device=x.device)
+            dist.all_gather_into_tensor(out, x)
+            return out
+    ''')
+    gathers = [c for c in f.calls if c.qualname.endswith(("all_gather_into_tensor", "all_gather"))]
+    assert [is_metadata_collective(c) for c in gathers] == [True, True, False]
+
+
 def test_split_size_helpers_nested_fast_paths_and_function_attribute_caches():
     f = facts('''
         import torch
