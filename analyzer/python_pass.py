@@ -242,6 +242,8 @@ class PythonPass(CallCategories, PointerKinds, HostTensors, Reachability, CacheS
             path, rank_cond, in_loop, stream = "module", False, False, ""
         else:
             path, rank_cond, in_loop, stream = "unreached", False, False, ""
+        if path in ("timed", "setup") and self.in_untaken_ifexp(node):
+            path = "fallback"
         target = ""
         if cat == "ext_kernel":
             target = name.split(".", 1)[1]

@@ -118,6 +118,18 @@ class RunBranches:
             return self._compare_value(test.left, test.ops[0], test.comparators[0], fn)
         return None
 
+    def in_untaken_ifexp(self, node: ast.AST) -> bool:
+        """`a.tolist() if isinstance(a, torch.Tensor) else a`: `node` sits in the branch of a
+        conditional expression that PKB's run does not take."""
+        child, parent = node, self.parents.get(id(node))
+        while parent is not None and not isinstance(parent, ast.stmt):
+            if isinstance(parent, ast.IfExp) and child is not parent.test:
+                taken = self.run_value(parent.test, self.enclosing.get(id(parent)))
+                if taken is not None and (child is parent.body) != taken:
+                    return True
+            child, parent = parent, self.parents.get(id(parent))
+        return False
+
     def _unset_group(self, node: ast.AST, fn: ast.AST | None) -> bool:
         """A `group=None` parameter of solution(): PKB's inputs are tensors and scalars, never a
         process group, so on the run it stays None."""
@@ -205,6 +217,15 @@ class RunBranches:
             sizes = [run.world_size] if run.world_size else [2, 3, 4, 8, 16, 1024]
             results = {_cmp(c, op, w) if flipped else _cmp(w, op, c) for w in sizes}
             return results.pop() if len(results) == 1 and None not in results else None
+        # `W = dist.get_world_size(group)` then `if W == 1:`: a size-one shortcut never runs on
+        # PKB's multi-GPU run (other sizes are left undecided: W may be a subgroup's size).
+        for a, b, ops in ((left, right, (ast.Eq, ast.NotEq, ast.LtE, ast.Gt)), (right, left, (ast.Eq, ast.NotEq))):
+            if isinstance(a, ast.Name) and fn is not None and isinstance(b, ast.Constant) and b.value == 1 \
+                    and isinstance(op, ops):
+                value = self._single_assignment(a.id, fn)
+                if value is not None and self._is_world_expr(value):
+                    sizes_one = isinstance(op, (ast.Eq, ast.LtE))
+                    return not sizes_one
         # multicast: `hdl.multicast_ptr != 0`, `mc_ptr is None`
         if run.multicast is not None and (self._is_multicast_expr(left, fn) or self._is_multicast_expr(right, fn)):
             other = right if self._is_multicast_expr(left, fn) else left

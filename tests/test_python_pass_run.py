@@ -332,6 +332,23 @@ def test_metadata_collectives_and_cpu_copies_read_back_as_numbers():
     assert by_name["cpu"].category == "cuda_sync"
 
 
+def test_untaken_conditional_expression_and_size_one_shortcut_through_a_local():
+    f = facts('''
+        import torch
+        import torch.distributed as dist
+        def solution(x, input_splits, group=None):
+            group = group or dist.group.WORLD
+            W = dist.get_world_size(group)
+            a = input_splits.tolist() if isinstance(input_splits, torch.Tensor) else input_splits
+            b = x.amax().item() if isinstance(input_splits, list) else 0
+            if W == 1:
+                return x * x.sum().item()
+            return x * x.max().item()
+    ''')
+    by_line = {c.line: c.path for c in f.calls if c.qualname == "tensor.item" or c.qualname == "tensor.tolist"}
+    assert by_line == {7: "fallback", 8: "timed", 10: "fallback", 11: "timed"}
+
+
 def test_integer_tensors_exchanged_are_metadata_whatever_their_names():
     from analyzer.python_pass import is_metadata_collective
 
