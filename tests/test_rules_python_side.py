@@ -111,6 +111,11 @@ def test_pkb019_returning_the_symmetric_buffer(analyzer, tmp_path):
 def test_pkb019_quiet_on_a_fresh_result(analyzer, tmp_path):
     got = findings(analyzer, tmp_path, RETURNS.replace("RESULT", "buf.view_as(x).clone()"))
     assert "PKB019" not in got
+    # a permuted view made contiguous is a copy; a contiguous view of the buffer itself is not
+    permuted = findings(analyzer, tmp_path, RETURNS.replace("RESULT", "buf.view(2, -1).t().contiguous().reshape(-1)"))
+    assert "PKB019" not in permuted
+    same = findings(analyzer, tmp_path, RETURNS.replace("RESULT", "buf.contiguous().view_as(x)"))
+    assert same.get("PKB019") == [25]
 
 
 def test_pkb005_quiet_on_divisibility_and_double_buffers(analyzer, tmp_path):
