@@ -97,6 +97,8 @@ class RunBranches:
             if self._is_multicast_expr(test, fn):
                 return self.run_ctx.multicast
             value = self._single_assignment(test.id, fn)
+            if self._nonempty_input_list(test.id, value, fn):
+                return True
             return self.run_value(value, fn, depth + 1) if value is not None else None
         if isinstance(test, ast.Attribute):
             if test.attr in ("is_cuda",):
@@ -117,6 +119,27 @@ class RunBranches:
                 return isinstance(test.ops[0], ast.Is)
             return self._compare_value(test.left, test.ops[0], test.comparators[0], fn)
         return None
+
+    def _nonempty_input_list(self, name: str, value: ast.AST | None, fn: ast.AST) -> bool:
+        """A list input of solution() (`grad_tensors: List[torch.Tensor]`), or a comprehension
+        filtering one (`[t for t in grad_tensors if t is not None]`): PKB's inputs are non-empty."""
+        sol = self.functions.get("solution")
+        if fn is not sol or sol is None:
+            return False
+        lists = {a.arg for a in sol.args.args if a.annotation is not None
+                 and re.search(r"\b(List|list|Sequence|Tuple|tuple)\b", ast.unparse(a.annotation))}
+        if value is None:
+            return name in lists and not any(isinstance(n, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == name for t in n.targets) for n in ast.walk(fn))
+        return isinstance(value, ast.ListComp) and len(value.generators) == 1 \
+            and isinstance(value.generators[0].iter, ast.Name) and value.generators[0].iter.id in lists \
+            and all(self._keeps_tensors(c) for c in value.generators[0].ifs)
+
+    @staticmethod
+    def _keeps_tensors(cond: ast.AST) -> bool:
+        """`t is not None`, `t.grad is not None`: a filter that keeps every tensor of PKB's inputs."""
+        return isinstance(cond, ast.Compare) and len(cond.ops) == 1 and isinstance(cond.ops[0], ast.IsNot) \
+            and isinstance(cond.comparators[0], ast.Constant) and cond.comparators[0].value is None
 
     def in_untaken_ifexp(self, node: ast.AST) -> bool:
         """`a.tolist() if isinstance(a, torch.Tensor) else a`: `node` sits in the branch of a

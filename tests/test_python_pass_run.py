@@ -349,6 +349,24 @@ def test_untaken_conditional_expression_and_size_one_shortcut_through_a_local():
     assert by_line == {7: "fallback", 8: "timed", 10: "fallback", 11: "timed"}
 
 
+def test_empty_input_list_branch_never_runs():
+    f = facts('''
+        import torch
+        from typing import List
+        def solution(grad_tensors: List[torch.Tensor], max_norm: float, scales=None):
+            valid = [t for t in grad_tensors if t is not None]
+            big = [t for t in grad_tensors if t.numel() > 1024]
+            if not valid:
+                torch.cuda.synchronize()
+                return torch.zeros(())
+            if not big:
+                torch.cuda.current_stream().synchronize()
+            return torch.stack([t.norm() for t in valid]).norm()
+    ''')
+    assert paths(f, "torch.cuda.synchronize") == ["fallback"]
+    assert paths(f, "current_stream().synchronize") == ["timed"]  # a size filter may leave it empty
+
+
 def test_integer_tensors_exchanged_are_metadata_whatever_their_names():
     from analyzer.python_pass import is_metadata_collective
 
