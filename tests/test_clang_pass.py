@@ -526,3 +526,23 @@ def test_namespaced_kernels_launched_by_their_written_names():
     # the qualified name, so the kernel the run reaches is told apart from its namesake.
     facts = analyze_cuda(make_src(NAMESPACED), "cand.py")
     assert [l.kernel for l in facts.launches if l.caller == "run"] == ["barrier::kernel", "pull::kernel"]
+
+
+SEARCH_AND_POLL = """
+__global__ void scan(const long* cum_sizes, int num, long total, volatile int* flag) {
+    int idx = 0;
+    for (long i = threadIdx.x; i < total; i += blockDim.x) {
+        while (idx < num && i >= cum_sizes[idx + 1]) {
+            idx++;
+        }
+    }
+    while (flag[0] == 0) { }
+}
+"""
+
+
+def test_a_search_over_an_array_is_not_a_spin_loop():
+    # the search reads a new element on every test; the poll rereads one address
+    text = SEARCH_AND_POLL
+    facts = analyze_cuda(make_src(text), "cand.py")
+    assert [s.line for s in facts.spin_loops] == [file_line(text, "while (flag[0] == 0)")]
