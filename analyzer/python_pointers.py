@@ -182,6 +182,22 @@ class PointerKinds:
         if dest is not scope:
             scope.kinds[key] = dest.kinds[key]
 
+    def _appended_kind(self, value: ast.AST, fn: ast.AST, scope: Scope) -> str:
+        """The kind of an appended value; `t.data_ptr()` of a loop variable over one of the
+        function's parameters (the candidate's input tensors) is a local address."""
+        kind = self.kind_of(value, scope)
+        if kind != "unknown":
+            return kind
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "data_ptr" \
+                and isinstance(value.func.value, ast.Name):
+            params = {a.arg for a in fn.args.args}  # type: ignore[attr-defined]
+            var = value.func.value.id
+            for loop in ast.walk(fn):
+                if isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) and loop.target.id == var \
+                        and isinstance(loop.iter, ast.Name) and loop.iter.id in params:
+                    return "local"
+        return "unknown"
+
     def _pointer_kinds(self) -> None:
         # Two sweeps: the second sees return kinds and globals that the first discovered.
         for _ in range(2):
@@ -194,6 +210,11 @@ class PointerKinds:
                             self._assign_kinds(node.targets, node.value, scope, node.lineno)
                         elif isinstance(node, ast.AnnAssign) and node.value is not None:
                             self._assign_kinds([node.target], node.value, scope, node.lineno)
+                        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and fn is not None \
+                                and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "append" \
+                                and isinstance(node.value.func.value, ast.Name) and len(node.value.args) == 1:
+                            # `ptrs.append(t.data_ptr())`: the list holds what is appended
+                            self._set_kind(node.value.func.value, self._appended_kind(node.value.args[0], fn, scope), scope, node.lineno)
                         elif isinstance(node, ast.For) and isinstance(node.target, ast.Name):
                             k = self.kind_of(node.iter, scope)
                             if k in ("peer_ptr_array", "signal_ptr_array"):
