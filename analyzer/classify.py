@@ -62,6 +62,7 @@ class Classifier:
         self.has_compute = has_compute
         self.computes: dict[str, bool] = {}  # CUDA kernel -> its body does arithmetic beyond copies
         self.on_run: set[str] = set()  # kernels whose labels are the candidate's (not fallbacks)
+        self.library_gemm_on_peers: list[int] = []  # lines of timed cuBLAS calls fed peer pointers
 
     def ev(self, line: int, pass_name: str, note: str = "") -> Evidence:
         snippet = self.lines[line - 1].strip()[:160] if 0 < line <= len(self.lines) else ""
@@ -304,6 +305,7 @@ class Classifier:
                 if a.via == "library" and a.pointer_kind in PEER_KINDS and a.function in hosts and (
                         not ext_timed or self._host_fn_timed(cuda, a.function)):
                     rec.add_label(Label("mechanism", "sm_load", [self.ev(a.line, "clang", f"library GEMM reads {a.pointer} ({a.pointer_kind})")]))
+                    self.library_gemm_on_peers.append(a.line)
         self._host_cuda_calls()
         for c in self.timed("host_transfer"):
             rec.add_label(Label("mechanism", "host_staging", [self.ev(c.line, "python", c.qualname)]))
@@ -498,6 +500,10 @@ class Classifier:
             if compute_line:
                 evidence.append(self.ev(compute_line, pass_name, "the arithmetic in the same kernel"))
             rec.add_label(Label("overlap", "fused_kernel", evidence))
+        if self.library_gemm_on_peers:
+            # cuBLAS reading a peer's buffer moves the data inside the GEMM that consumes it.
+            rec.add_label(Label("overlap", "fused_kernel", [self.ev(self.library_gemm_on_peers[0], "clang",
+                                                                    "a library GEMM reads peer memory as its operand")]))
         if not rec.labels.get("overlap"):
             line = (compute_calls[0].line if compute_calls else (matmul_lines[0] if matmul_lines else py.solution_line or 1))
             rec.add_label(Label("overlap", "none", [self.ev(line, "python", "communication and computation run one after another")]))

@@ -265,6 +265,8 @@ def test_cublas_fed_a_peer_pointer_reads_peer_memory(tmp_path):
     rec = analyze(tmp_path, "15_combined_sharded_gemms_cuda.py", CUBLAS_PEER)
     assert "sm_load" in rec.label_values("mechanism")
     assert line_of(rec, "cublasGemmEx(h,") in evidence_lines(rec, "mechanism", "sm_load")
+    # the GEMM that reads the peer's operand both moves and computes
+    assert "fused_kernel" in rec.label_values("overlap")
 
 
 def test_cublas_on_local_tensors_is_not_peer_traffic(tmp_path):
@@ -274,6 +276,7 @@ def test_cublas_on_local_tensors_is_not_peer_traffic(tmp_path):
            .replace("_ext.gemm_over_peers([int(p) for p in hdl.buffer_ptrs], w, out,", "_ext.gemm_local(buf, w, out,"))
     rec = analyze(tmp_path, "15_combined_sharded_gemms_cuda.py", src)
     assert "sm_load" not in rec.label_values("mechanism")
+    assert "fused_kernel" not in rec.label_values("overlap")
 
 
 SYMM_FLAGS = r'''
