@@ -281,6 +281,10 @@ class Classifier:
                 if key in c.qualname:
                     rec.add_label(Label("mechanism", mech, [self.ev(c.line, "python", c.qualname)]))
                     rec.add_label(Label("sync", "symm_barrier", [self.ev(c.line, "python", "symmetric-memory op syncs internally")]))
+        for c in self.timed("cudart_copy"):
+            # The runtime's copy through a peer's address (from the Python side) runs on the copy engines.
+            if any(a.pointer_kind in ("peer_ptr", "peer_tensor") for a in c.args) or "Peer" in c.qualname:
+                rec.add_label(Label("mechanism", "copy_engine", [self.ev(c.line, "python", f"{c.qualname} on a peer address")]))
         for c in self.timed("tensor_copy"):
             if self._peer_copy(c):
                 rec.add_label(Label("mechanism", "copy_engine", [self.ev(c.line, "python", "copy of a tensor viewing a peer buffer")]))

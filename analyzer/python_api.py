@@ -235,6 +235,8 @@ class CallCategories:
             return "ext_kernel", f"ext.{node.func.attr}"
         if last in ("copy_", "clone", "copy") and isinstance(node.func, ast.Attribute):
             return "tensor_copy", f"tensor.{last}"
+        if re.fullmatch(r"cudaMemcpy(Peer)?(Async)?|cudaMemcpy2D(Async)?|cuMemcpy\w*", last) and isinstance(node.func, ast.Attribute):
+            return "cudart_copy", f"cudart.{last}"  # `torch.cuda.cudart().cudaMemcpyAsync(dst, src, n, kind, s)`
         if last in COMPUTE_FUNCS and (q.startswith("torch.") or q.startswith("F.") or "functional" in q):
             return "compute", q
         return "", ""

@@ -76,7 +76,7 @@ class AssertsAndLoops:
             # pipeline only when a side stream or events let the next transfer run under this compute.
             if not streamed:
                 continue
-            transfer = cats & {"collective", "p2p", "tensor_copy", "ext_kernel", "triton_launch", "cupy_launch", "symm_handle"}
+            transfer = cats & {"collective", "p2p", "tensor_copy", "cudart_copy", "ext_kernel", "triton_launch", "cupy_launch", "symm_handle"}
             compute = cats & {"compute", "ext_kernel", "triton_launch"}
             has_matmul = any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult) for b in bodies for n in ast.walk(b))
             if transfer and (compute - transfer or has_matmul or len(transfer) > 1):

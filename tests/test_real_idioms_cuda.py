@@ -425,3 +425,46 @@ def test_kittens_kernel_taking_a_templated_globals(tmp_path):
            .replace("__device__ inline void kernel(const globals &G)", "__device__ inline void kernel(const globals<64> &G)"))
     rec = analyze(tmp_path, "8_alltoall_parallelkittens.py", src)
     assert rec.label_values("mechanism") == ["tma"]
+
+
+CUDART_COPY = r'''
+import ctypes
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+
+_cache = {}
+
+
+def _copy(dst: torch.Tensor, src_ptr: int, nbytes: int):
+    cudart = torch.cuda.cudart()
+    cudart.cudaMemcpyAsync(ctypes.c_void_p(dst.data_ptr()), ctypes.c_void_p(src_ptr), ctypes.c_size_t(nbytes),
+                           ctypes.c_int(3), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+
+
+def solution(x: torch.Tensor) -> torch.Tensor:
+    st = _cache.get("st")
+    if st is None:
+        buf = symm_mem.empty(x.numel(), device=x.device, dtype=x.dtype)
+        st = (buf, symm_mem.rendezvous(buf, dist.group.WORLD))
+        _cache["st"] = st
+    buf, hdl = st
+    buf.copy_(x)
+    hdl.barrier(channel=0)
+    out = torch.empty((hdl.world_size, x.numel()), device=x.device, dtype=x.dtype)
+    for p in range(hdl.world_size):
+        _copy(out[p], SOURCE, x.numel() * x.element_size())
+    hdl.barrier(channel=0)
+    return out
+'''
+
+
+def test_cudart_memcpy_from_a_peer_address_passed_to_a_helper_is_copy_engine(tmp_path):
+    rec = analyze(tmp_path, "2_allgather_cuda.py", CUDART_COPY.replace("SOURCE", "int(hdl.buffer_ptrs[p])"))
+    assert rec.label_values("mechanism") == ["copy_engine"]
+    assert line_of(rec, "cudart.cudaMemcpyAsync(") in evidence_lines(rec, "mechanism", "copy_engine")
+
+
+def test_cudart_memcpy_between_local_buffers_is_no_transfer(tmp_path):
+    rec = analyze(tmp_path, "2_allgather_cuda.py", CUDART_COPY.replace("SOURCE", "x.data_ptr()"))
+    assert "copy_engine" not in rec.label_values("mechanism")

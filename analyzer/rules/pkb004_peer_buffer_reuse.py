@@ -50,7 +50,7 @@ class PeerBufferReuseWithoutBarrier(Rule):
         calls = [c for c in ctx.py.calls if c.path == "timed"]
         peer_calls = [
             c for c in calls
-            if c.category in ("ext_kernel", "triton_launch", "cupy_launch", "tensor_copy")
+            if c.category in ("ext_kernel", "triton_launch", "cupy_launch", "tensor_copy", "cudart_copy")
             and any(a.pointer_kind in _PEER_ARGS and a.pointer_kind != "symm_local" for a in c.args)
         ]
         if not peer_calls:
