@@ -136,7 +136,8 @@ class Classifier:
             elif call.category == "grid_sync":
                 add("sync", "grid_sync", self.ev(call.line, "clang", call.api))
         for loop in k.cuda.spin_loops:
-            if loop.function in k.reach and loop.polls in (*SIGNAL_KINDS, *PEER_KINDS, "unknown"):
+            # a spin on this rank's own symmetric buffer waits for a peer's store: a flag too
+            if loop.function in k.reach and loop.polls in (*SIGNAL_KINDS, *PEER_KINDS, "symm_local", "unknown"):
                 add("sync", "device_flags", self.ev(loop.line, "clang", f"spin on {loop.condition[:60]}"))
         # PTX: what the compiler really emitted for this entry (templates and headers included).
         if k.ptx is not None and k.ptx.status == "ok":

@@ -468,3 +468,41 @@ def test_cudart_memcpy_from_a_peer_address_passed_to_a_helper_is_copy_engine(tmp
 def test_cudart_memcpy_between_local_buffers_is_no_transfer(tmp_path):
     rec = analyze(tmp_path, "2_allgather_cuda.py", CUDART_COPY.replace("SOURCE", "x.data_ptr()"))
     assert "copy_engine" not in rec.label_values("mechanism")
+
+
+OWN_FLAG = r'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from utils.cuda_helpers import compile_cuda_extension
+
+CUDA_SRC = r"""
+#include <torch/extension.h>
+__global__ void wait_kernel(volatile int32_t* flag) {
+    while (*flag == 0) { }
+    __threadfence_system();
+    *flag = 0;
+}
+void wait_flag(torch::Tensor flag) { wait_kernel<<<1, 1>>>(FLAG_ARG); }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("wait_flag", &wait_flag); }
+"""
+_ext = compile_cuda_extension("own_flag", CUDA_SRC)
+_cache = {}
+
+
+def solution(x: torch.Tensor) -> torch.Tensor:
+    st = _cache.get("st")
+    if st is None:
+        flag = symm_mem.empty((1,), dtype=torch.int32, device=x.device)
+        st = (flag, symm_mem.rendezvous(flag, dist.group.WORLD))
+        _cache["st"] = st
+    flag, hdl = st
+    _ext.wait_flag(flag)
+    return x.clone()
+'''
+
+
+def test_a_spin_on_this_ranks_symmetric_flag_is_device_flags(tmp_path):
+    rec = analyze(tmp_path, "57_ring_attention_pp_cuda.py", OWN_FLAG.replace("FLAG_ARG", "flag.data_ptr<int32_t>()"))
+    assert "device_flags" in rec.label_values("sync")
+    assert line_of(rec, "while (*flag == 0)") in evidence_lines(rec, "sync", "device_flags")
