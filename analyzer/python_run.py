@@ -230,6 +230,13 @@ class RunBranches:
             if isinstance(op, (ast.NotEq, ast.IsNot)):
                 return run.dtype != name
             return None
+        # `n >= world_size`: PKB's inputs hold far more elements than there are ranks.
+        if _is_size_expr(left) and self._is_world_expr(right) or _is_size_expr(right) and self._is_world_expr(left):
+            size_left = _is_size_expr(left)
+            if isinstance(op, (ast.GtE, ast.Gt)):
+                return size_left
+            if isinstance(op, (ast.Lt, ast.LtE)):
+                return not size_left
         # world size: `world_size == 1` never holds on a multi-GPU run; with the tree's size, decide all.
         if self._is_world_expr(left) or self._is_world_expr(right):
             other = right if self._is_world_expr(left) else left

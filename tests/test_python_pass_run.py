@@ -367,6 +367,27 @@ def test_empty_input_list_branch_never_runs():
     assert paths(f, "current_stream().synchronize") == ["timed"]  # a size filter may leave it empty
 
 
+def test_size_at_least_the_world_size_holds_on_the_run():
+    f = facts('''
+        import torch
+        import torch.distributed as dist
+        def solution(x):
+            world_size = dist.get_world_size()
+            n = x.numel()
+            use_mm = (n % world_size == 0) and (n >= world_size)
+            if use_mm:
+                torch.cuda.synchronize()
+            else:
+                dist.barrier()
+            if n < world_size:
+                x.sum().item()
+            return x
+    ''')
+    assert paths(f, "torch.cuda.synchronize") == ["timed"]
+    assert paths(f, "barrier") == ["fallback"]
+    assert paths(f, "tensor.item") == ["fallback"]
+
+
 def test_integer_tensors_exchanged_are_metadata_whatever_their_names():
     from analyzer.python_pass import is_metadata_collective
 
