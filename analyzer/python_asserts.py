@@ -124,7 +124,11 @@ class AssertsAndLoops:
             m = re.search(r"in\s*\((torch\.\w+)\s*,?\)", text)
             if m:
                 return "dtype", m.group(1)
-        if re.search(r"(numel\(\)|shape\[-?\d\]|size\(-?\d?\))\s*%\s*\d+\s*==\s*0", text) or re.search(r"shape\s*==\s*\(", text):
+        # `x.shape == (4096, 128)` fixes the sizes; `beta.shape == (B, T, H)` only checks that
+        # the inputs agree with each other.
+        fixed_shape = re.search(r"shape\s*==\s*\(([^)]*)\)", text)
+        fixed_shape = fixed_shape and re.search(r"(?<![\w.])[2-9]\d*\b|(?<![\w.])1\d+\b", fixed_shape.group(1))
+        if re.search(r"(numel\(\)|shape\[-?\d\]|size\(-?\d?\))\s*%\s*\d+\s*==\s*0", text) or fixed_shape:
             m = re.search(r"%\s*(\d+)", text)
             return "shape", m.group(1) if m else ""
         return "", ""

@@ -191,11 +191,13 @@ def test_asserts_and_hard_coded_world_size():
             assert dist.get_world_size() == 2
             assert x.dtype == torch.float32
             assert x.numel() % 1024 == 0
+            assert x.shape == (4096, 128)
+            assert x.shape == (B, T, H)          # inputs agree with each other: no fixed size
             peer = 1 - dist.get_rank()
             return x
     ''')
     kinds = sorted((a.kind, a.literal) for a in f.asserts)
-    assert kinds == [("dtype", "torch.float32"), ("shape", "1024"), ("world_size", "2")]
+    assert kinds == [("dtype", "torch.float32"), ("shape", ""), ("shape", "1024"), ("world_size", "2")]
     assert {c.name for c in f.constants} == {"WORLD_SIZE", "peer"}
 
 
