@@ -62,6 +62,7 @@ class PythonPass(CallCategories, PointerKinds, HostTensors, Reachability, CacheS
         self.returns: dict[str, list[str]] = {}  # function -> kinds of returned tuple items
         self.tuples: dict[str, list[str]] = {}  # name / cache slot -> kinds of a tuple stored there
         self.path_of: dict[str, str] = {}  # function -> best path reached
+        self.path_of_def: dict[int, str] = {}  # id(function def) -> best path reached (methods apart)
         self.strings = StringResolver(self.tree, text)
         self.global_names: set[str] = set()
         self.handle_names: set[str] = set()  # names bound from symm_mem.rendezvous(...)

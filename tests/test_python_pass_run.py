@@ -388,6 +388,27 @@ def test_size_at_least_the_world_size_holds_on_the_run():
     assert paths(f, "tensor.item") == ["fallback"]
 
 
+def test_two_autograd_functions_each_reach_their_own_forward():
+    f = facts('''
+        import torch
+        import torch.distributed as dist
+        class Scatter(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                dist.barrier()
+                return x * 2
+        class Gather(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                torch.cuda.synchronize()
+                return x + 1
+        def solution(x):
+            return Gather.apply(Scatter.apply(x))
+    ''')
+    assert paths(f, "barrier") == ["timed"]
+    assert paths(f, "torch.cuda.synchronize") == ["timed"]
+
+
 def test_integer_tensors_exchanged_are_metadata_whatever_their_names():
     from analyzer.python_pass import is_metadata_collective
 
