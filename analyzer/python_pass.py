@@ -225,6 +225,12 @@ class PythonPass(CallCategories, PointerKinds, HostTensors, Reachability, CacheS
             if q.startswith("torch.") and q.split(".")[-1] in (*ALLOC_FUNCS, "tensor", "as_tensor", "arange", "from_numpy"):
                 return "tensor"
             return ""
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+            # `res['x_signal']` where a state dict was built as {'x_signal': hdl.signal_pad_ptrs_dev, ...}
+            found = {self._value_type(v, self.enclosing.get(id(d)), depth + 1)
+                     for d in ast.walk(self.tree) if isinstance(d, ast.Dict)
+                     for k, v in zip(d.keys, d.values) if isinstance(k, ast.Constant) and k.value == node.slice.value}
+            return found.pop() if len(found) == 1 else ""
         if isinstance(node, ast.Name):
             value = self._single_assignment(node.id, fn) if fn is not None else None
             if value is None:

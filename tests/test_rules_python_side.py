@@ -72,6 +72,20 @@ def test_pkb018_quiet_when_the_binding_takes_an_address(analyzer, tmp_path):
     assert "PKB018" not in got
 
 
+def test_pkb018_integer_address_read_back_from_a_state_dict(analyzer, tmp_path):
+    src = (BINDING.replace("PTRS_TYPE", "torch::Tensor")
+           .replace("        _state[key] = (buf, symm_mem.rendezvous(buf, dist.group.WORLD))",
+                    "        hdl = symm_mem.rendezvous(buf, dist.group.WORLD)\n"
+                    "        _state[key] = (buf, hdl, {'ptrs': hdl.buffer_ptrs_dev, 'n': hdl.world_size})")
+           .replace("    buf, hdl = _setup(x)", "    buf, hdl, res = _setup(x)")
+           .replace("_ext.pull_sum(hdl.buffer_ptrs_dev, out, hdl.world_size)", "_ext.pull_sum(res['ptrs'], out, res['n'])"))
+    got = findings(analyzer, tmp_path, src)
+    line = next(i + 1 for i, ln in enumerate(textwrap.dedent(src).lstrip("\n").splitlines()) if "_ext.pull_sum(res" in ln)
+    assert got.get("PKB018") == [line]
+    # the same dict read where the binding takes an address is fine
+    assert "PKB018" not in findings(analyzer, tmp_path, src.replace("void pull_sum(torch::Tensor ptrs", "void pull_sum(uint64_t ptrs"))
+
+
 RETURNS = '''
 import torch
 import torch.distributed as dist
