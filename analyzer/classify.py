@@ -614,12 +614,10 @@ def _kernel_computes(body_lines: list[str]) -> bool:
     return any(_line_computes(line) for line in body_lines)
 
 
-def problem_has_compute(rec: CandidateRecord) -> bool | None:
-    """Whether the problem the record answers computes beyond its collective, for every PKB
-    problem: the catalog's entry (matched by name; PKB's files numbered 34 and up answer problem
-    id - 1), else our own spec of it; None where neither says."""
+def problem_entry(rec: CandidateRecord):
+    """The catalog entry of the PKB problem the record answers (matched by name; PKB's files
+    numbered 34 and up answer problem id - 1); None where none matches."""
     from problems import catalog
-    from problems import spec as problem_spec
 
     table = catalog.entries()
     entry = None
@@ -637,6 +635,15 @@ def problem_has_compute(rec: CandidateRecord) -> bool | None:
             if e is not None and e.name in stem:
                 entry = e
                 break
+    return entry
+
+
+def problem_has_compute(rec: CandidateRecord) -> bool | None:
+    """Whether the problem the record answers computes beyond its collective, for every PKB
+    problem: the catalog's entry, else our own spec of it; None where neither says."""
+    from problems import spec as problem_spec
+
+    entry = problem_entry(rec)
     if entry is None:
         return None
     if entry.has_compute is not None:

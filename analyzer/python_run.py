@@ -35,6 +35,7 @@ class RunContext:
     dtype: str | None = None  # torch dtype name of the inputs ('bfloat16')
     world_size: int | None = None
     multicast: bool | None = None
+    group_args: tuple[str, ...] = ()  # solution() parameters the run passes a process group
 
 
 def run_context(precision: str = "", hardware: str = "") -> RunContext:
@@ -154,8 +155,9 @@ class RunBranches:
         return False
 
     def _unset_group(self, node: ast.AST, fn: ast.AST | None) -> bool:
-        """A `group=None` parameter of solution(): PKB's inputs are tensors and scalars, never a
-        process group, so on the run it stays None."""
+        """A `group=None` parameter of solution(): PKB's inputs are tensors and scalars, and a process
+        group only for the parameters its input factory fills (the run's `group_args`), so on
+        the run it stays None."""
         sol = self.functions.get("solution")
         if fn is not sol or sol is None or not isinstance(node, ast.Name) or not re.search(r"(^|_)(group|pg)$", node.id):
             return False
@@ -165,7 +167,7 @@ class RunBranches:
         if default is None:
             kw = dict(zip([a.arg for a in sol.args.kwonlyargs], sol.args.kw_defaults))
             default = kw.get(node.id)
-        if not (isinstance(default, ast.Constant) and default.value is None):
+        if not (isinstance(default, ast.Constant) and default.value is None) or node.id in self.run_ctx.group_args:
             return False
         # Rebound before the test (`group = group or dist.group.WORLD`): no longer the parameter.
         return not any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)

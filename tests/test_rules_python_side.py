@@ -182,3 +182,24 @@ def test_new_rules_have_ruff_style_documentation():
             for section in ("## What it does", "## Why is this bad?", "## Example", "## Use instead"):
                 assert section in doc, (rule.id, section)
             assert rule.name and rule.message and rule.severity in ("error", "warning", "info")
+
+
+GROUPS = '''
+import torch
+import torch.distributed as dist
+
+def solution(hidden_states, w_qkv, w_o, num_heads, softmax_scale=None, causal=True, GROUP_A=None, GROUP_B=None):
+    out = hidden_states @ w_o
+    if GROUP_B is not None:
+        dist.barrier(group=GROUP_B)
+    return out
+'''
+
+
+def test_group_parameters_the_run_passes_are_not_none(analyzer, tmp_path):
+    # problem 56 (ring_attention_pp, file 57_...): PKB's input factory passes cp_group and pp_group
+    src = GROUPS.replace("GROUP_A", "cp_group").replace("GROUP_B", "pp_group")
+    assert findings(analyzer, tmp_path, src, name="57_ring_attention_pp_cuda.py").get("PKB008") == [7]
+    # a problem whose factory passes no group: `group` stays None, the branch never runs
+    src = GROUPS.replace("GROUP_A", "other").replace("GROUP_B", "group")
+    assert "PKB008" not in findings(analyzer, tmp_path, src, name="55_ring_attention_cuda.py")
