@@ -12,7 +12,7 @@ class FlagWithoutOrdering(Rule):
     accesses carry no release/acquire semantics and are not surrounded by a system-scope fence:
     the kernel's memory-ordering detail is `volatile_only` or `relaxed`. A relaxed barrier that a
     kernel calls before any of its own work (torch's entry barrier) is not reported: it orders
-    nothing the kernel wrote, and earlier kernels' writes are complete at the kernel boundary.
+    none of the kernel's own stores, and earlier kernels' stores are complete at the kernel boundary.
 
     ## Why is this bad?
     A flag only says "the data is ready" if the data stores become visible to the peer before the
@@ -56,7 +56,7 @@ class FlagWithoutOrdering(Rule):
 
 def _entry_barrier_only(ctx, kernel) -> bool:
     """The kernel's only flag protocol is a barrier before any of its own work (torch's relaxed
-    entry barrier): it orders nothing the kernel wrote, and what earlier kernels wrote is
+    entry barrier): it orders none of the kernel's own stores, and earlier kernels' stores are
     complete at the kernel boundary. A barrier after the kernel's work is not covered."""
     for cuda in ctx.facts.cuda:
         if cuda.source_index != kernel.source_index:
