@@ -104,8 +104,7 @@ class CallCategories:
         if isinstance(node, ast.Name):
             if node.id in seen or fn is None:
                 return node.id in seen  # `all_in = all_in.view(w, w)`: as integer as before
-            values = [n.value for n in ast.walk(fn) if isinstance(n, ast.Assign) and len(n.targets) == 1
-                      and isinstance(n.targets[0], ast.Name) and n.targets[0].id == node.id]
+            values = self.name_assignments(fn).get(node.id, [])
             return bool(values) and all(self._is_integer_tensor(v, fn, seen | {node.id}) for v in values)
         if not isinstance(node, ast.Call):
             return False

@@ -78,6 +78,8 @@ class PythonPass(CallCategories, PointerKinds, HostTensors, Reachability, CacheS
         self.loop_nodes: list[tuple[ast.AST, str]] = []  # loops on the timed path, with their function
         self.parents: dict[int, ast.AST] = {}  # id(node) -> its parent
         self.host_locals: dict[int, set[str]] = {}  # id(function def) -> names bound to host tensors
+        self._dict_values_by_key: dict[str, list[ast.AST]] | None = None
+        self._name_assignments: dict[int, dict[str, list[ast.AST]]] = {}  # id(function def) -> name -> values
         self._return_line = 0  # the return statement _reused_returns is looking at
 
     # ---- entry --------------------------------------------------------------------------------
@@ -227,9 +229,8 @@ class PythonPass(CallCategories, PointerKinds, HostTensors, Reachability, CacheS
             return ""
         if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
             # `res['x_signal']` where a state dict was built as {'x_signal': hdl.signal_pad_ptrs_dev, ...}
-            found = {self._value_type(v, self.enclosing.get(id(d)), depth + 1)
-                     for d in ast.walk(self.tree) if isinstance(d, ast.Dict)
-                     for k, v in zip(d.keys, d.values) if isinstance(k, ast.Constant) and k.value == node.slice.value}
+            found = {self._value_type(v, self.enclosing.get(id(v)), depth + 1)
+                     for v in self._dict_values().get(node.slice.value, [])}
             return found.pop() if len(found) == 1 else ""
         if isinstance(node, ast.Name):
             value = self._single_assignment(node.id, fn) if fn is not None else None
@@ -239,6 +240,17 @@ class PythonPass(CallCategories, PointerKinds, HostTensors, Reachability, CacheS
                 value = found[0] if len(found) == 1 else None
             return self._value_type(value, fn, depth + 1) if value is not None else ""
         return ""
+
+    def _dict_values(self) -> dict[str, list[ast.AST]]:
+        """String key -> the values stored under it in the file's dict literals (indexed once)."""
+        if self._dict_values_by_key is None:
+            self._dict_values_by_key = {}
+            for d in ast.walk(self.tree):
+                if isinstance(d, ast.Dict):
+                    for k, v in zip(d.keys, d.values):
+                        if isinstance(k, ast.Constant) and isinstance(k.value, str):
+                            self._dict_values_by_key.setdefault(k.value, []).append(v)
+        return self._dict_values_by_key
 
     def _record(self, node: ast.AST, name: str, cat: str, enclosing: dict[int, ast.AST], args: list[ArgInfo]) -> None:
         fn = enclosing.get(id(node))

@@ -173,9 +173,20 @@ class RunBranches:
         return not any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)
                        for n in ast.walk(sol))
 
+    def name_assignments(self, fn: ast.AST) -> dict[str, list[ast.AST]]:
+        """`name = value` statements of one function (one target, a plain name), indexed once."""
+        cache = self._name_assignments
+        found = cache.get(id(fn))
+        if found is None:
+            found = {}
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+                    found.setdefault(n.targets[0].id, []).append(n.value)
+            cache[id(fn)] = found
+        return found
+
     def _single_assignment(self, name: str, fn: ast.AST) -> ast.AST | None:
-        found = [n.value for n in ast.walk(fn) if isinstance(n, ast.Assign) and len(n.targets) == 1
-                 and isinstance(n.targets[0], ast.Name) and n.targets[0].id == name]
+        found = self.name_assignments(fn).get(name, [])
         return found[0] if len(found) == 1 else None
 
     def _is_multicast_expr(self, node: ast.AST, fn: ast.AST | None) -> bool:
