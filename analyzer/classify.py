@@ -61,6 +61,8 @@ class Classifier:
         self.facts = rec.facts
         self.has_compute = has_compute
         self.computes: dict[str, bool] = {}  # CUDA kernel -> its body does arithmetic beyond copies
+        self.on_run: set[str] = set()  # kernels whose labels are the candidate's (not fallbacks)
+        self.library_gemm_on_peers: list[int] = []  # lines of timed cuBLAS calls fed peer pointers
 
     def ev(self, line: int, pass_name: str, note: str = "") -> Evidence:
         snippet = self.lines[line - 1].strip()[:160] if 0 < line <= len(self.lines) else ""
@@ -134,7 +136,8 @@ class Classifier:
             elif call.category == "grid_sync":
                 add("sync", "grid_sync", self.ev(call.line, "clang", call.api))
         for loop in k.cuda.spin_loops:
-            if loop.function in k.reach and loop.polls in (*SIGNAL_KINDS, *PEER_KINDS, "unknown"):
+            # a spin on this rank's own symmetric buffer waits for a peer's store: a flag too
+            if loop.function in k.reach and loop.polls in (*SIGNAL_KINDS, *PEER_KINDS, "symm_local", "unknown"):
                 add("sync", "device_flags", self.ev(loop.line, "clang", f"spin on {loop.condition[:60]}"))
         # PTX: what the compiler really emitted for this entry (templates and headers included).
         if k.ptx is not None and k.ptx.status == "ok":
@@ -245,6 +248,7 @@ class Classifier:
         if fb_kernels:
             launched = (launched if launched is not None else {k.fn.name for k in k_facts}) - fb_kernels
             fallback_only |= fb_kernels
+        self.on_run = set()  # kernels the run launches on the timed path
         triton_timed = {c.target for c in self.timed("triton_launch")}
         triton_other = {c.target for c in self.facts.python.calls if c.category == "triton_launch" and c.path != "timed"}
         for rep in reports:
@@ -259,6 +263,7 @@ class Classifier:
                         if lab.value not in ("none", "unknown"):
                             rec.add_label(Label("fallback", lab.value, [self._tagged(e) for e in lab.evidence]))
                 continue
+            self.on_run.add(rep.name)
             for axis, labs in rep.labels.items():
                 for lab in labs:
                     if lab.value == "none":
@@ -277,6 +282,10 @@ class Classifier:
                 if key in c.qualname:
                     rec.add_label(Label("mechanism", mech, [self.ev(c.line, "python", c.qualname)]))
                     rec.add_label(Label("sync", "symm_barrier", [self.ev(c.line, "python", "symmetric-memory op syncs internally")]))
+        for c in self.timed("cudart_copy"):
+            # The runtime's copy through a peer's address (from the Python side) runs on the copy engines.
+            if any(a.pointer_kind in ("peer_ptr", "peer_tensor") for a in c.args) or "Peer" in c.qualname:
+                rec.add_label(Label("mechanism", "copy_engine", [self.ev(c.line, "python", f"{c.qualname} on a peer address")]))
         for c in self.timed("tensor_copy"):
             if self._peer_copy(c):
                 rec.add_label(Label("mechanism", "copy_engine", [self.ev(c.line, "python", "copy of a tensor viewing a peer buffer")]))
@@ -301,6 +310,7 @@ class Classifier:
                 if a.via == "library" and a.pointer_kind in PEER_KINDS and a.function in hosts and (
                         not ext_timed or self._host_fn_timed(cuda, a.function)):
                     rec.add_label(Label("mechanism", "sm_load", [self.ev(a.line, "clang", f"library GEMM reads {a.pointer} ({a.pointer_kind})")]))
+                    self.library_gemm_on_peers.append(a.line)
         self._host_cuda_calls()
         for c in self.timed("host_transfer"):
             rec.add_label(Label("mechanism", "host_staging", [self.ev(c.line, "python", c.qualname)]))
@@ -381,8 +391,10 @@ class Classifier:
                 if f.name in entry_fns:
                     if f.kind == "global":
                         out.add(f.name)
-                    for callee in _reach(f, by_name, device_only=False):
-                        out.add(callee)
+                    reached = _reach(f, by_name, device_only=False)
+                    out |= reached
+                    # launches by their written (namespace-qualified) names
+                    out |= {la.kernel for la in cuda.launches if la.caller in reached}
         # cupy kernels are launched by name
         return out or None
 
@@ -421,19 +433,39 @@ class Classifier:
         fn, _, first, last = block
         mine = [c for c in calls if first <= c.line <= last]
         recorded = {m.group(1) for c in mine for m in [re.search(r"([\w\[\]+\-. ]+)\.record\(", c.snippet)] if m}
+        # An event recorded after the block (`ev.record(s)` in a loop over the side streams) and
+        # waited on is a join too.
+        recorded |= {m.group(1) for c in calls if c.path == "timed" and c.function == fn and c.line > last
+                     for m in [re.search(r"([\w\[\]+\-. ]+)\.record\(\s*\w", c.snippet)] if m}
         joins = [c.line for c in calls if c.path == "timed" and c.function == fn and c.line > last
                  and ("wait_stream" in c.qualname or c.category == "cuda_sync" and "synchronize" in c.qualname
                       or "wait_event" in c.qualname and any(a.text in recorded for a in c.args))]
         if not joins:
             return True  # joined elsewhere (the caller, the next iteration): work can run between
         end = min(joins)
-        for i in range(last + 1, end):
+        between = list(range(last + 1, end))
+        # Inside a loop joined only after it: the next iteration's work (before the block in the
+        # loop body) also runs while this iteration's side-stream work is in flight.
+        loop = self._enclosing_loop(first)
+        if loop is not None and (loop.end_lineno or loop.lineno) < end:
+            between += list(range(loop.body[0].lineno, first))
+        for i in between:
             code = self.lines[i - 1].split("#")[0].strip()
-            if "(" in code and not re.search(r"\b(wait_stream|wait_event|record|synchronize|Event|stream)\(", code) \
+            # Work is a call that is not stream plumbing nor a builtin on host numbers.
+            called = [m.group(1) for m in re.finditer(r"([\w.]+)\s*\(", code)]
+            work = [c for c in called if c.split(".")[-1] not in _NOT_WORK]
+            if work and not re.search(r"\b(wait_stream|wait_event|record|synchronize|Event|stream)\(", code) \
                     and not code.startswith(("def ", "return", "if ", "for ", "with ", "elif ")):
                 return True
         # A matmul written as `@` between the block and the join counts as other work.
-        return any(last < m < end for m in matmul_lines)
+        return any(m in between for m in matmul_lines)
+
+    def _enclosing_loop(self, line: int) -> ast.AST | None:
+        """The innermost `for`/`while` whose body holds `line`."""
+        tree = self.rec.syntax_tree()
+        loops = [n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.While)) and n.body
+                 and n.body[0].lineno <= line <= (n.end_lineno or n.lineno)] if tree else []
+        return max(loops, key=lambda n: n.lineno, default=None)
 
     def _host_cuda_calls(self) -> None:
         for cuda in self.facts.cuda:
@@ -455,7 +487,7 @@ class Classifier:
         if not problem_compute:
             rec.add_label(Label("overlap", "n/a", [self.ev(py.solution_line or 1, "python", "the problem is a bare collective")]))
             return
-        mover = [r for r in reports if any(l.value not in ("none", "unknown") for l in r.labels.get("mechanism", []))]
+        mover = [r for r in reports if r.name in self.on_run and any(l.value not in ("none", "unknown") for l in r.labels.get("mechanism", []))]
         overlapping = [b for b in self._side_stream_blocks() if self._side_stream_overlaps(b, matmul_lines)]
         if overlapping and (py.streams or self.timed("event", "stream")):
             _, with_line, first, _ = overlapping[0]
@@ -465,7 +497,7 @@ class Classifier:
         if py.chunk_loops:
             rec.add_label(Label("overlap", "chunked_pipeline", [self.ev(py.chunk_loops[0], "python", "a loop over chunks issues transfers and compute")]))
         fused = [r for r in mover if self.computes.get(r.name, False)]
-        if fused and not has_torch_compute:
+        if fused:
             k = fused[0]
             pass_name = "clang" if k.language == "cuda" else "python"
             evidence = [self.ev(k.line, pass_name, f"{k.name} moves peer data and computes")]
@@ -473,9 +505,19 @@ class Classifier:
             if compute_line:
                 evidence.append(self.ev(compute_line, pass_name, "the arithmetic in the same kernel"))
             rec.add_label(Label("overlap", "fused_kernel", evidence))
+        if self.library_gemm_on_peers:
+            # cuBLAS reading a peer's buffer moves the data inside the GEMM that consumes it.
+            rec.add_label(Label("overlap", "fused_kernel", [self.ev(self.library_gemm_on_peers[0], "clang",
+                                                                    "a library GEMM reads peer memory as its operand")]))
         if not rec.labels.get("overlap"):
             line = (compute_calls[0].line if compute_calls else (matmul_lines[0] if matmul_lines else py.solution_line or 1))
             rec.add_label(Label("overlap", "none", [self.ev(line, "python", "communication and computation run one after another")]))
+
+
+# Calls on host numbers that issue no GPU work (`peer = (rank + i) % len(streams)`).
+_NOT_WORK = {"int", "len", "range", "min", "max", "float", "abs", "divmod", "isinstance", "tuple", "list",
+             "str", "bool", "size", "numel", "element_size", "data_ptr", "dim", "stride", "get_rank",
+             "get_world_size", "current_stream", "cuda_stream"}
 
 
 def _in_fallback(cuda: CudaFacts, line: int) -> bool:
@@ -554,9 +596,17 @@ def _line_computes(line: str) -> bool:
     code = line.split("//")[0]
     if _COMPUTE_RE.search(code):
         return True
-    # A product or quotient of values (`acc += a * b`, `float y = x * inv_rms`), not of indices.
-    return "=" in code and bool(_VALUE_PRODUCT.search(code.split("=", 1)[1])) and not _INDEX_WORDS.search(code) \
-        and not code.strip().startswith(("#", "for", "if", "return"))
+    # A product or quotient of values (`acc += a * b`, `float y = x * inv_rms`), not of indices:
+    # products inside subscripts (`out[row * H + col] = src[row * w + h]`) and pointer arithmetic
+    # (`T* dst = out + start * hidden`, `reinterpret_cast<...>(src + off * n)`) address, not compute.
+    if "=" not in code or code.strip().startswith(("#", "for", "if", "return")):
+        return False
+    lhs, rhs = code.split("=", 1)
+    if re.search(r"\w\s*\*\s*(?:__restrict__\s+)?\w+\s*$", lhs.strip()) or "reinterpret_cast<" in rhs:
+        return False
+    while re.search(r"\[[^\[\]]*\]", rhs):
+        rhs = re.sub(r"\[[^\[\]]*\]", "", rhs)
+    return bool(_VALUE_PRODUCT.search(rhs)) and not _INDEX_WORDS.search(code)
 
 
 def _kernel_computes(body_lines: list[str]) -> bool:
@@ -564,12 +614,10 @@ def _kernel_computes(body_lines: list[str]) -> bool:
     return any(_line_computes(line) for line in body_lines)
 
 
-def problem_has_compute(rec: CandidateRecord) -> bool | None:
-    """Whether the problem the record answers computes beyond its collective, for every PKB
-    problem: the catalog's entry (matched by name; PKB's files numbered 34 and up answer problem
-    id - 1), else our own spec of it; None where neither says."""
+def problem_entry(rec: CandidateRecord):
+    """The catalog entry of the PKB problem the record answers (matched by name; PKB's files
+    numbered 34 and up answer problem id - 1); None where none matches."""
     from problems import catalog
-    from problems import spec as problem_spec
 
     table = catalog.entries()
     entry = None
@@ -587,6 +635,15 @@ def problem_has_compute(rec: CandidateRecord) -> bool | None:
             if e is not None and e.name in stem:
                 entry = e
                 break
+    return entry
+
+
+def problem_has_compute(rec: CandidateRecord) -> bool | None:
+    """Whether the problem the record answers computes beyond its collective, for every PKB
+    problem: the catalog's entry, else our own spec of it; None where neither says."""
+    from problems import spec as problem_spec
+
+    entry = problem_entry(rec)
     if entry is None:
         return None
     if entry.has_compute is not None:

@@ -74,7 +74,10 @@ class LaunchScan:
             block = cfg[1] if len(cfg) > 1 else ""
             stream = cfg[3] if len(cfg) > 3 else ""
         args = n.kids[2:]
-        self.facts.launches.append(Launch(kernel=n.spelling, line=self.line(n), caller=f.name,
+        # `fused_pull::kernel<<<...>>>`: clang spells the callee `kernel`; several namespaces of one
+        # ParallelKittens file each have a `kernel`, so keep the name as written.
+        kernel = m.group(1) if m and "::" in m.group(1) and m.group(1).endswith("::" + n.spelling) else n.spelling
+        self.facts.launches.append(Launch(kernel=kernel, line=self.line(n), caller=f.name,
                                           args=[self.snippet(a, 80) for a in args],
                                           arg_kinds=[self.eval(a)[0] for a in args], grid=grid, block=block,
                                           template_args=template, stream=stream))

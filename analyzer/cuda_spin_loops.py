@@ -140,10 +140,35 @@ class SpinLoopScan:
             p = p.parent
         return None
 
+    def modified_names(self, body: Node | None) -> set[str]:
+        """Local names a loop body assigns or increments."""
+        out: set[str] = set()
+        for x in body.walk() if body is not None else []:
+            if x.kind in ("UNARY_OPERATOR", "COMPOUND_ASSIGNMENT_OPERATOR", "BINARY_OPERATOR") and x.kids:
+                if x.kind == "COMPOUND_ASSIGNMENT_OPERATOR" or (x.kind == "UNARY_OPERATOR" and self.unary_op(x) in ("++", "--")) \
+                        or (x.kind == "BINARY_OPERATOR" and re.match(r"[^=]*[^=!<>]=[^=]", self.text_of(x) or "")):
+                    t = unwrap(x.kids[0])
+                    if t.kind == "DECL_REF_EXPR":
+                        out.add(t.spelling)
+        return out
+
+    def is_search_loop(self, cond: Node, body: Node | None) -> bool:
+        """`while (i < n && i >= offsets[i + 1]) i++;`: every memory read of the condition is a
+        plain subscript whose index the body moves, so each test reads a new element; a poll
+        rereads one address until another agent writes it."""
+        moved = self.modified_names(body)
+        reads = [x for x in cond.walk() if x.kind == "ARRAY_SUBSCRIPT_EXPR" and len(x.kids) >= 2]
+        if not moved or not reads or any(x.kind == "CALL_EXPR" or (x.kind == "UNARY_OPERATOR" and self.unary_op(x) == "*")
+                                         for x in cond.walk()):
+            return False
+        return all(any(y.kind == "DECL_REF_EXPR" and y.spelling in moved for y in r.kids[1].walk()) for r in reads)
+
     def scan_loop(self, f: FuncNode, n: Node) -> None:
         conds, body = self.loop_parts(n)
         cond = conds[0] if conds else None
         polled = self.reads_memory(cond) if cond is not None else None
+        if polled is not None and self.is_search_loop(cond, body):
+            return
         if polled is not None:
             has_exit = bool(body is not None and self.exits_in(body)) or self.mentions_bound(cond, body)
             self.facts.spin_loops.append(SpinLoop(line=self.line(n), function=f.name, condition=self.snippet(cond),

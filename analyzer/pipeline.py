@@ -14,12 +14,12 @@ import sqlite3
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from analyzer.classify import classify, problem_has_compute
+from analyzer.classify import classify, problem_entry, problem_has_compute
 from pkb.facts import CudaFacts, PtxFacts, StaticFacts
 from analyzer.python_pass import analyze_python, run_context
 from analyzer.rules import Rule, run_rules, select_rules
@@ -155,7 +155,11 @@ class StaticAnalyzer:
 
     def _compute_source_passes(self, rec: CandidateRecord) -> None:
         t0 = time.perf_counter()
-        py = analyze_python(rec.source, rec.path, rec.syntax_tree(), run_context(rec.precision, rec.hardware))
+        run = run_context(rec.precision, rec.hardware)
+        entry = problem_entry(rec) if run.world_size else None
+        if entry is not None and entry.group_args:
+            run = replace(run, group_args=entry.group_args)
+        py = analyze_python(rec.source, rec.path, rec.syntax_tree(), run)
         rec.facts = StaticFacts(python=py)
         rec.passes = [PassStatus("python", "ok" if py.status == "ok" else "failed", py.message, time.perf_counter() - t0)]
         if py.status != "ok":

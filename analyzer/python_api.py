@@ -56,9 +56,19 @@ _METADATA_WORDS = ("split", "count", "size", "offset", "len", "num", "idx", "ind
 def is_metadata_collective(call: CallSite) -> bool:
     """A collective or p2p call whose tensors are all split sizes, counts or offsets: it moves a few
     numbers for the host, not the payload (`dist.all_gather_into_tensor(all_counts, counts)`)."""
-    tensors = [a.text for a in call.args if a.keyword in ("", "tensor", "output", "input", "output_tensor", "input_tensor")]
-    tensors = [t for t in tensors if re.fullmatch(r"[\w.\[\]]+", t) and not t.startswith(("dist.", "group"))]
-    return bool(tensors) and all(any(w in t.lower() for w in ("split", "count", "size", "offset", "meta", "num_", "nnz", "len")) for t in tensors)
+    args = [a for a in call.args if a.keyword in ("", "tensor", "output", "input", "output_tensor", "input_tensor", "tensor_list")
+            and (a.integer_tensor or re.fullmatch(r"[\w.\[\]]+", a.text) and not a.text.startswith(("dist.", "group")))]
+    # Named as sizes or counts, or made as a tensor of integers (`torch.empty(w * w, dtype=torch.int64)`):
+    # the payloads of these problems are floating point.
+    return bool(args) and all(a.integer_tensor or any(w in a.text.lower() for w in (
+        "split", "count", "size", "offset", "meta", "num_", "nnz", "len")) for a in args)
+
+
+def _names_cpu(node: ast.AST) -> bool:
+    """`"cpu"` or `torch.device("cpu")`."""
+    if isinstance(node, ast.Constant):
+        return node.value == "cpu"
+    return isinstance(node, ast.Call) and dotted(node.func).endswith("device") and bool(node.args) and _names_cpu(node.args[0])
 
 
 def dotted(node: ast.AST) -> str:
@@ -76,8 +86,37 @@ def dotted(node: ast.AST) -> str:
     return ".".join(reversed(parts))
 
 
+_INT_DTYPES = {"int32", "int64", "int", "long", "int16", "int8", "uint8", "short"}
+
+
 class CallCategories:
     """How the Python pass names and sorts the calls it finds (a mixin of PythonPass)."""
+
+    def _is_integer_tensor(self, node: ast.AST, fn: ast.AST | None, seen: frozenset = frozenset()) -> bool:
+        """A tensor of integers: made with an integer dtype, cast to one (`.int()`, `.to(torch.int32)`),
+        a view or element of one, a list of them, or a name every assignment of which is one."""
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return bool(node.elts) and all(self._is_integer_tensor(e, fn, seen) for e in node.elts)
+        if isinstance(node, ast.ListComp):
+            return self._is_integer_tensor(node.elt, fn, seen)
+        if isinstance(node, ast.Subscript):
+            return self._is_integer_tensor(node.value, fn, seen)
+        if isinstance(node, ast.Name):
+            if node.id in seen or fn is None:
+                return node.id in seen  # `all_in = all_in.view(w, w)`: as integer as before
+            values = self.name_assignments(fn).get(node.id, [])
+            return bool(values) and all(self._is_integer_tensor(v, fn, seen | {node.id}) for v in values)
+        if not isinstance(node, ast.Call):
+            return False
+        dtypes = [k.value for k in node.keywords if k.arg == "dtype"] + [a for a in node.args if isinstance(a, ast.Attribute)]
+        if any(isinstance(d, ast.Attribute) and dotted(d).startswith("torch.") and d.attr in _INT_DTYPES for d in dtypes):
+            return True
+        if isinstance(node.func, ast.Attribute):
+            if node.func.attr in ("int", "long", "short") and not node.args:
+                return True
+            if node.func.attr in ("view", "reshape", "contiguous", "flatten", "clone", "to", "cuda", "narrow", "t", "T"):
+                return self._is_integer_tensor(node.func.value, fn, seen)
+        return False
 
     def _is_host_tensor(self, value: ast.AST) -> bool:
         if not isinstance(value, ast.Call):
@@ -87,8 +126,8 @@ class CallCategories:
             return True
         consts = [a.value for a in value.args if isinstance(a, ast.Constant)]
         kws = {k.arg: k.value for k in value.keywords if k.arg}
-        if last == "to" and "cpu" in consts:
-            return True
+        if last in ("to", "tensor", "as_tensor") + tuple(ALLOC_FUNCS) and any(_names_cpu(a) for a in [*value.args, *kws.values()]):
+            return True  # `.to("cpu")`, `.to(torch.device("cpu"), non_blocking=True)`, `device="cpu"`
         pinned = isinstance(kws.get("pin_memory"), ast.Constant) and kws["pin_memory"].value is True
         on_cpu = isinstance(kws.get("device"), ast.Constant) and kws["device"].value == "cpu"
         if last in ALLOC_FUNCS and (pinned or on_cpu):
@@ -102,11 +141,16 @@ class CallCategories:
         """A tensor known to live in host memory: a name bound to one, or an expression making one."""
         if isinstance(node, ast.Attribute) and node.attr in ("T", "mT", "data") or isinstance(node, ast.Subscript):
             return self._is_host_value(node.value)  # `cpu_t.T`, `cpu_t[i]`
+        if isinstance(node, ast.Name) and self._in_host_locals(node):
+            return True
         if isinstance(node, (ast.Name, ast.Attribute)):
             return dotted(node) in self.facts.host_tensors
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr not in ("cuda", "to") \
                 and self._is_host_value(node.func.value):
             return True  # `cpu_t.sum()`, `cpu_t.long()`: an op on a host tensor stays on the host
+        if isinstance(node, ast.Call) and node.args and self.qualname(node.func).startswith("torch.") \
+                and self.qualname(node.func).endswith("_like") and not any(k.arg == "device" for k in node.keywords):
+            return self._is_host_value(node.args[0])  # `torch.zeros_like(cpu_t)` is made where cpu_t lives
         return self._is_host_tensor(node)
 
     def _is_metadata(self, call: ast.Call) -> bool:
@@ -190,6 +234,8 @@ class CallCategories:
             return "ext_kernel", f"ext.{node.func.attr}"
         if last in ("copy_", "clone", "copy") and isinstance(node.func, ast.Attribute):
             return "tensor_copy", f"tensor.{last}"
+        if re.fullmatch(r"cudaMemcpy(Peer)?(Async)?|cudaMemcpy2D(Async)?|cuMemcpy\w*", last) and isinstance(node.func, ast.Attribute):
+            return "cudart_copy", f"cudart.{last}"  # `torch.cuda.cudart().cudaMemcpyAsync(dst, src, n, kind, s)`
         if last in COMPUTE_FUNCS and (q.startswith("torch.") or q.startswith("F.") or "functional" in q):
             return "compute", q
         return "", ""

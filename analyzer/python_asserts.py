@@ -13,7 +13,7 @@ import re
 
 from pkb.facts import AssertFact, ConstantFact
 
-from analyzer.python_api import RANK_NAMES, WORLD_NAMES, dotted
+from analyzer.python_api import RANK_NAMES, SYMM_HANDLE_ATTRS, WORLD_NAMES, dotted
 
 
 class AssertsAndLoops:
@@ -66,13 +66,17 @@ class AssertsAndLoops:
                 if c.path != "timed":
                     continue
                 if loop.lineno <= c.line <= (loop.end_lineno or loop.lineno) or c.function in callees:
+                    # Reading a handle's pointer table (`hdl.buffer_ptrs[peer]`) or taking a view of
+                    # a peer's buffer moves nothing: the copy through it is the transfer.
+                    if c.category == "symm_handle" and c.qualname.split(".")[-1] in (*SYMM_HANDLE_ATTRS, "get_buffer", "get_signal_pad"):
+                        continue
                     cats.add(c.category)
                     streamed = streamed or bool(c.stream_context) or c.category in ("event", "stream")
             # One stream runs an iteration's transfer and compute one after the other: chunks
             # pipeline only when a side stream or events let the next transfer run under this compute.
             if not streamed:
                 continue
-            transfer = cats & {"collective", "p2p", "tensor_copy", "ext_kernel", "triton_launch", "cupy_launch", "symm_handle"}
+            transfer = cats & {"collective", "p2p", "tensor_copy", "cudart_copy", "ext_kernel", "triton_launch", "cupy_launch", "symm_handle"}
             compute = cats & {"compute", "ext_kernel", "triton_launch"}
             has_matmul = any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult) for b in bodies for n in ast.walk(b))
             if transfer and (compute - transfer or has_matmul or len(transfer) > 1):
@@ -120,7 +124,11 @@ class AssertsAndLoops:
             m = re.search(r"in\s*\((torch\.\w+)\s*,?\)", text)
             if m:
                 return "dtype", m.group(1)
-        if re.search(r"(numel\(\)|shape\[-?\d\]|size\(-?\d?\))\s*%\s*\d+\s*==\s*0", text) or re.search(r"shape\s*==\s*\(", text):
+        # `x.shape == (4096, 128)` fixes the sizes; `beta.shape == (B, T, H)` only checks that
+        # the inputs agree with each other.
+        fixed_shape = re.search(r"shape\s*==\s*\(([^)]*)\)", text)
+        fixed_shape = fixed_shape and re.search(r"(?<![\w.])[2-9]\d*\b|(?<![\w.])1\d+\b", fixed_shape.group(1))
+        if re.search(r"(numel\(\)|shape\[-?\d\]|size\(-?\d?\))\s*%\s*\d+\s*==\s*0", text) or fixed_shape:
             m = re.search(r"%\s*(\d+)", text)
             return "shape", m.group(1) if m else ""
         return "", ""

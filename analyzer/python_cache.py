@@ -157,6 +157,8 @@ class CacheState:
             if isinstance(node, ast.Subscript) and not self._is_cache_read(node):
                 node = node.value
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in self._VIEWS:
+                if node.func.attr == "contiguous" and self._strided_view(node.func.value):
+                    return None  # `buf.permute(1, 0, 2).contiguous()` copies into a fresh tensor
                 node = node.func.value
             else:
                 break
@@ -186,6 +188,14 @@ class CacheState:
                 return None  # fresh on some route: not reported
             found = found or (got[0], node.id, line)
         return found
+
+    @staticmethod
+    def _strided_view(node: ast.AST) -> bool:
+        """A view whose elements are not in memory order (a permute, a transpose, an expand)."""
+        if isinstance(node, ast.Attribute):
+            return node.attr in ("T", "mT", "mH", "H")
+        return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+            "permute", "transpose", "t", "expand", "expand_as", "movedim", "swapaxes", "swapdims")
 
     def _is_cache_read(self, node: ast.AST) -> bool:
         """`_cache[key]`, `self.bufs[i]`, `_STATE.get(key)` where the container persists across calls."""

@@ -12,6 +12,7 @@ into PythonPass in the order run() calls them:
 
     python_api       the torch / symmetric-memory names and each call's category
     python_pointers  what each name points at (peer buffers, signal pads, multicast)
+    python_host      which tensors live in host memory (their .item()/.tolist() do not sync)
     python_reach     the call graph from solution() and the route each call runs on
     python_cache     cache guards (set-up that runs once) and buffers returned from a cache
     python_run       the branches PKB's run takes (dtype, world size, multicast)
@@ -29,6 +30,7 @@ from pkb.facts import ArgInfo, CallSite, PythonFacts
 from analyzer.python_api import ALLOC_FUNCS, SYMM_HANDLE_ATTRS, CallCategories, dotted, is_metadata_collective
 from analyzer.python_asserts import AssertsAndLoops
 from analyzer.python_cache import CacheState
+from analyzer.python_host import HostTensors
 from analyzer.python_pointers import PointerKinds, Scope, stronger
 from analyzer.python_reach import Reachability, CallContext
 from analyzer.python_run import RunBranches, RunContext, run_context, run_context_of_path
@@ -40,7 +42,7 @@ from analyzer.strings import StringResolver
 __all__ = ["PythonPass", "RunContext", "analyze_python", "is_metadata_collective", "run_context", "run_context_of_path"]
 
 
-class PythonPass(CallCategories, PointerKinds, Reachability, CacheState, RunBranches, ExtensionSources,
+class PythonPass(CallCategories, PointerKinds, HostTensors, Reachability, CacheState, RunBranches, ExtensionSources,
                  TritonKernels, AssertsAndLoops):
     """One candidate's Python facts: run() calls the steps in order over one parsed tree."""
 
@@ -60,6 +62,7 @@ class PythonPass(CallCategories, PointerKinds, Reachability, CacheState, RunBran
         self.returns: dict[str, list[str]] = {}  # function -> kinds of returned tuple items
         self.tuples: dict[str, list[str]] = {}  # name / cache slot -> kinds of a tuple stored there
         self.path_of: dict[str, str] = {}  # function -> best path reached
+        self.path_of_def: dict[int, str] = {}  # id(function def) -> best path reached (methods apart)
         self.strings = StringResolver(self.tree, text)
         self.global_names: set[str] = set()
         self.handle_names: set[str] = set()  # names bound from symm_mem.rendezvous(...)
@@ -74,6 +77,9 @@ class PythonPass(CallCategories, PointerKinds, Reachability, CacheState, RunBran
         self.stmt_ctx: dict[int, CallContext] = {}  # id(call node) -> the route it runs on
         self.loop_nodes: list[tuple[ast.AST, str]] = []  # loops on the timed path, with their function
         self.parents: dict[int, ast.AST] = {}  # id(node) -> its parent
+        self.host_locals: dict[int, set[str]] = {}  # id(function def) -> names bound to host tensors
+        self._dict_values_by_key: dict[str, list[ast.AST]] | None = None
+        self._name_assignments: dict[int, dict[str, list[ast.AST]]] = {}  # id(function def) -> name -> values
         self._return_line = 0  # the return statement _reused_returns is looking at
 
     # ---- entry --------------------------------------------------------------------------------
@@ -83,6 +89,7 @@ class PythonPass(CallCategories, PointerKinds, Reachability, CacheState, RunBran
         self._definitions()
         self.enclosing = self._enclosing_functions()
         self._pointer_kinds()
+        self._host_tensor_flow()
         self._reachability()
         self._walk_calls()
         self._cuda_sources()
@@ -198,7 +205,8 @@ class PythonPass(CallCategories, PointerKinds, Reachability, CacheState, RunBran
             origin = scope.origin.get(node.id) or self.module_scope.origin.get(node.id, 0)
         return ArgInfo(position=pos, keyword=kw, text=ast.unparse(node)[:120], pointer_kind=kind,
                        origin_line=origin or getattr(node, "lineno", 0),
-                       value_type=self._value_type(node, self.enclosing.get(id(node))), line=getattr(node, "lineno", 0))
+                       value_type=self._value_type(node, self.enclosing.get(id(node))), line=getattr(node, "lineno", 0),
+                       integer_tensor=self._is_integer_tensor(node, self.enclosing.get(id(node))))
 
     def _value_type(self, node: ast.AST, fn: ast.AST | None, depth: int = 0) -> str:
         """'int' for an address (a handle's buffer_ptrs_dev, signal_pad_ptrs_dev, multicast_ptr, a
@@ -219,6 +227,11 @@ class PythonPass(CallCategories, PointerKinds, Reachability, CacheState, RunBran
             if q.startswith("torch.") and q.split(".")[-1] in (*ALLOC_FUNCS, "tensor", "as_tensor", "arange", "from_numpy"):
                 return "tensor"
             return ""
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+            # `res['x_signal']` where a state dict was built as {'x_signal': hdl.signal_pad_ptrs_dev, ...}
+            found = {self._value_type(v, self.enclosing.get(id(v)), depth + 1)
+                     for v in self._dict_values().get(node.slice.value, [])}
+            return found.pop() if len(found) == 1 else ""
         if isinstance(node, ast.Name):
             value = self._single_assignment(node.id, fn) if fn is not None else None
             if value is None:
@@ -227,6 +240,17 @@ class PythonPass(CallCategories, PointerKinds, Reachability, CacheState, RunBran
                 value = found[0] if len(found) == 1 else None
             return self._value_type(value, fn, depth + 1) if value is not None else ""
         return ""
+
+    def _dict_values(self) -> dict[str, list[ast.AST]]:
+        """String key -> the values stored under it in the file's dict literals (indexed once)."""
+        if self._dict_values_by_key is None:
+            self._dict_values_by_key = {}
+            for d in ast.walk(self.tree):
+                if isinstance(d, ast.Dict):
+                    for k, v in zip(d.keys, d.values):
+                        if isinstance(k, ast.Constant) and isinstance(k.value, str):
+                            self._dict_values_by_key.setdefault(k.value, []).append(v)
+        return self._dict_values_by_key
 
     def _record(self, node: ast.AST, name: str, cat: str, enclosing: dict[int, ast.AST], args: list[ArgInfo]) -> None:
         fn = enclosing.get(id(node))
@@ -237,6 +261,8 @@ class PythonPass(CallCategories, PointerKinds, Reachability, CacheState, RunBran
             path, rank_cond, in_loop, stream = "module", False, False, ""
         else:
             path, rank_cond, in_loop, stream = "unreached", False, False, ""
+        if path in ("timed", "setup") and self.in_untaken_ifexp(node):
+            path = "fallback"
         target = ""
         if cat == "ext_kernel":
             target = name.split(".", 1)[1]

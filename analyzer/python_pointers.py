@@ -182,6 +182,36 @@ class PointerKinds:
         if dest is not scope:
             scope.kinds[key] = dest.kinds[key]
 
+    def _bind_params(self, callee: ast.AST, call: ast.Call, scope: Scope) -> None:
+        """`_p2p_copy(buf, int(hdl.buffer_ptrs[peer]), n)`: the helper's parameter holds what
+        its callers pass (the most specific kind over every call)."""
+        params = [a.arg for a in callee.args.args]  # type: ignore[attr-defined]
+        inner = self._scope_for(callee)
+        pairs = list(zip(params, call.args)) + [(k.arg, k.value) for k in call.keywords if k.arg in params]
+        for name, arg in pairs:
+            if isinstance(arg, ast.Starred):
+                continue
+            kind = self.kind_of(arg, scope)
+            if kind not in ("unknown", "local"):
+                inner.kinds[name] = stronger(inner.kinds.get(name, "unknown"), kind)
+                inner.origin.setdefault(name, getattr(arg, "lineno", 0))
+
+    def _appended_kind(self, value: ast.AST, fn: ast.AST, scope: Scope) -> str:
+        """The kind of an appended value; `t.data_ptr()` of a loop variable over one of the
+        function's parameters (the candidate's input tensors) is a local address."""
+        kind = self.kind_of(value, scope)
+        if kind != "unknown":
+            return kind
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "data_ptr" \
+                and isinstance(value.func.value, ast.Name):
+            params = {a.arg for a in fn.args.args}  # type: ignore[attr-defined]
+            var = value.func.value.id
+            for loop in ast.walk(fn):
+                if isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) and loop.target.id == var \
+                        and isinstance(loop.iter, ast.Name) and loop.iter.id in params:
+                    return "local"
+        return "unknown"
+
     def _pointer_kinds(self) -> None:
         # Two sweeps: the second sees return kinds and globals that the first discovered.
         for _ in range(2):
@@ -194,6 +224,14 @@ class PointerKinds:
                             self._assign_kinds(node.targets, node.value, scope, node.lineno)
                         elif isinstance(node, ast.AnnAssign) and node.value is not None:
                             self._assign_kinds([node.target], node.value, scope, node.lineno)
+                        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and fn is not None \
+                                and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "append" \
+                                and isinstance(node.value.func.value, ast.Name) and len(node.value.args) == 1:
+                            # `ptrs.append(t.data_ptr())`: the list holds what is appended
+                            self._set_kind(node.value.func.value, self._appended_kind(node.value.args[0], fn, scope), scope, node.lineno)
+                        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.functions \
+                                and node.func.id not in self.triton_names:
+                            self._bind_params(self.functions[node.func.id], node, scope)
                         elif isinstance(node, ast.For) and isinstance(node.target, ast.Name):
                             k = self.kind_of(node.iter, scope)
                             if k in ("peer_ptr_array", "signal_ptr_array"):

@@ -114,7 +114,9 @@ class Reachability:
 
     def _visit_function(self, fn: ast.AST, path: str, rank_cond: bool, stack: set[str]) -> None:
         name = getattr(fn, "name", "")
-        prev = self.path_of.get(name)
+        # Keyed by the definition: two autograd Functions each have a `forward`.
+        visited = self.path_of_def
+        prev = visited.get(id(fn))
         if (prev is not None and _PATH_RANK[prev] >= _PATH_RANK[path]) or name in stack:
             return
         decos = [self.qualname(d.func if isinstance(d, ast.Call) else d) for d in getattr(fn, "decorator_list", [])]
@@ -123,7 +125,9 @@ class Reachability:
             self.caching_fns.add(name)
             if prev is not None and _PATH_RANK[prev] >= _PATH_RANK[path]:
                 return
-        self.path_of[name] = path
+        visited[id(fn)] = path
+        if name not in self.path_of or _PATH_RANK[self.path_of[name]] < _PATH_RANK[path]:
+            self.path_of[name] = path
         ctx = CallContext(function=name, path=path, rank_conditional=rank_cond)
         self._visit_block(fn.body, ctx, fn, stack | {name})  # type: ignore[attr-defined]
 

@@ -35,6 +35,7 @@ class RunContext:
     dtype: str | None = None  # torch dtype name of the inputs ('bfloat16')
     world_size: int | None = None
     multicast: bool | None = None
+    group_args: tuple[str, ...] = ()  # solution() parameters the run passes a process group
 
 
 def run_context(precision: str = "", hardware: str = "") -> RunContext:
@@ -97,6 +98,8 @@ class RunBranches:
             if self._is_multicast_expr(test, fn):
                 return self.run_ctx.multicast
             value = self._single_assignment(test.id, fn)
+            if self._nonempty_input_list(test.id, value, fn):
+                return True
             return self.run_value(value, fn, depth + 1) if value is not None else None
         if isinstance(test, ast.Attribute):
             if test.attr in ("is_cuda",):
@@ -118,9 +121,43 @@ class RunBranches:
             return self._compare_value(test.left, test.ops[0], test.comparators[0], fn)
         return None
 
+    def _nonempty_input_list(self, name: str, value: ast.AST | None, fn: ast.AST) -> bool:
+        """A list input of solution() (`grad_tensors: List[torch.Tensor]`), or a comprehension
+        filtering one (`[t for t in grad_tensors if t is not None]`): PKB's inputs are non-empty."""
+        sol = self.functions.get("solution")
+        if fn is not sol or sol is None:
+            return False
+        lists = {a.arg for a in sol.args.args if a.annotation is not None
+                 and re.search(r"\b(List|list|Sequence|Tuple|tuple)\b", ast.unparse(a.annotation))}
+        if value is None:
+            return name in lists and not any(isinstance(n, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == name for t in n.targets) for n in ast.walk(fn))
+        return isinstance(value, ast.ListComp) and len(value.generators) == 1 \
+            and isinstance(value.generators[0].iter, ast.Name) and value.generators[0].iter.id in lists \
+            and all(self._keeps_tensors(c) for c in value.generators[0].ifs)
+
+    @staticmethod
+    def _keeps_tensors(cond: ast.AST) -> bool:
+        """`t is not None`, `t.grad is not None`: a filter that keeps every tensor of PKB's inputs."""
+        return isinstance(cond, ast.Compare) and len(cond.ops) == 1 and isinstance(cond.ops[0], ast.IsNot) \
+            and isinstance(cond.comparators[0], ast.Constant) and cond.comparators[0].value is None
+
+    def in_untaken_ifexp(self, node: ast.AST) -> bool:
+        """`a.tolist() if isinstance(a, torch.Tensor) else a`: `node` sits in the branch of a
+        conditional expression that PKB's run does not take."""
+        child, parent = node, self.parents.get(id(node))
+        while parent is not None and not isinstance(parent, ast.stmt):
+            if isinstance(parent, ast.IfExp) and child is not parent.test:
+                taken = self.run_value(parent.test, self.enclosing.get(id(parent)))
+                if taken is not None and (child is parent.body) != taken:
+                    return True
+            child, parent = parent, self.parents.get(id(parent))
+        return False
+
     def _unset_group(self, node: ast.AST, fn: ast.AST | None) -> bool:
-        """A `group=None` parameter of solution(): PKB's inputs are tensors and scalars, never a
-        process group, so on the run it stays None."""
+        """A `group=None` parameter of solution(): PKB's inputs are tensors and scalars, and a process
+        group only for the parameters its input factory fills (the run's `group_args`), so on
+        the run it stays None."""
         sol = self.functions.get("solution")
         if fn is not sol or sol is None or not isinstance(node, ast.Name) or not re.search(r"(^|_)(group|pg)$", node.id):
             return False
@@ -130,15 +167,26 @@ class RunBranches:
         if default is None:
             kw = dict(zip([a.arg for a in sol.args.kwonlyargs], sol.args.kw_defaults))
             default = kw.get(node.id)
-        if not (isinstance(default, ast.Constant) and default.value is None):
+        if not (isinstance(default, ast.Constant) and default.value is None) or node.id in self.run_ctx.group_args:
             return False
         # Rebound before the test (`group = group or dist.group.WORLD`): no longer the parameter.
         return not any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)
                        for n in ast.walk(sol))
 
+    def name_assignments(self, fn: ast.AST) -> dict[str, list[ast.AST]]:
+        """`name = value` statements of one function (one target, a plain name), indexed once."""
+        cache = self._name_assignments
+        found = cache.get(id(fn))
+        if found is None:
+            found = {}
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+                    found.setdefault(n.targets[0].id, []).append(n.value)
+            cache[id(fn)] = found
+        return found
+
     def _single_assignment(self, name: str, fn: ast.AST) -> ast.AST | None:
-        found = [n.value for n in ast.walk(fn) if isinstance(n, ast.Assign) and len(n.targets) == 1
-                 and isinstance(n.targets[0], ast.Name) and n.targets[0].id == name]
+        found = self.name_assignments(fn).get(name, [])
         return found[0] if len(found) == 1 else None
 
     def _is_multicast_expr(self, node: ast.AST, fn: ast.AST | None) -> bool:
@@ -195,6 +243,13 @@ class RunBranches:
             if isinstance(op, (ast.NotEq, ast.IsNot)):
                 return run.dtype != name
             return None
+        # `n >= world_size`: PKB's inputs hold far more elements than there are ranks.
+        if _is_size_expr(left) and self._is_world_expr(right) or _is_size_expr(right) and self._is_world_expr(left):
+            size_left = _is_size_expr(left)
+            if isinstance(op, (ast.GtE, ast.Gt)):
+                return size_left
+            if isinstance(op, (ast.Lt, ast.LtE)):
+                return not size_left
         # world size: `world_size == 1` never holds on a multi-GPU run; with the tree's size, decide all.
         if self._is_world_expr(left) or self._is_world_expr(right):
             other = right if self._is_world_expr(left) else left
@@ -205,6 +260,15 @@ class RunBranches:
             sizes = [run.world_size] if run.world_size else [2, 3, 4, 8, 16, 1024]
             results = {_cmp(c, op, w) if flipped else _cmp(w, op, c) for w in sizes}
             return results.pop() if len(results) == 1 and None not in results else None
+        # `W = dist.get_world_size(group)` then `if W == 1:`: a size-one shortcut never runs on
+        # PKB's multi-GPU run (other sizes are left undecided: W may be a subgroup's size).
+        for a, b, ops in ((left, right, (ast.Eq, ast.NotEq, ast.LtE, ast.Gt)), (right, left, (ast.Eq, ast.NotEq))):
+            if isinstance(a, ast.Name) and fn is not None and isinstance(b, ast.Constant) and b.value == 1 \
+                    and isinstance(op, ops):
+                value = self._single_assignment(a.id, fn)
+                if value is not None and self._is_world_expr(value):
+                    sizes_one = isinstance(op, (ast.Eq, ast.LtE))
+                    return not sizes_one
         # multicast: `hdl.multicast_ptr != 0`, `mc_ptr is None`
         if run.multicast is not None and (self._is_multicast_expr(left, fn) or self._is_multicast_expr(right, fn)):
             other = right if self._is_multicast_expr(left, fn) else left

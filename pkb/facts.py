@@ -84,6 +84,7 @@ class ArgInfo:
     origin_line: int = 0  # where the pointer came from (e.g. the buffer_ptrs line)
     value_type: str = ""  # int (an address: hdl.buffer_ptrs_dev, multicast_ptr, data_ptr()) | tensor | ''
     line: int = 0  # where the argument is written (a call may span lines)
+    integer_tensor: bool = False  # a tensor of integers (split sizes, counts): metadata, not payload
 
 
 @dataclass

@@ -16,6 +16,8 @@ How the judged fields were decided (pkb_catalog.json's "source" says it too):
   application codebases: FFT, splatting, GNNs, vision, sorting).
 - min_world_size: the fewest ranks PKB's input factory and reference run at; > 1 only where they
   fail below it (found by running them on CPU gloo ranks; `min_world_size_why` says how).
+- group_args: the `solution()` parameters that PKB's input factory fills with a process group on
+  an 8-rank run (every other `*group` parameter is left at its default, None).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class CatalogEntry:
     category: str | None = None  # problems.CATEGORIES or one of EXTRA_CATEGORIES
     min_world_size: int = 1  # fewest ranks PKB's input factory and reference run at
     min_world_size_why: str = ""
+    group_args: tuple[str, ...] = ()  # parameters PKB's input factory passes a process group (else None)
 
     @property
     def stem(self) -> str:
@@ -61,6 +64,7 @@ def entries() -> dict[int, CatalogEntry]:
             category=row.get("category"),
             min_world_size=row.get("min_world_size", 1),
             min_world_size_why=row.get("min_world_size_why", ""),
+            group_args=tuple(row.get("group_args", ())),
         )
     return out
 

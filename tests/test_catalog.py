@@ -23,7 +23,9 @@ def test_json_is_well_formed():
     assert len({r["name"] for r in rows}) == 87
     allowed = set(problems.CATEGORIES) | set(catalog.EXTRA_CATEGORIES)
     for r in rows:
-        assert set(r) <= {"id", "name", "params", "required", "has_compute", "category", "min_world_size", "min_world_size_why"}, r["id"]
+        assert set(r) <= {"id", "name", "params", "required", "has_compute", "category", "min_world_size", "min_world_size_why",
+                          "group_args"}, r["id"]
+        assert set(r.get("group_args", ())) <= set(r["params"]), r  # a group is passed to a parameter
         assert r["name"] and r["name"].isidentifier(), r
         assert all(isinstance(p, str) and p.isidentifier() for p in r["params"]) and len(set(r["params"])) == len(r["params"])
         assert 0 <= r["required"] <= len(r["params"]), r

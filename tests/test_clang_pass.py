@@ -505,3 +505,44 @@ def test_never_raises_on_bad_input(text):
     facts = analyze_cuda(make_src(text), "cand.py")
     assert facts.status in ("ok", "partial")
     assert facts.seconds >= 0
+
+
+NAMESPACED = """
+namespace pull {
+__global__ void kernel(const float* src, float* out, int n) { out[threadIdx.x] = src[threadIdx.x]; }
+}
+namespace barrier {
+__global__ void kernel(int* flags) { flags[threadIdx.x] = 1; }
+}
+void run(const float* src, float* out, int* flags, int n) {
+    barrier::kernel<<<1, 32>>>(flags);
+    pull::kernel<<<1, 32>>>(src, out, n);
+}
+"""
+
+
+def test_namespaced_kernels_launched_by_their_written_names():
+    # Two namespaces of one file each define `kernel` (ParallelKittens files do): the launch keeps
+    # the qualified name, so the kernel the run reaches is told apart from its namesake.
+    facts = analyze_cuda(make_src(NAMESPACED), "cand.py")
+    assert [l.kernel for l in facts.launches if l.caller == "run"] == ["barrier::kernel", "pull::kernel"]
+
+
+SEARCH_AND_POLL = """
+__global__ void scan(const long* cum_sizes, int num, long total, volatile int* flag) {
+    int idx = 0;
+    for (long i = threadIdx.x; i < total; i += blockDim.x) {
+        while (idx < num && i >= cum_sizes[idx + 1]) {
+            idx++;
+        }
+    }
+    while (flag[0] == 0) { }
+}
+"""
+
+
+def test_a_search_over_an_array_is_not_a_spin_loop():
+    # the search reads a new element on every test; the poll rereads one address
+    text = SEARCH_AND_POLL
+    facts = analyze_cuda(make_src(text), "cand.py")
+    assert [s.line for s in facts.spin_loops] == [file_line(text, "while (flag[0] == 0)")]

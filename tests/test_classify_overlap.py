@@ -20,6 +20,14 @@ def test_a_collectives_own_reduction_is_not_computation():
         }"""
     rmsnorm = allreduce + "\n        y[i] = x[i] * rsqrtf(var + eps) * w[i];"
     gemv = "        acc += a[k] * b[k];"
+    # a gather: products only address (subscripts, pointer arithmetic, address casts)
+    gather = """
+        x_full[row * H + col] = src[row * H_local + h];
+        __nv_bfloat16* dst = out + recv_start * hidden;
+        const int4* src_v = reinterpret_cast<const int4*>(src + src_start * hidden);"""
+    quantize = "        q = static_cast<__nv_fp8_e4m3>(static_cast<float>(v) * inv_s);"
+    assert not _kernel_computes(textwrap.dedent(gather).splitlines())
+    assert _kernel_computes([quantize])
     assert not _kernel_computes(textwrap.dedent(allreduce).splitlines())
     assert _kernel_computes(textwrap.dedent(rmsnorm).splitlines())
     assert _kernel_computes([gemv])
@@ -99,3 +107,85 @@ def solution(A_local, B):
     return torch.cat(outs)
 '''
     assert overlap(analyzer, tmp_path, serial) == ["none"]
+
+
+PEER_PULL_LOOP = '''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+
+_streams = [torch.cuda.Stream() for _ in range(2)]
+
+def solution(A_local, B):
+    world, rank = dist.get_world_size(), dist.get_rank()
+    buf = symm_mem.empty(A_local.numel() * world, dtype=A_local.dtype, device=A_local.device)
+    hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+    hdl.barrier(channel=0)
+    cur = torch.cuda.current_stream()
+    for i in range(1, world):
+        peer = (rank + i) % world
+        s = _streams[i % len(_streams)]
+        WORK
+        with torch.cuda.stream(s):
+            hdl.get_buffer(peer, A_local.shape, A_local.dtype).copy_(A_local)
+    for s in _streams:
+        ev = torch.cuda.Event()
+        ev.record(s)
+        cur.wait_event(ev)
+    return torch.matmul(buf.view(-1, B.shape[0]), B)
+'''
+
+
+def test_peer_copies_joined_by_events_after_the_loop_with_no_work_in_it_are_serial(analyzer, tmp_path):
+    # the index arithmetic and reading the handle's table issue no GPU work: no overlap, no pipeline
+    assert overlap(analyzer, tmp_path, PEER_PULL_LOOP.replace("        WORK\n", "")) == ["none"]
+
+
+def test_side_stream_in_a_loop_beside_the_next_iterations_compute_is_multi_stream(analyzer, tmp_path):
+    src = PEER_PULL_LOOP.replace("WORK", "part = torch.matmul(A_local, B)")
+    assert "multi_stream" in overlap(analyzer, tmp_path, src)
+
+
+FUSED_UPDATE = '''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+#include <torch/extension.h>
+__global__ void reduce_update(const int64_t* peers, float* p, float lr, int world, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float g = 0.f;
+    for (int r = 0; r < world; ++r) g += reinterpret_cast<const float*>(peers[r])[i];
+    p[i] = p[i] - lr * rsqrtf(g * g + 1e-8f) * g;
+}
+void update(torch::Tensor peers, torch::Tensor p, double lr, int64_t world) {
+    int n = p.numel();
+    reduce_update<<<(n + 255) / 256, 256>>>(peers.data_ptr<int64_t>(), p.data_ptr<float>(), lr, world, n);
+}
+"""
+_ext = load_inline("fused", cpp_sources="", cuda_sources=CUDA, functions=["update"])
+
+def solution(A_local, B):
+    grad = torch.matmul(A_local, B)
+    buf = symm_mem.empty(grad.numel(), device=grad.device, dtype=grad.dtype)
+    hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+    buf.copy_(grad.flatten())
+    hdl.barrier(channel=0)
+    peers = torch.tensor(hdl.buffer_ptrs, device=grad.device)
+    if GUARD:
+        _ext.update(peers, B, 0.1, dist.get_world_size())
+    hdl.barrier(channel=0)
+    return B
+'''
+
+
+def test_a_kernel_that_pulls_peers_and_updates_is_fused_beside_torch_compute(analyzer, tmp_path):
+    assert "fused_kernel" in overlap(analyzer, tmp_path, FUSED_UPDATE.replace("GUARD", "True"))
+
+
+def test_a_fused_kernel_only_a_skipped_branch_launches_is_not_the_overlap(analyzer, tmp_path):
+    skipped = FUSED_UPDATE.replace("GUARD", "dist.get_world_size() == 1")
+    assert "fused_kernel" not in overlap(analyzer, tmp_path, skipped)

@@ -191,14 +191,37 @@ def test_asserts_and_hard_coded_world_size():
             assert dist.get_world_size() == 2
             assert x.dtype == torch.float32
             assert x.numel() % 1024 == 0
+            assert x.shape == (4096, 128)
+            assert x.shape == (B, T, H)          # inputs agree with each other: no fixed size
             peer = 1 - dist.get_rank()
             return x
     ''')
     kinds = sorted((a.kind, a.literal) for a in f.asserts)
-    assert kinds == [("dtype", "torch.float32"), ("shape", "1024"), ("world_size", "2")]
+    assert kinds == [("dtype", "torch.float32"), ("shape", ""), ("shape", "1024"), ("world_size", "2")]
     assert {c.name for c in f.constants} == {"WORLD_SIZE", "peer"}
 
 
 def test_syntax_error_is_a_status_not_an_exception():
     f = analyze_python("def solution(:\n", "bad.py")
     assert f.status == "failed" and "line 1" in f.message
+
+
+def test_a_table_of_the_inputs_addresses_is_local_and_of_peers_addresses_peer():
+    f = facts('''
+import torch
+from torch.utils.cpp_extension import load_inline
+ext = load_inline(name="e", cpp_sources="", cuda_sources="", functions=["scale", "pull"])
+
+def solution(grads, hdl):
+    ptrs = []
+    for g in grads:
+        ptrs.append(g.data_ptr())
+    peers = []
+    for r in range(hdl.world_size):
+        peers.append(hdl.buffer_ptrs[r])
+    ext.scale(torch.tensor(ptrs, dtype=torch.int64, device="cuda").data_ptr(), len(grads))
+    ext.pull(torch.tensor(peers, dtype=torch.int64, device="cuda").data_ptr())
+    return grads
+''')
+    assert f.ext_arg_kinds["scale"][0] == "local"
+    assert f.ext_arg_kinds["pull"][0] in ("peer_ptr", "peer_ptr_array")

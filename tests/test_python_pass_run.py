@@ -182,6 +182,28 @@ def test_host_tensors_and_metadata_copies():
     assert (11, "tensor.tolist") not in cats and (12, "tensor.item") not in cats
 
 
+def test_host_copies_followed_into_helpers_derived_tensors_and_returns():
+    f = facts('''
+        import torch
+        def plan(rank, counts_cpu, gpu_counts):
+            offsets = torch.zeros_like(counts_cpu)
+            offsets[1:] = counts_cpu.cumsum(0)[:-1]
+            a = counts_cpu[rank].item()         # parameter fed a host copy: no sync
+            b = offsets[rank].item()            # derived from it: no sync
+            c = gpu_counts[rank].item()         # fed a GPU tensor: a sync
+            return a + b + c
+        def split(x):
+            per_rank = x.sum(dim=1).to(torch.device("cpu"), non_blocking=True)
+            return x, per_rank
+        def solution(x, counts):
+            y, per_rank = split(x)
+            sizes = per_rank.tolist()           # returned host copy: no sync
+            return plan(0, counts.cpu(), counts) + len(sizes)
+    ''')
+    syncs = {c.line for c in f.calls if c.category == "cuda_sync" and c.qualname in ("tensor.item", "tensor.tolist")}
+    assert syncs == {8}
+
+
 def test_extension_function_named_like_a_handle_method_is_the_extensions():
     f = facts('''
         import torch.distributed._symmetric_memory as symm_mem
@@ -308,6 +330,104 @@ def test_metadata_collectives_and_cpu_copies_read_back_as_numbers():
     assert is_metadata_collective(by_name["all_gather_into_tensor"])
     assert not is_metadata_collective(by_name["all_reduce"])
     assert by_name["cpu"].category == "cuda_sync"
+
+
+def test_untaken_conditional_expression_and_size_one_shortcut_through_a_local():
+    f = facts('''
+        import torch
+        import torch.distributed as dist
+        def solution(x, input_splits, group=None):
+            group = group or dist.group.WORLD
+            W = dist.get_world_size(group)
+            a = input_splits.tolist() if isinstance(input_splits, torch.Tensor) else input_splits
+            b = x.amax().item() if isinstance(input_splits, list) else 0
+            if W == 1:
+                return x * x.sum().item()
+            return x * x.max().item()
+    ''')
+    by_line = {c.line: c.path for c in f.calls if c.qualname == "tensor.item" or c.qualname == "tensor.tolist"}
+    assert by_line == {7: "fallback", 8: "timed", 10: "fallback", 11: "timed"}
+
+
+def test_empty_input_list_branch_never_runs():
+    f = facts('''
+        import torch
+        from typing import List
+        def solution(grad_tensors: List[torch.Tensor], max_norm: float, scales=None):
+            valid = [t for t in grad_tensors if t is not None]
+            big = [t for t in grad_tensors if t.numel() > 1024]
+            if not valid:
+                torch.cuda.synchronize()
+                return torch.zeros(())
+            if not big:
+                torch.cuda.current_stream().synchronize()
+            return torch.stack([t.norm() for t in valid]).norm()
+    ''')
+    assert paths(f, "torch.cuda.synchronize") == ["fallback"]
+    assert paths(f, "current_stream().synchronize") == ["timed"]  # a size filter may leave it empty
+
+
+def test_size_at_least_the_world_size_holds_on_the_run():
+    f = facts('''
+        import torch
+        import torch.distributed as dist
+        def solution(x):
+            world_size = dist.get_world_size()
+            n = x.numel()
+            use_mm = (n % world_size == 0) and (n >= world_size)
+            if use_mm:
+                torch.cuda.synchronize()
+            else:
+                dist.barrier()
+            if n < world_size:
+                x.sum().item()
+            return x
+    ''')
+    assert paths(f, "torch.cuda.synchronize") == ["timed"]
+    assert paths(f, "barrier") == ["fallback"]
+    assert paths(f, "tensor.item") == ["fallback"]
+
+
+def test_two_autograd_functions_each_reach_their_own_forward():
+    f = facts('''
+        import torch
+        import torch.distributed as dist
+        class Scatter(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                dist.barrier()
+                return x * 2
+        class Gather(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                torch.cuda.synchronize()
+                return x + 1
+        def solution(x):
+            return Gather.apply(Scatter.apply(x))
+    ''')
+    assert paths(f, "barrier") == ["timed"]
+    assert paths(f, "torch.cuda.synchronize") == ["timed"]
+
+
+def test_integer_tensors_exchanged_are_metadata_whatever_their_names():
+    from analyzer.python_pass import is_metadata_collective
+
+    f = facts('''
+        import torch
+        import torch.distributed as dist
+        def solution(x, splits, world):
+            local_in = torch.tensor(splits, dtype=torch.int64, device=x.device)
+            all_in = torch.empty(world * world, dtype=torch.int64, device=x.device)
+            dist.all_gather_into_tensor(all_in, local_in)
+            all_in = all_in.view(world, world)
+            table = torch.empty((world, world), dtype=torch.int32, device=x.device)
+            dist.all_gather([table[i] for i in range(world)], local_in.int())
+            out = torch.empty(world * x.numel(), dtype=x.dtype, device=x.device)
+            dist.all_gather_into_tensor(out, x)
+            return out
+    ''')
+    gathers = [c for c in f.calls if c.qualname.endswith(("all_gather_into_tensor", "all_gather"))]
+    assert [is_metadata_collective(c) for c in gathers] == [True, True, False]
 
 
 def test_split_size_helpers_nested_fast_paths_and_function_attribute_caches():

@@ -265,6 +265,8 @@ def test_cublas_fed_a_peer_pointer_reads_peer_memory(tmp_path):
     rec = analyze(tmp_path, "15_combined_sharded_gemms_cuda.py", CUBLAS_PEER)
     assert "sm_load" in rec.label_values("mechanism")
     assert line_of(rec, "cublasGemmEx(h,") in evidence_lines(rec, "mechanism", "sm_load")
+    # the GEMM that reads the peer's operand both moves and computes
+    assert "fused_kernel" in rec.label_values("overlap")
 
 
 def test_cublas_on_local_tensors_is_not_peer_traffic(tmp_path):
@@ -274,6 +276,7 @@ def test_cublas_on_local_tensors_is_not_peer_traffic(tmp_path):
            .replace("_ext.gemm_over_peers([int(p) for p in hdl.buffer_ptrs], w, out,", "_ext.gemm_local(buf, w, out,"))
     rec = analyze(tmp_path, "15_combined_sharded_gemms_cuda.py", src)
     assert "sm_load" not in rec.label_values("mechanism")
+    assert "fused_kernel" not in rec.label_values("overlap")
 
 
 SYMM_FLAGS = r'''
@@ -422,3 +425,84 @@ def test_kittens_kernel_taking_a_templated_globals(tmp_path):
            .replace("__device__ inline void kernel(const globals &G)", "__device__ inline void kernel(const globals<64> &G)"))
     rec = analyze(tmp_path, "8_alltoall_parallelkittens.py", src)
     assert rec.label_values("mechanism") == ["tma"]
+
+
+CUDART_COPY = r'''
+import ctypes
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+
+_cache = {}
+
+
+def _copy(dst: torch.Tensor, src_ptr: int, nbytes: int):
+    cudart = torch.cuda.cudart()
+    cudart.cudaMemcpyAsync(ctypes.c_void_p(dst.data_ptr()), ctypes.c_void_p(src_ptr), ctypes.c_size_t(nbytes),
+                           ctypes.c_int(3), ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+
+
+def solution(x: torch.Tensor) -> torch.Tensor:
+    st = _cache.get("st")
+    if st is None:
+        buf = symm_mem.empty(x.numel(), device=x.device, dtype=x.dtype)
+        st = (buf, symm_mem.rendezvous(buf, dist.group.WORLD))
+        _cache["st"] = st
+    buf, hdl = st
+    buf.copy_(x)
+    hdl.barrier(channel=0)
+    out = torch.empty((hdl.world_size, x.numel()), device=x.device, dtype=x.dtype)
+    for p in range(hdl.world_size):
+        _copy(out[p], SOURCE, x.numel() * x.element_size())
+    hdl.barrier(channel=0)
+    return out
+'''
+
+
+def test_cudart_memcpy_from_a_peer_address_passed_to_a_helper_is_copy_engine(tmp_path):
+    rec = analyze(tmp_path, "2_allgather_cuda.py", CUDART_COPY.replace("SOURCE", "int(hdl.buffer_ptrs[p])"))
+    assert rec.label_values("mechanism") == ["copy_engine"]
+    assert line_of(rec, "cudart.cudaMemcpyAsync(") in evidence_lines(rec, "mechanism", "copy_engine")
+
+
+def test_cudart_memcpy_between_local_buffers_is_no_transfer(tmp_path):
+    rec = analyze(tmp_path, "2_allgather_cuda.py", CUDART_COPY.replace("SOURCE", "x.data_ptr()"))
+    assert "copy_engine" not in rec.label_values("mechanism")
+
+
+OWN_FLAG = r'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from utils.cuda_helpers import compile_cuda_extension
+
+CUDA_SRC = r"""
+#include <torch/extension.h>
+__global__ void wait_kernel(volatile int32_t* flag) {
+    while (*flag == 0) { }
+    __threadfence_system();
+    *flag = 0;
+}
+void wait_flag(torch::Tensor flag) { wait_kernel<<<1, 1>>>(FLAG_ARG); }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("wait_flag", &wait_flag); }
+"""
+_ext = compile_cuda_extension("own_flag", CUDA_SRC)
+_cache = {}
+
+
+def solution(x: torch.Tensor) -> torch.Tensor:
+    st = _cache.get("st")
+    if st is None:
+        flag = symm_mem.empty((1,), dtype=torch.int32, device=x.device)
+        st = (flag, symm_mem.rendezvous(flag, dist.group.WORLD))
+        _cache["st"] = st
+    flag, hdl = st
+    _ext.wait_flag(flag)
+    return x.clone()
+'''
+
+
+def test_a_spin_on_this_ranks_symmetric_flag_is_device_flags(tmp_path):
+    rec = analyze(tmp_path, "57_ring_attention_pp_cuda.py", OWN_FLAG.replace("FLAG_ARG", "flag.data_ptr<int32_t>()"))
+    assert "device_flags" in rec.label_values("sync")
+    assert line_of(rec, "while (*flag == 0)") in evidence_lines(rec, "sync", "device_flags")

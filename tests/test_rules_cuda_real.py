@@ -94,6 +94,77 @@ def test_pkb017_cast_first_or_scaled_offset_is_aligned(tmp_path):
         assert lines_of(analyze(tmp_path, candidate(src)), "PKB017") == []
 
 
+# The send and the wait of one barrier share one formula: one finding, at the send.
+TWO_BARRIERS = MISALIGNED.replace(
+    "    uint32_t old;",
+    "    uint32_t* wait_addr = reinterpret_cast<uint32_t*>(signal_pad_ptrs[rank] + block_id * (uint64_t)world_size + (uint64_t)t);\n"
+    "    uint32_t old;").replace(
+    "__global__ void k(",
+    "__device__ void exit_barrier(const uint64_t* signal_pad_ptrs, uint64_t block_id, int rank, int world_size) {\n"
+    "    uint64_t remote_base = signal_pad_ptrs[threadIdx.x];\n"
+    "    uint32_t* exit_addr = reinterpret_cast<uint32_t*>(remote_base + block_id * (uint64_t)world_size + (uint64_t)rank);\n"
+    "    atomicAdd(exit_addr, 1u);\n"
+    "}\n\n"
+    "__global__ void k(").replace(
+    "    barrier(signal_pad_ptrs, blockIdx.x, rank, world_size);\n}",
+    "    barrier(signal_pad_ptrs, blockIdx.x, rank, world_size);\n"
+    "    exit_barrier(signal_pad_ptrs, blockIdx.x, rank, world_size);\n}\n\n"
+    "__global__ void copy(const uint64_t* buffer_ptrs, float* out, int peer, int n) {\n"
+    "    uint64_t remote_base = buffer_ptrs[peer];\n"
+    "    const float* src = reinterpret_cast<const float*>(remote_base + 16);\n"
+    "    out[threadIdx.x] = src[threadIdx.x];\n}")
+
+
+def test_pkb017_one_finding_per_barrier_function(tmp_path):
+    rec = analyze(tmp_path, candidate(TWO_BARRIERS))
+    assert lines_of(rec, "PKB017") == sorted([
+        line_of(rec, "uint32_t* send_addr = reinterpret_cast<uint32_t*>(remote_base +"),
+        line_of(rec, "uint32_t* exit_addr = reinterpret_cast<uint32_t*>(remote_base +"),
+    ])
+
+
+def test_pkb017_not_on_a_barrier_only_a_skipped_branch_calls(tmp_path):
+    launch = "if dist.get_world_size() == 1:\n        _ext.run(hdl.signal_pad_ptrs_dev, buf, dist.get_rank(), dist.get_world_size())"
+    assert lines_of(analyze(tmp_path, candidate(MISALIGNED, launch)), "PKB017") == []
+    assert lines_of(analyze(tmp_path, candidate(MISALIGNED)), "PKB017") != []
+
+
+RELAXED_ENTRY = r"""
+__device__ void barrier(const uint64_t* signal_pad_ptrs, int rank, int world_size) {
+    int t = threadIdx.x;
+    if (t >= world_size) return;
+    uint32_t* send = reinterpret_cast<uint32_t*>(signal_pad_ptrs[t]) + rank;
+    uint32_t* wait = reinterpret_cast<uint32_t*>(signal_pad_ptrs[rank]) + t;
+    atomicAdd(send, 1u);
+    while (atomicCAS(wait, 1u, 0u) != 1u) { }
+}
+
+__global__ void k(const uint64_t* signal_pad_ptrs, const uint64_t* buffer_ptrs, float* out, int rank, int world_size) {
+    ENTRY
+    float acc = 0.f;
+    for (int p = 0; p < world_size; ++p) acc += reinterpret_cast<const float*>(buffer_ptrs[p])[threadIdx.x];
+    out[threadIdx.x] = acc;
+    EXIT
+}
+
+void run(int64_t signal_pad_ptrs, int64_t buffer_ptrs, torch::Tensor out, int64_t rank, int64_t world_size) {
+    k<<<1, 32>>>(reinterpret_cast<const uint64_t*>(signal_pad_ptrs), reinterpret_cast<const uint64_t*>(buffer_ptrs),
+                 out.data_ptr<float>(), rank, world_size);
+}
+"""
+RELAXED_LAUNCH = "_ext.run(hdl.signal_pad_ptrs_dev, hdl.buffer_ptrs_dev, buf, dist.get_rank(), dist.get_world_size())"
+
+
+def test_pkb001_relaxed_barrier_after_the_kernels_work(tmp_path):
+    src = RELAXED_ENTRY.replace("ENTRY", "").replace("EXIT", "barrier(signal_pad_ptrs, rank, world_size);")
+    assert lines_of(analyze(tmp_path, candidate(src, RELAXED_LAUNCH)), "PKB001") != []
+
+
+def test_pkb001_relaxed_entry_barrier_before_any_work_is_torchs_pattern(tmp_path):
+    src = RELAXED_ENTRY.replace("ENTRY", "barrier(signal_pad_ptrs, rank, world_size);").replace("EXIT", "")
+    assert lines_of(analyze(tmp_path, candidate(src, RELAXED_LAUNCH)), "PKB001") == []
+
+
 PARTIAL_WAIT = r"""
 __device__ void wait_flag(const uint32_t* flag, uint32_t epoch) {
     uint32_t v;

@@ -72,6 +72,20 @@ def test_pkb018_quiet_when_the_binding_takes_an_address(analyzer, tmp_path):
     assert "PKB018" not in got
 
 
+def test_pkb018_integer_address_read_back_from_a_state_dict(analyzer, tmp_path):
+    src = (BINDING.replace("PTRS_TYPE", "torch::Tensor")
+           .replace("        _state[key] = (buf, symm_mem.rendezvous(buf, dist.group.WORLD))",
+                    "        hdl = symm_mem.rendezvous(buf, dist.group.WORLD)\n"
+                    "        _state[key] = (buf, hdl, {'ptrs': hdl.buffer_ptrs_dev, 'n': hdl.world_size})")
+           .replace("    buf, hdl = _setup(x)", "    buf, hdl, res = _setup(x)")
+           .replace("_ext.pull_sum(hdl.buffer_ptrs_dev, out, hdl.world_size)", "_ext.pull_sum(res['ptrs'], out, res['n'])"))
+    got = findings(analyzer, tmp_path, src)
+    line = next(i + 1 for i, ln in enumerate(textwrap.dedent(src).lstrip("\n").splitlines()) if "_ext.pull_sum(res" in ln)
+    assert got.get("PKB018") == [line]
+    # the same dict read where the binding takes an address is fine
+    assert "PKB018" not in findings(analyzer, tmp_path, src.replace("void pull_sum(torch::Tensor ptrs", "void pull_sum(uint64_t ptrs"))
+
+
 RETURNS = '''
 import torch
 import torch.distributed as dist
@@ -111,6 +125,11 @@ def test_pkb019_returning_the_symmetric_buffer(analyzer, tmp_path):
 def test_pkb019_quiet_on_a_fresh_result(analyzer, tmp_path):
     got = findings(analyzer, tmp_path, RETURNS.replace("RESULT", "buf.view_as(x).clone()"))
     assert "PKB019" not in got
+    # a permuted view made contiguous is a copy; a contiguous view of the buffer itself is not
+    permuted = findings(analyzer, tmp_path, RETURNS.replace("RESULT", "buf.view(2, -1).t().contiguous().reshape(-1)"))
+    assert "PKB019" not in permuted
+    same = findings(analyzer, tmp_path, RETURNS.replace("RESULT", "buf.contiguous().view_as(x)"))
+    assert same.get("PKB019") == [25]
 
 
 def test_pkb005_quiet_on_divisibility_and_double_buffers(analyzer, tmp_path):
@@ -163,3 +182,24 @@ def test_new_rules_have_ruff_style_documentation():
             for section in ("## What it does", "## Why is this bad?", "## Example", "## Use instead"):
                 assert section in doc, (rule.id, section)
             assert rule.name and rule.message and rule.severity in ("error", "warning", "info")
+
+
+GROUPS = '''
+import torch
+import torch.distributed as dist
+
+def solution(hidden_states, w_qkv, w_o, num_heads, softmax_scale=None, causal=True, GROUP_A=None, GROUP_B=None):
+    out = hidden_states @ w_o
+    if GROUP_B is not None:
+        dist.barrier(group=GROUP_B)
+    return out
+'''
+
+
+def test_group_parameters_the_run_passes_are_not_none(analyzer, tmp_path):
+    # problem 56 (ring_attention_pp, file 57_...): PKB's input factory passes cp_group and pp_group
+    src = GROUPS.replace("GROUP_A", "cp_group").replace("GROUP_B", "pp_group")
+    assert findings(analyzer, tmp_path, src, name="57_ring_attention_pp_cuda.py").get("PKB008") == [7]
+    # a problem whose factory passes no group: `group` stays None, the branch never runs
+    src = GROUPS.replace("GROUP_A", "other").replace("GROUP_B", "group")
+    assert "PKB008" not in findings(analyzer, tmp_path, src, name="55_ring_attention_cuda.py")

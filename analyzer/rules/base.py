@@ -42,11 +42,40 @@ class RuleContext:
             for i, text in enumerate(src.text.splitlines()):
                 yield src.file_line(i + 1), text, src
 
+    def run_cuda_functions(self, source_index: int) -> set[str] | None:
+        """Names of the CUDA functions of one source that PKB's run reaches: those reached from the
+        extension functions Python calls on the timed path or in set-up. None where the clang pass
+        has no facts for that source (then nothing can be ruled out)."""
+        cudas = [c for c in self.facts.cuda if c.source_index == source_index and c.functions]
+        if not cudas:
+            return None
+        out: set[str] = set()
+        for call in self.calls("ext_kernel", paths=("timed", "setup")):
+            for cuda in cudas:
+                out |= reached_functions(cuda, cuda.bindings.get(call.target, call.target))
+        return out
+
     def labels(self, axis: str) -> set[str]:
         return set(self.rec.label_values(axis))
 
     def claims_custom_kernels(self) -> bool:
         return bool(self.py.cuda_sources or self.py.triton_kernels)
+
+
+def reached_functions(cuda, entry: str) -> set[str]:
+    """`entry` and every function of one CUDA source it calls or launches, transitively."""
+    by_name = {f.name: f for f in cuda.functions}
+    seen, todo = {entry}, [entry]
+    while todo:
+        name = todo.pop()
+        f = by_name.get(name)
+        nxt = list(f.calls) if f else []
+        nxt += [la.kernel for la in cuda.launches if la.caller == name]
+        for n in nxt:
+            if n not in seen and (n in by_name):
+                seen.add(n)
+                todo.append(n)
+    return seen
 
 
 class Rule:

@@ -1,3 +1,6 @@
+import re
+
+from pkb.facts import SIGNAL_KINDS
 from analyzer.rules.base import Rule
 
 
@@ -7,7 +10,9 @@ class FlagWithoutOrdering(Rule):
     ## What it does
     Finds device flags (stores to and spin reads of a signal pad or another peer flag) whose
     accesses carry no release/acquire semantics and are not surrounded by a system-scope fence:
-    the kernel's memory-ordering detail is `volatile_only` or `relaxed`.
+    the kernel's memory-ordering detail is `volatile_only` or `relaxed`. A relaxed barrier that a
+    kernel calls before any of its own work (torch's entry barrier) is not reported: it orders
+    none of the kernel's own stores, and earlier kernels' stores are complete at the kernel boundary.
 
     ## Why is this bad?
     A flag only says "the data is ready" if the data stores become visible to the peer before the
@@ -43,5 +48,47 @@ class FlagWithoutOrdering(Rule):
         for k in ctx.rec.kernels:
             for lab in k.labels.get("ordering", []):
                 if lab.value in ("volatile_only", "relaxed"):
+                    if lab.value == "relaxed" and _entry_barrier_only(ctx, k):
+                        continue
                     ev = lab.evidence[0]
                     yield self.finding(ctx, ev.line, f"{k.name}: ordering is {lab.value}", kernel=k.name, pass_name=ev.pass_name)
+
+
+def _entry_barrier_only(ctx, kernel) -> bool:
+    """The kernel's only flag protocol is a barrier before any of its own work (torch's relaxed
+    entry barrier): it orders none of the kernel's own stores, and earlier kernels' stores are
+    complete at the kernel boundary. A barrier after the kernel's work is not covered."""
+    for cuda in ctx.facts.cuda:
+        if cuda.source_index != kernel.source_index:
+            continue
+        fns = {f.name: f for f in cuda.functions}
+        fn = fns.get(kernel.name)
+        if fn is None:
+            return False
+        flagged = {a.function for a in cuda.accesses if a.pointer_kind in SIGNAL_KINDS} | {s.function for s in cuda.spin_loops}
+        if kernel.name in flagged:
+            return False  # flags touched in the kernel's own body: not a helper call at its entry
+        barriers = set(flagged)
+        for _ in range(4):  # device helpers that call a barrier helper are barriers too
+            barriers |= {f.name for f in cuda.functions if f.kind == "device" and set(f.calls) & barriers}
+        calls = [b for b in barriers if b in fn.calls]
+        if not calls:
+            return False
+        body = ctx.lines[fn.line - 1 : fn.end_line]
+        text = "\n".join(body)
+        start = text.find("{")
+        if start < 0:
+            return False
+        call_re = re.compile(r"\b(?:" + "|".join(map(re.escape, calls)) + r")\s*\(")
+        seen_work = False
+        for line in text[start + 1 :].splitlines():
+            code = line.split("//")[0].strip()
+            if not code or code in ("}", "__syncthreads();"):
+                continue
+            if call_re.search(code):
+                if seen_work:
+                    return False
+                continue
+            seen_work = True
+        return True
+    return False

@@ -3,7 +3,7 @@ import re
 
 from pkb.facts import PEER_KINDS
 from analyzer import cuda_waits
-from analyzer.rules.base import Rule
+from analyzer.rules.base import Rule, reached_functions as _reached
 
 _PEER_ARGS = (*PEER_KINDS, "peer_ptr_array", "symm_local")
 
@@ -50,7 +50,7 @@ class PeerBufferReuseWithoutBarrier(Rule):
         calls = [c for c in ctx.py.calls if c.path == "timed"]
         peer_calls = [
             c for c in calls
-            if c.category in ("ext_kernel", "triton_launch", "cupy_launch", "tensor_copy")
+            if c.category in ("ext_kernel", "triton_launch", "cupy_launch", "tensor_copy", "cudart_copy")
             and any(a.pointer_kind in _PEER_ARGS and a.pointer_kind != "symm_local" for a in c.args)
         ]
         if not peer_calls:
@@ -114,22 +114,6 @@ class PeerBufferReuseWithoutBarrier(Rule):
             if any(a.function in kernels and a.pointer_kind in PEER_KINDS for a in cuda.accesses):
                 return True
         return False
-
-
-def _reached(cuda, entry: str) -> set[str]:
-    """`entry` and every function it calls or launches, transitively."""
-    by_name = {f.name: f for f in cuda.functions}
-    seen, todo = {entry}, [entry]
-    while todo:
-        name = todo.pop()
-        f = by_name.get(name)
-        nxt = list(f.calls) if f else []
-        nxt += [la.kernel for la in cuda.launches if la.caller == name]
-        for n in nxt:
-            if n not in seen and (n in by_name):
-                seen.add(n)
-                todo.append(n)
-    return seen
 
 
 # A parity kept across calls (an attribute, a cache entry, a global): `bufs[st["i"] % 2]`,

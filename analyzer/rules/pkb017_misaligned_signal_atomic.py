@@ -79,9 +79,12 @@ def _resolve(text: str, term: str, before: int) -> str:
 def misaligned_slots(text: str) -> list[tuple[int, str, str]]:
     """(text offset, pointee type, offending term) of every cast of `signal integer + byte offset`
     to a 32- or 64-bit pointer."""
-    int_addrs: dict[str, str] = {}
+    # name -> [(offset, initializer)]: a name declared in several functions (`remote_base` of a
+    # barrier and of a data kernel) means, at a cast, its last declaration before that cast.
+    decls: dict[str, list[tuple[int, str]]] = {}
     for m in _INT_ADDR_DECL.finditer(text):
-        int_addrs[m.group(1)] = m.group(2)
+        decls.setdefault(m.group(1), []).append((m.start(), m.group(2)))
+    int_addrs: dict[str, str] = {name: inits[-1][1] for name, inits in decls.items()}
     for m in _INT_ADDR_PARAM.finditer(text):
         int_addrs.setdefault(m.group(1), m.group(1))
     out = []
@@ -102,7 +105,8 @@ def misaligned_slots(text: str) -> list[tuple[int, str, str]]:
         if "[" in base:  # signal_pad_ptrs[peer] + off: an element of an integer address table
             is_signal = bool(_SIGNAL_NAME.search(name)) and name in int_addrs or bool(_SIGNAL_NAME.search(name) and re.search(rf"\b(?:u?int64_t|uintptr_t)\s*\*\s*(?:const\s+)?(?:__restrict__\s+)?{name}\b", text))
         else:
-            init = int_addrs.get(name)
+            before = [init for at, init in decls.get(name, []) if at < m.start()]
+            init = before[-1] if before else int_addrs.get(name)
             is_signal = init is not None and bool(_SIGNAL_NAME.search(name) or _SIGNAL_NAME.search(init))
         if not is_signal:
             continue
@@ -120,6 +124,8 @@ class MisalignedSignalAtomic(Rule):
     Finds a flag slot computed as an integer address (`uint64_t base = signal_pad_ptrs[peer]`)
     plus an index that is not scaled to the slot's width (`base + block_id * world_size + rank`),
     then cast to `uint32_t*` / `uint64_t*` for an atomic, a `ld.acquire` or a `st.release`.
+    One finding per barrier function that PKB's run reaches (its send and its wait share the
+    formula); a barrier only a skipped branch calls is not reported.
 
     ## Why is this bad?
     Adding to an integer adds bytes, not elements: slot `rank` lands at byte `rank`, so for every
@@ -149,8 +155,21 @@ class MisalignedSignalAtomic(Rule):
     fix = "cast the signal address to uint32_t* (or uint64_t*) first and index it, or scale the offset by sizeof(slot)"
 
     def check(self, ctx):
-        for src in ctx.sources():
+        for index, src in enumerate(ctx.sources()):
             text = src.text
+            run = ctx.run_cuda_functions(index)
+            functions = [f for c in ctx.facts.cuda if c.source_index == index for f in c.functions]
+            # One finding per function: the same slot formula in its send and its wait is one
+            # mistake with one fix; each barrier function that computes it is its own.
+            seen: set[str] = set()
             for off, ctype, term in misaligned_slots(text):
-                line = src.file_line(text.count("\n", 0, off) + 1)
-                yield self.finding(ctx, line, f"`{term}` bytes added before the cast to {ctype}*", pass_name="clang")
+                text_line = text.count("\n", 0, off) + 1
+                owner = min((f for f in functions if f.text_line <= text_line <= f.text_end_line),
+                            key=lambda f: f.text_end_line - f.text_line, default=None)
+                if run is not None and owner is not None and owner.name not in run:
+                    continue  # a barrier only a branch the run never takes would call
+                key = owner.name if owner is not None else str(text_line)
+                if key in seen:
+                    continue
+                seen.add(key)
+                yield self.finding(ctx, src.file_line(text_line), f"`{term}` bytes added before the cast to {ctype}*", pass_name="clang")
