@@ -137,9 +137,21 @@ class RunBranches:
                        for n in ast.walk(sol))
 
     def _single_assignment(self, name: str, fn: ast.AST) -> ast.AST | None:
-        found = [n.value for n in ast.walk(fn) if isinstance(n, ast.Assign) and len(n.targets) == 1
-                 and isinstance(n.targets[0], ast.Name) and n.targets[0].id == name]
+        found = self._assignments_in(fn).get(name, ())
         return found[0] if len(found) == 1 else None
+
+    def _assignments_in(self, fn: ast.AST) -> dict[str, list[ast.AST]]:
+        """`name = value` statements of `fn` by name, in walk order; one walk per function (a walk
+        per name looked up made a 75 kB file take seconds)."""
+        by_fn = self.__dict__.setdefault("_assignments_by_fn", {})
+        index = by_fn.get(id(fn))
+        if index is None:
+            index = {}
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+                    index.setdefault(n.targets[0].id, []).append(n.value)
+            by_fn[id(fn)] = index
+        return index
 
     def _is_multicast_expr(self, node: ast.AST, fn: ast.AST | None) -> bool:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("int", "bool") and node.args:
