@@ -36,7 +36,7 @@ class StaticOptions:
     use_cache: bool = True
     select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
-    jobs: int = 0  # threads for nvcc; 0: one per core
+    jobs: int = 0  # threads for nvcc beside the passes; 0: one per core; 1: nvcc in line, one thing at a time
     processes: int = 1  # processes for the passes of uncached files (analyze --jobs)
     # Whether analyzed records keep their pass facts; the command line's records do not need them
     # (what it writes and prints is the labels and findings), and a finished record from the
@@ -331,6 +331,11 @@ class StaticAnalyzer:
         from collections import deque
 
         jobs = self.options.jobs or max(1, os.cpu_count() or 1)
+        if jobs == 1:
+            # one thing at a time, nvcc included: --jobs 1 is how a user keeps the run to one core
+            for path in files:
+                yield self.analyze_file(read_file(path, root, max_bytes))
+            return
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             pending: deque = deque()
 
