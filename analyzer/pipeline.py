@@ -318,8 +318,8 @@ class StaticAnalyzer:
         analyzer and rules are unchanged comes back from the result cache, finished, without
         decoding, parsing or labelling. Otherwise its facts come from the fact cache or the
         passes, then it is labelled; both cache entries are written as each file is done.
-        `processes` > 1: whole files go to a process pool (reading, parsing, passes, labels and
-        cache writes all in the workers; this process only writes what comes back).
+        `processes` > 1: this process reads each file and looks it up; the others go with their
+        bytes to a process pool (decoding, passes, labels and cache writes all in the workers).
         """
         procs = self.options.processes if processes is None else processes
         if procs > 1:
