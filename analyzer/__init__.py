@@ -5,7 +5,8 @@ comes out with its labels (TAXONOMY's mechanism, sync, ordering, overlap, fallba
 and its rule findings, each with file:line evidence. The passes write facts (pkb.facts); only
 `classify` turns facts into labels and only the rules raise findings.
 
-    pipeline.py            the stages in order, the cache, the process pool
+    pipeline.py            the stages in order, file by file, here or in a process pool
+    static_cache.py        the two caches: pass facts by content, finished records by content and path
     python_pass.py         the Python file, with the standard `ast`; its parts: python_api (which
                            calls), python_reach (what solution() reaches, set-up or timed),
                            python_cache (run-once guards), python_run (branches PKB's run takes),

@@ -50,10 +50,15 @@ def gpu_count() -> int:
 
 def run_static(path, out: Path, options, quiet: bool, max_bytes: int | None = None, store_path: str | None = None):
     """Static passes over one path or several; writes static.jsonl (and, given a store, each
-    record's static part there) as records finish, then the tables and SARIF. Record paths are
-    relative to the corpus root (pkb.roots)."""
+    record's static part there) as records finish, then the tables and SARIF, unless the same
+    records were already written there (tables.key says so). Record paths are relative to the
+    corpus root (pkb.roots)."""
+    import dataclasses
+    import hashlib
+
     from analyzer.pipeline import StaticAnalyzer
-    from pkb.corpus import discover, read_candidate
+    from pkb.corpus import discover
+    from pkb.record import LATER_PARTS
     from pkb.roots import corpus_root
 
     paths = list(path) if isinstance(path, (list, tuple)) else [path]
@@ -62,7 +67,8 @@ def run_static(path, out: Path, options, quiet: bool, max_bytes: int | None = No
         err.print(f"[red]error:[/] {', '.join(missing)}: no such file or folder")
         raise typer.Exit(2)
     try:
-        analyzer = StaticAnalyzer(options)
+        # what is written and printed is labels and findings: the records need not carry facts
+        analyzer = StaticAnalyzer(dataclasses.replace(options, keep_facts=False))
     except ValueError as exc:  # an unknown rule id
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2)
@@ -72,24 +78,57 @@ def run_static(path, out: Path, options, quiet: bool, max_bytes: int | None = No
     out.mkdir(parents=True, exist_ok=True)
     records = []
     jsonl_path = out / "static.jsonl"
+    written = hashlib.sha256()
     store = _open_store(store_path)
     try:
         with jsonl_path.open("w", encoding="utf-8") as jsonl, _progress(len(files), quiet) as (progress, task):
-            for rec in analyzer.analyze_all(read_candidate(f, base, max_bytes) for f in files):
+            for rec in analyzer.analyze_files(files, base, max_bytes):
                 # Written as it comes: a killed run keeps what it had finished.
-                jsonl.write(json.dumps(rec.to_json_line()) + "\n")
+                data = rec.to_json_line()
+                line = json.dumps(data) + "\n"
+                jsonl.write(line)
                 jsonl.flush()
+                written.update(line.encode())
                 if store is not None and rec.sha256:
-                    store.write_part(rec.sha256, "", "static", rec.static_line())
+                    # rec.static_line(), from the line already made
+                    store.write_part(rec.sha256, "", "static", {k: v for k, v in data.items() if k not in LATER_PARTS})
                 records.append(rec)
                 progress.advance(task)
     finally:
         analyzer.close()
         if store is not None:
             store.close()
-    write_tables(records, out)
-    write_sarif(records, out, analyzer.rules, base)
+    key = _tables_key(written.hexdigest(), [r.id for r in analyzer.rules], base)
+    if not _tables_current(out, key):
+        write_tables(records, out)
+        write_sarif(records, out, analyzer.rules, base)
+        (out / TABLES_KEY).write_text(key + "\n", encoding="utf-8")
     return records
+
+
+# Beside the tables: what they were written from. The same key on a re-run means the same records,
+# rules and code, so the tables and the SARIF file are left as they are.
+TABLES_KEY = "tables.key"
+_TABLE_FILES = ("candidates.csv", "candidates.parquet", "kernels.csv", "kernels.parquet", "findings.csv",
+                "findings.parquet", "tables.dtypes.json", "findings.sarif")
+
+
+def _tables_key(records_digest: str, rule_ids: list[str], root: Path) -> str:
+    import hashlib
+
+    from reports import formats, sarif, tables
+
+    h = hashlib.sha256("\x00".join([__version__, records_digest, ",".join(rule_ids), str(root)]).encode())
+    for module in (tables, sarif, formats):  # the code that writes them
+        h.update(Path(module.__file__).read_bytes())
+    return h.hexdigest()
+
+
+def _tables_current(out: Path, key: str) -> bool:
+    try:
+        return (out / TABLES_KEY).read_text(encoding="utf-8").strip() == key and all((out / f).is_file() for f in _TABLE_FILES)
+    except OSError:
+        return False
 
 
 def _open_store(store_path: str | None):
@@ -125,6 +164,7 @@ def store_later_parts(store, rec) -> None:
 def write_sarif(records, out: Path, rules, root: Path, exit_code: int = 0) -> None:
     from reports import sarif
 
+    (out / TABLES_KEY).unlink(missing_ok=True)  # written from something else than the key says
     doc = sarif.to_sarif(records, rules, __version__, root=root, exit_code=exit_code)
     (out / "findings.sarif").write_text(json.dumps(doc, indent=1), encoding="utf-8")
 
@@ -132,6 +172,7 @@ def write_sarif(records, out: Path, rules, root: Path, exit_code: int = 0) -> No
 def write_tables(records, out: Path) -> None:
     from reports import tables
 
+    (out / TABLES_KEY).unlink(missing_ok=True)
     tables.write_tables(records, out)
 
 

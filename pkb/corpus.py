@@ -134,6 +134,23 @@ def _is_candidate_like(path: Path) -> bool:
 def read_candidate(path: Path, root: Path | None = None, max_bytes: int | None = None) -> CandidateRecord:
     """Read one file into a record; the record says how reading went. `path` is kept relative to
     `root` (pkb.roots.corpus_root); `max_bytes` is the read limit (default MAX_BYTES)."""
+    raw = read_file(path, root, max_bytes)
+    return decode_file(raw)
+
+
+@dataclass
+class FileRead:
+    """A file's bytes and what its name says, before decoding: enough to look a finished result up
+    by content (the bytes are read once, for the hash and the decoding both)."""
+
+    rec: CandidateRecord  # name fields, size and sha256 set; parse_status set where reading failed
+    data: bytes | None  # None: unreadable or over the limit (the record says which)
+    file_id: int | None
+    file_name: str
+
+
+def read_file(path: Path, root: Path | None = None, max_bytes: int | None = None) -> FileRead:
+    """The first half of read_candidate: the name fields, the bytes and their sha256."""
     from pkb.roots import relative_path
 
     path = Path(path)
@@ -156,17 +173,22 @@ def read_candidate(path: Path, root: Path | None = None, max_bytes: int | None =
             data = fh.read(limit + 1)
     except OSError as exc:
         rec.parse_status, rec.parse_message = "unreadable", f"cannot read: {exc.strerror or exc}"
-        match_record(rec, pid, name)
-        return rec
+        return FileRead(rec, None, pid, name)
     rec.size = size
     rec.sha256 = content_hash(data)
     if size > limit:
         rec.parse_status = "too_large"
         rec.parse_message = f"{size} bytes, over the {limit}-byte limit; not analyzed"
-        match_record(rec, pid, name)
-        return rec
-    rec.parse_status, rec.parse_message, rec.parse_line, rec.source, rec.tree = _decode(data)
-    match_record(rec, pid, name)
+        return FileRead(rec, None, pid, name)
+    return FileRead(rec, data, pid, name)
+
+
+def decode_file(raw: FileRead) -> CandidateRecord:
+    """The second half of read_candidate: decode and parse the bytes, match the problem."""
+    rec = raw.rec
+    if raw.data is not None:
+        rec.parse_status, rec.parse_message, rec.parse_line, rec.source, rec.tree = _decode(raw.data)
+    match_record(rec, raw.file_id, raw.file_name)
     return rec
 
 
