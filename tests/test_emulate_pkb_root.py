@@ -106,6 +106,30 @@ def test_pkb_root_gives_path_reference_and_inputs(tmp_path):
     assert first["expected"] == pytest.approx(20.0) and first["got"] == pytest.approx(30.0), first
 
 
+def test_a_checkouts_namespace_utils_wins_over_our_stand_in_already_imported(tmp_path, monkeypatch):
+    """PKB's `utils` has no __init__.py; once our stand-in `utils` package (a regular one) was put
+    on the path for an earlier candidate of this process, loading a checkout's problem must still
+    give the checkout's input factory."""
+    import importlib
+
+    import torch
+
+    from pkb.eval import problem_source
+    from pkb.eval.shims import CANDIDATE_PATH
+
+    root = _pkb_root(tmp_path)
+    (root / "utils" / "__init__.py").unlink()  # as in PKB: a namespace package
+    monkeypatch.setattr(sys, "path", [CANDIDATE_PATH, *sys.path])
+    for name in [m for m in sys.modules if m == "utils" or m.startswith("utils.")]:
+        monkeypatch.delitem(sys.modules, name)
+    assert "candidate_path" in importlib.import_module("utils").__file__  # our stand-in is cached
+    src = problem_source.load({"kind": "pkb", "id": 901, "root": str(root), "stem": "901_doubled_sum"},
+                              "float32", "small", None)
+    (x,) = src.make_inputs(2, 4, 1, "cpu", torch.float32)
+    assert float(x[0, 0]) == 13.0  # rank + 1 + 10 * trial: the checkout's factory
+    assert CANDIDATE_PATH not in sys.path
+
+
 def test_without_pkb_root_the_pkb_only_problem_is_not_found(tmp_path):
     _pkb_root(tmp_path)
     cand = tmp_path / "901_doubled_sum_cuda.py"

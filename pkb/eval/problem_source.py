@@ -131,8 +131,7 @@ def load(job_problem: dict[str, Any], dtype_name: str, scale: str, tolerance: tu
     pid = int(job_problem["id"])
     if kind == "pkb":
         root = job_problem["root"]
-        if root not in sys.path:
-            sys.path.insert(0, root)
+        _put_checkout_utils_first(root)
         from utils.input_output_tensors import create_input_tensor  # PKB's own factory
 
         ref_mod = _import_file(str(Path(root) / "reference" / f"{job_problem['stem']}.py"), "pkb_reference")
@@ -162,6 +161,30 @@ def load(job_problem: dict[str, Any], dtype_name: str, scale: str, tolerance: tu
         return tuple(out) if isinstance(out, (list, tuple)) else (out,)
 
     return ProblemSource(pid, mod.solution, make_inputs, tuple(tol), mod)
+
+
+def _put_checkout_utils_first(root: str) -> None:
+    """Make `utils.*` resolve to this checkout's. PKB's `utils` has no __init__.py (a namespace
+    package), so a regular `utils` package anywhere on the path wins over it: our stand-in
+    (pkb.eval.shims, put there for an earlier candidate without a checkout in this process) or
+    another checkout. Take ours off the path, put the root first and forget a cached `utils`
+    from elsewhere; provide_for_candidate adds our cuda_helpers later if the checkout lacks it."""
+    from pkb.eval.shims import CANDIDATE_PATH
+
+    while CANDIDATE_PATH in sys.path:
+        sys.path.remove(CANDIDATE_PATH)
+    if sys.path[:1] != [root]:
+        if root in sys.path:
+            sys.path.remove(root)
+        sys.path.insert(0, root)
+    cached = sys.modules.get("utils")
+    if cached is None:
+        return
+    wanted = str((Path(root) / "utils").resolve())
+    if any(str(Path(p).resolve()) == wanted for p in getattr(cached, "__path__", ())):
+        return
+    for name in [n for n in sys.modules if n == "utils" or n.startswith("utils.")]:
+        del sys.modules[name]
 
 
 def _import_file(path: str, name: str) -> ModuleType:
