@@ -411,7 +411,7 @@ def analyze(
         # standard output belongs to the chosen format: the evaluation's lines go to stderr then
         with contextlib.redirect_stdout(sys.stderr) if fmt != "text" else contextlib.nullcontext():
             run_eval(records, out, EvalOptions(world_size=n_gpu, trials=trials, store_path=str(out / "pkb_eval.sqlite"),
-                                               work_dir=str(out / "eval_work")), quiet)
+                                               work_dir=str(out / "eval_work"), corpus_root=str(root)), quiet)
         write_tables(records, out)
 
     if failures:
@@ -488,6 +488,7 @@ def eval_command(
     import contextlib
 
     from pkb.eval import EvalOptions
+    from pkb.roots import corpus_root
 
     backend, scale, dtype = backend.value, scale.value, dtype.value if dtype else None
     missing = [str(p) for p in paths if not p.exists()]
@@ -516,6 +517,7 @@ def eval_command(
         ncu_kernels=list(ncu_kernel or []) if (ncu or ncu_kernel or ncu_metric) else None, ncu_metrics=list(ncu_metric or []),
         jobs=n_jobs, timing_mode=timing, pack=pack, screen=screen,
         import_timeout_s=import_timeout, compile_timeout_s=compile_timeout, call_timeout_s=call_timeout, force=force,
+        corpus_root=str(corpus_root(paths)),
     )
     # jsonl: standard output carries the records alone, as they land; all else is said on stderr
     emit = _line_writer(sys.stdout) if output_format is EvalOutputFormat.jsonl else None

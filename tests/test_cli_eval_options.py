@@ -52,6 +52,9 @@ def test_several_paths_and_the_old_commands_options_reach_the_evaluation(tmp_pat
     problem_of = {r.path: r.problem_id for r in records}
     # the file given as a file and the folder's loose one take --problem; a named one keeps its own
     assert problem_of == {"c/1_allreduce_a.py": 1, "c/mine.py": 2, "other.py": 2}
+    # record paths are relative to the corpus root, which the evaluation is told (it reads files
+    # the record does not carry from there, not from the working directory)
+    assert all((Path(options.corpus_root) / r.path).is_file() for r in records)
     assert len((tmp_path / "o" / "eval.jsonl").read_text().splitlines()) == 3
 
 

@@ -37,7 +37,7 @@ IMPORT_LIMIT_S = 10.0
 def hostile_options(tmp: Path, **over) -> EvalOptions:
     base = dict(
         world_size=2, trials=2, dtype="float32", backend="gloo", timeout_s=90.0, warmup=1, iters=3, groups=2,
-        store_path=str(tmp / "hostile.sqlite"), work_dir=str(tmp / "work"), jobs=2,
+        store_path=str(tmp / "hostile.sqlite"), work_dir=str(tmp / "work"), jobs=2, corpus_root=str(HOSTILE),
         call_timeout_s=CALL_LIMIT_S, import_timeout_s=IMPORT_LIMIT_S, compile_timeout_s=30.0,
     )
     base.update(over)
@@ -52,7 +52,7 @@ def batch(tmp_path_factory):
     entries.sort(key=lambda e: {"1_allreduce_state_leak_a.py": 0, "1_allreduce_state_leak_b.py": 2}.get(e["path"], 1))
     records = []
     for e in entries:
-        rec = read_candidate(HOSTILE / e["path"])
+        rec = read_candidate(HOSTILE / e["path"], root=HOSTILE)  # paths relative to the folder, as the CLI reads them
         assert rec.problem_id == e["problem"], e["path"]
         records.append(rec)
     options = hostile_options(tmp)

@@ -124,7 +124,7 @@ def prepare(rec: Any, world_size: int, options: Any, store: Any, device: str) ->
     if getattr(rec, "parse_status", "ok") != "ok":
         ev["reason"] = f"file not read: {rec.parse_status}"
         return ev
-    source = source_text(rec)
+    source = source_text(rec, getattr(options, "corpus_root", None))
     if not source:
         ev["reason"] = "no source to run"
         return ev

@@ -255,7 +255,7 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
     from pkb.eval.job import JobSpec
 
     t0 = time.monotonic()
-    source = source_text(rec)
+    source = source_text(rec, options.corpus_root)
     sha = rec.sha256 or hashlib.sha256(source.encode("utf-8")).hexdigest()
     if source and getattr(rec, "parse_status", "") == "too_large":
         sha = hashlib.sha256(source.encode("utf-8")).hexdigest()  # the record hashed a prefix only
@@ -512,11 +512,14 @@ def _syntax_tree(rec: Any, source: str) -> ast.Module | None:
         return None
 
 
-def source_text(rec: Any) -> str:
-    """The candidate's text: the record's own, else its file's (empty when unreadable)."""
+def source_text(rec: Any, root: str | None = None) -> str:
+    """The candidate's text: the record's own, else its file's (empty when unreadable). A record's
+    path is relative to the corpus root (`root`), not to the working directory."""
     if getattr(rec, "source", ""):
         return rec.source
     path = Path(getattr(rec, "path", ""))
+    if root and not path.is_absolute():
+        path = Path(root) / path
     if path.is_file():
         try:
             return path.read_text(encoding="utf-8")

@@ -60,6 +60,9 @@ class EvalOptions:
     ncu_kernels: list[str] | None = None
     ncu_metrics: list[str] = field(default_factory=list)  # asked for beside profiling.capture.NCU_METRICS
     force: bool = False  # run again what the store already holds for this configuration
+    # The folder record paths are relative to (pkb.roots.corpus_root); a file whose text the record
+    # does not carry (over the static reader's size limit) is read from there. None: the cwd.
+    corpus_root: str | None = None
 
     def resolved_work_dir(self) -> Path:
         return Path(self.work_dir).resolve()
