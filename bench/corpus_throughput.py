@@ -62,7 +62,7 @@ def cli(args: list[str], env: dict | None = None, timeout: float | None = None) 
     cmd = [sys.executable, "-c", "from pkb.cli import main; main()", *args]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p), **(env or {})}
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=timeout)
     return time.perf_counter() - t0, proc
 
 
@@ -141,6 +141,17 @@ def static_part(pkb_root: Path, jobs: int, tmp: Path, ptx: bool, repeat: int = 1
 _PKB_TRIAL = re.compile(r"trial (\d+): (\w+)")
 
 
+def pkb_finds(pkb_root: Path, f: Path) -> bool:
+    """Whether PKB's run_local finds this file: it looks for `<reference stem>_<backend>.py` of the
+    problem's id, so a file named otherwise (`12_gemm_allgather_cuda.py` for reference
+    `12_allgather_gemm.py`, or the shifted ids from 34 on) is refused before anything runs."""
+    m = re.match(r"(\d+)_", f.name)
+    if not m:
+        return False
+    backend = f.stem.rsplit("_", 1)[-1]
+    return any(f.name == f"{ref.stem}_{backend}.py" for ref in (pkb_root / "reference").glob(f"{m.group(1)}_*.py"))
+
+
 def pkb_one(pkb_root: Path, f: Path, world_size: int, tmp: Path, timeout: float) -> dict:
     """PKB's run_local.py on one file, its own cold build cache, as its loop runs each file."""
     m = re.match(r"(\d+)_", f.name)
@@ -151,8 +162,8 @@ def pkb_one(pkb_root: Path, f: Path, world_size: int, tmp: Path, timeout: float)
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp / "pkb_ext" / f.stem)}
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, cwd=pkb_root, env=env, capture_output=True, text=True, timeout=timeout)
-        rc, tail = proc.returncode, proc.stdout[-400:]
+        proc = subprocess.run(cmd, check=False, cwd=pkb_root, env=env, capture_output=True, text=True, timeout=timeout)
+        rc, tail = proc.returncode, (proc.stdout + proc.stderr)[-400:]
     except subprocess.TimeoutExpired:
         rc, tail = None, "timed out"
     return {"file": f.name, "wall_s": time.perf_counter() - t0, "returncode": rc, "tail": tail}
@@ -166,15 +177,27 @@ def eval_part(pkb_root: Path, files: list[Path], args: argparse.Namespace, tmp: 
         result.update(ours_wall_s=wall, ours_per_hour=len(files) / wall * 3600)
     if args.pkb_files > 0:
         ws = args.world_size or 1
-        measured = [pkb_one(pkb_root, f, ws, tmp, args.timeout) for f in files[: args.pkb_files]]
-        for r in measured:
-            print(f"PKB run_local: {r['file']}: {r['wall_s']:.1f} s (exit {r['returncode']})", flush=True)
+        runnable = [f for f in files if pkb_finds(pkb_root, f)]
+        if len(runnable) < len(files):
+            print(f"PKB: its loop finds a file only under its reference's exact name; {len(files) - len(runnable)} of "
+                  f"{len(files)} files are named otherwise (e.g. {next(f.name for f in files if f not in runnable)}) and "
+                  "are not measured on it", flush=True)
+        tried = [pkb_one(pkb_root, f, ws, tmp, args.timeout) for f in runnable[: args.pkb_files]]
+        for r in tried:
+            print(f"PKB run_local: {r['file']}: {r['wall_s']:.1f} s (exit {r['returncode']})"
+                  + ("" if r["returncode"] == 0 else f": not a measurement; its output ends: {r['tail'][-300:]!r}"), flush=True)
+        # A run that failed (a missing file, a crash) says nothing about the loop's speed.
+        measured = [r for r in tried if r["returncode"] == 0]
+        result["pkb_failed"] = [r["file"] for r in tried if r["returncode"] != 0]
+        if not measured:
+            print("PKB: no file measured; no ratio", flush=True)
+            return result
         mean = sum(r["wall_s"] for r in measured) / len(measured)
         pkb_total = mean * len(files)
         print(f"PKB: {len(measured)} of {len(files)} files measured, mean {mean:.1f} s per file (min "
               f"{min(r['wall_s'] for r in measured):.1f}, max {max(r['wall_s'] for r in measured):.1f}); its loop is one file after "
               f"another, so the set is extrapolated as mean x {len(files)} = {pkb_total:.0f} s: {len(files) / pkb_total * 3600:.0f} candidates/hour")
-        result.update(pkb_mean_s=mean, pkb_total_s=pkb_total)
+        result.update(pkb_mean_s=mean, pkb_total_s=pkb_total, pkb_measured=[r["file"] for r in measured])
         if wall:
             print(f"ours / PKB: {pkb_total / wall:.1f}x faster")
             result["speedup"] = pkb_total / wall

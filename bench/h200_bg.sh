@@ -7,16 +7,18 @@
 #                                                copy what it wrote under $BG_OUT (top level) to $OUT
 # The environment keeps multicast off (NCCL_NVLS_ENABLE=0 ...) and puts carried wheels (.whl) and the
 # working tree on PYTHONPATH.
-# Carry a PKB copy (.pkb) on the first call only: a later call that carries it again replaces the
-# folder under the running job, whose reference/ then reads as empty for a while (seen 2026-12-03:
-# 113 of 256 candidates 'not run' with 'no reference matches').
+# The job runs in its own copy of the working tree (carried folders such as .pkb and .whl too): a
+# later device call replaces carried folders when it carries them again and removes them when it
+# does not, under a job still reading them (seen 2026-12-03: 113 of 256 candidates 'no reference
+# matches'; 2026-12-04: 125 of 129 'No module named utils' after a call without .pkb).
 set -u
 verb=$1 name=$2
 dir=/tmp/pkb_bg/$name
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 case "$verb" in
   start)
-    mkdir -p "$dir/out"
+    mkdir -p "$dir/out" "$dir/tree"
+    tar --exclude=./.git -cf - . | tar -xf - -C "$dir/tree" && cd "$dir/tree" || exit 1
     if ls .whl/*.whl >/dev/null 2>&1 && [ ! -d /tmp/site ]; then
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >"$dir/pip.log" 2>&1
     fi
