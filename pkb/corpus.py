@@ -109,7 +109,8 @@ def assign_problem(rec: CandidateRecord, problem_id: int) -> None:
 def discover(root: Path) -> list[Path]:
     """Candidate files under `root` (a file or a folder), in a stable order.
 
-    `reference/` folders hold references, not candidates, and are skipped, as are caches.
+    `reference/` folders hold references, not candidates, and are skipped, as are caches; in a
+    PKB checkout only the run trees (`solutions_*`) are walked.
     """
     root = Path(root)
     if root.is_file():
@@ -117,13 +118,24 @@ def discover(root: Path) -> list[Path]:
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: no such file or folder")
     out: list[Path] = []
+    harness = is_pkb_checkout(root)
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
         if any(part in SKIP_DIRS or part.startswith(".") for part in rel.parts[:-1]):
             continue
+        if harness and not rel.parts[0].startswith("solutions_"):
+            continue  # PKB's own harness (run_local.py, utils/, kernelgen/ ...), not a candidate
         if path.is_file() and (path.suffix == ".py" or _is_candidate_like(path)):
             out.append(path)
     return out
+
+
+def is_pkb_checkout(folder: Path) -> bool:
+    """A ParallelKernelBench checkout: run trees beside PKB's harness (its run_local.py or
+    utils/cuda_helpers.py). Its candidates are the run trees' files; the harness is not one."""
+    if not ((folder / "run_local.py").is_file() or (folder / "utils" / "cuda_helpers.py").is_file()):
+        return False
+    return any(p.is_dir() and p.name.startswith("solutions_") for p in folder.iterdir())
 
 
 def _is_candidate_like(path: Path) -> bool:

@@ -40,6 +40,23 @@ def test_reference_folder_is_not_a_candidate(tmp_path):
     assert "1_allreduce.py" not in names and "1_allreduce_cuda.py" in names
 
 
+def test_a_pkb_checkouts_harness_is_not_a_candidate(tmp_path):
+    # PKB's own code beside its run trees: read as candidates, it filled a report of PKB's corpus
+    # with 24 records of harness files (run_local.py, utils/*, kernelgen/*)
+    _tree(tmp_path)
+    (tmp_path / "run_local.py").write_text("def main():\n    pass\n")
+    (tmp_path / "utils").mkdir()
+    (tmp_path / "utils" / "cuda_helpers.py").write_text("def compile_cuda_extension():\n    pass\n")
+    (tmp_path / "kernelgen").mkdir()
+    (tmp_path / "kernelgen" / "solution_ex_add.py").write_text("def solution(a, b):\n    return a + b\n")
+    rel = [p.relative_to(tmp_path).parts[0] for p in discover(tmp_path)]
+    assert rel and all(part.startswith("solutions_") for part in rel)
+    # a folder of run trees and loose candidates without PKB's harness keeps its loose files
+    (tmp_path / "run_local.py").unlink()
+    (tmp_path / "utils" / "cuda_helpers.py").unlink()
+    assert any(p.name == "solution_ex_add.py" for p in discover(tmp_path))
+
+
 def test_bad_files_become_records_with_a_status(tmp_path):
     _tree(tmp_path)
     recs = {r.path.split("/")[-1]: r for r in load_corpus(tmp_path)}
