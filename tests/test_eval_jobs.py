@@ -108,3 +108,41 @@ def test_screening_packs_correctness_and_times_only_the_correct(tmp_path, monkey
     monkeypatch.setattr(ev, "plan_slots", real_plan)
     again = run_eval([good, wrong], options)  # stored under the timed configuration: nothing relaunched
     assert all(r.evaluation["status"] == "skipped_cached" for r in again)
+
+
+def test_untimed_launches_start_while_other_builds_run(tmp_path, monkeypatch):
+    # A candidate without a build lands before a slow build of another finishes: launches are not
+    # held back until the last build (on the H200, 24 real files waited 180 s for two build waves).
+    import threading
+    import time
+
+    import pkb.eval.build as build
+    from test_eval_support import REFERENCE
+
+    from pkb.corpus import read_candidate
+    from pkb.eval import evaluate
+
+    plain = write_candidate(tmp_path / "c", "1_allreduce_plain.py", REFERENCE)
+    lazy = write_candidate(tmp_path / "c", "1_allreduce_lazy.py", LAZY_EXT)
+    first_landed = threading.Event()
+    built_at: list[float] = []
+    real_prebuild = build.prebuild
+
+    def slow_prebuild(path, opts, timeout_s):
+        first_landed.wait(timeout=90)  # a sequential run never sets it: the test then fails below
+        result = real_prebuild(path, opts, timeout_s)
+        built_at.append(time.monotonic())
+        return result
+
+    monkeypatch.setattr(build, "prebuild", slow_prebuild)
+    landed_at: dict[str, float] = {}
+
+    def on_result(rec, evaluation, ranks):
+        landed_at[Path(rec.path).name] = time.monotonic()
+        first_landed.set()
+
+    records = [read_candidate(plain), read_candidate(lazy)]
+    evaluate(records, quick_options(tmp_path, jobs=0, iters=0, build_dir=str(tmp_path / "builds")), on_result=on_result)
+    assert all(r.evaluation.get("correct") for r in records), [r.evaluation.get("reason") for r in records]
+    assert landed_at["1_allreduce_plain.py"] < built_at[0] < landed_at["1_allreduce_lazy.py"]
+    assert records[1].evaluation["details"]["prebuild"]["ok"]

@@ -22,7 +22,7 @@ import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from pkb.eval.options import EvalOptions, config_key
 
@@ -64,7 +64,9 @@ def evaluate(records: Iterable[Any], options: EvalOptions | None = None, on_resu
     Three steps. Every record is prepared (decided without a launch where it can be: cached,
     not runnable). Then every candidate's JIT builds run in a CPU pool (pkb.eval.build), so no
     launch's clock includes nvcc. Then the launches, `plan_slots` at a time: each slot its own
-    CUDA_VISIBLE_DEVICES. This thread is the only writer of the store; each launch's rows are
+    CUDA_VISIBLE_DEVICES. Untimed (or shared-timing) launches, the screening ones included, start
+    as their own build lands, beside the builds still running; a launch timed alone on the node
+    waits for the last build (a compile beside it would disturb the clock). This thread is the only writer of the store; each launch's rows are
     committed as soon as it returns, so a killed run resumes where it stopped. `on_result(rec,
     evaluation, rank_results)` is called as each lands.
     """
@@ -95,12 +97,20 @@ def evaluate(records: Iterable[Any], options: EvalOptions | None = None, on_resu
             else:
                 seen[(pending.sha256, pending.config_key)] = pending
                 queue.append((rec, pending))
-        prebuild_all([p for _, p in queue], options, env)
-        # Candidates whose build failed are over within seconds of their launch (compile_error):
-        # launch them first, so a run cut short still holds every verdict its builds decided.
-        queue.sort(key=lambda item: _prebuild_failed(item[1]), reverse=True)
-        if _screens(options, env):
-            queue = screen(queue, options, env, store, landed)
+        screens = _screens(options, env)
+        items: Iterable[tuple[Any, Pending] | None]
+        if screens or options.iters <= 0 or options.timing_mode == "shared":
+            # The first launches are untimed (or shared): each may start as soon as its own build
+            # lands, while the others still build. Exclusive timed launches start after the last.
+            items = _as_builds_land(queue, options, env)
+        else:
+            prebuild_all([p for _, p in queue], options, env)
+            # Candidates whose build failed are over within seconds of their launch (compile_error):
+            # launch them first, so a run cut short still holds every verdict its builds decided.
+            queue.sort(key=lambda item: _prebuild_failed(item[1]), reverse=True)
+            items = queue
+        if screens:
+            items = screen(queue, items, options, env, store, landed)
         with ThreadPoolExecutor(max_workers=len(slots)) as pool:
             free = list(slots)
             running: dict[Any, tuple[Any, Pending, str]] = {}
@@ -115,7 +125,11 @@ def evaluate(records: Iterable[Any], options: EvalOptions | None = None, on_resu
                     result = fut.result()
                     landed(rec, finish(pending, result, store, rec), [r.result for r in result.ranks])
 
-            for rec, pending in queue:
+            for item in items:
+                if item is None:  # builds still running: collect what has finished meanwhile
+                    drain(block=False)
+                    continue
+                rec, pending = item
                 while not free:
                     drain(block=True)
                 slot = free.pop(0)
@@ -139,13 +153,14 @@ def _screens(options: EvalOptions, env: Environment) -> bool:
     return len(plan_slots(replace(options, iters=0), env)) > len(plan_slots(options, env))
 
 
-def screen(queue: list[tuple[Any, Pending]], options: EvalOptions, env: Environment, store: Any,
-           landed: Callable[[Any, dict[str, Any], list[Any]], None]) -> list[tuple[Any, Pending]]:
+def screen(queue: list[tuple[Any, Pending]], items: Iterable[tuple[Any, Pending] | None], options: EvalOptions,
+           env: Environment, store: Any, landed: Callable[[Any, dict[str, Any], list[Any]], None]) -> list[tuple[Any, Pending]]:
     """Correctness-only launches (no timing), packed in every untimed slot; a candidate that is
     not correct there is decided (stored under the timed configuration, marked `screened`);
     the correct ones are returned for their timed launch alone on the node, which checks
     correctness again and then times. Most candidates of a real corpus are not correct, so most
-    never wait for the node."""
+    never wait for the node. `items` gives the queue's launches as they become ready (None while
+    waiting on builds); the correct ones come back in the queue's order."""
     from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
     from pkb.eval.outcome import decide
@@ -169,7 +184,12 @@ def screen(queue: list[tuple[Any, Pending]], options: EvalOptions, env: Environm
                 probe.evaluation.setdefault("details", {})["screened"] = "a correctness-only launch (no timing): not correct, so not timed"
                 landed(rec, finish(probe, result, store, rec), [r.result for r in result.ranks])
 
-        for rec, pending in queue:
+        for item in items:
+            if item is None:  # builds still running: collect what has finished meanwhile
+                if running:
+                    drain(block=False)
+                continue
+            rec, pending = item
             while not free:
                 drain(block=True)
             slot = free.pop(0)
@@ -202,10 +222,49 @@ def _prebuild_failed(pending: Pending) -> bool:
     return bool(pre) and not pre.get("ok")
 
 
-def prebuild_all(pendings: list[Pending], options: EvalOptions, env: Environment) -> None:
-    """Every candidate's JIT builds, in a pool sized to cores and memory, before any launch: each
-    launch then finds its build done. The result is noted in the evaluation's details; a failed
-    build is the launch's compile_error (the build directory remembers the failure)."""
+def _as_builds_land(queue: list[tuple[Any, Pending]], options: EvalOptions, env: Environment) -> Iterator[tuple[Any, Pending] | None]:
+    """The queue's launches as each becomes ready: those without a JIT build at once, the others
+    as their builds land (prebuild_all in a background thread); None every half second while
+    waiting, so the caller can collect finished launches meanwhile."""
+    import queue as queues
+    import threading
+
+    needs = [item for item in queue if _uses_builds(item[1].job.candidate_path)]
+    by_pending = {id(pending): (rec, pending) for rec, pending in needs}
+    ready: queues.Queue = queues.Queue()
+    done = object()
+
+    def build() -> None:
+        try:
+            prebuild_all([p for _, p in needs], options, env, on_built=lambda p: ready.put(by_pending[id(p)]))
+        finally:
+            ready.put(done)
+
+    if needs:
+        threading.Thread(target=build, name="pkb-prebuild", daemon=True).start()
+    needed = {id(p) for _, p in needs}
+    yield from (item for item in queue if id(item[1]) not in needed)
+    announced: set[int] = set()
+    while needs:
+        try:
+            item = ready.get(timeout=0.5)
+        except queues.Empty:
+            yield None
+            continue
+        if item is done:
+            break
+        announced.add(id(item[1]))
+        yield item
+    # a build thread that failed before announcing some: they launch anyway (the rank builds)
+    yield from (item for item in needs if id(item[1]) not in announced)
+
+
+def prebuild_all(pendings: list[Pending], options: EvalOptions, env: Environment,
+                 on_built: Callable[[Pending], None] | None = None) -> None:
+    """Every candidate's JIT builds, in a pool sized to cores and memory, before its launch: each
+    launch then finds its build done. The result is noted in the evaluation's details (then
+    `on_built(pending)` is called, as each lands); a failed build is the launch's compile_error
+    (the build directory remembers the failure)."""
     from pkb.eval.build import BuildOptions, prebuild_many
 
     root = build_root_for(options)
@@ -218,12 +277,16 @@ def prebuild_all(pendings: list[Pending], options: EvalOptions, env: Environment
     for extra, group in groups.items():
         opts = BuildOptions(root=root, extra_sys_path=list(extra), arch_list=env.arch_list, python=options.python)
         by_path = {Path(p.job.candidate_path): p for p in group}
-        results = prebuild_many(list(by_path), opts, jobs=options.build_jobs or None, timeout_s=options.compile_timeout_s)
-        for path, res in results.items():
+
+        def note(path: Path, res: Any) -> None:
             by_path[path].evaluation.setdefault("details", {})["prebuild"] = {
                 "ok": res.ok, "seconds": round(res.seconds, 2), "cached": res.cached, "error": res.error[:1000],
                 "builds": [b.get("key") for b in res.builds], "log": res.log_path,
             }
+            if on_built is not None:
+                on_built(by_path[path])
+
+        prebuild_many(list(by_path), opts, jobs=options.build_jobs or None, timeout_s=options.compile_timeout_s, on_result=note)
 
 
 def evaluate_one(rec: Any, options: EvalOptions, env: Environment, store: Any) -> dict[str, Any]:

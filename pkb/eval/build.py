@@ -33,7 +33,7 @@ import socket
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -523,7 +523,8 @@ def pool_size(jobs: int | None, max_jobs_per_build: int = 2, cores: int | None =
 
 def prebuild_many(paths: Iterable[Path], options: Any = None, jobs: int | None = None, timeout_s: float = 900.0,
                   on_result: Callable[[Path, BuildResult], None] | None = None) -> dict[Path, BuildResult]:
-    """Prebuild each distinct file once (by content), `pool_size(jobs)` at a time.
+    """Prebuild each distinct file once (by content), `pool_size(jobs)` at a time; `on_result` is
+    called for each path as its build lands (in completion order).
 
     Threads wait on the subprocesses that do the work; one file per distinct content, its result
     shared by every path with that content.
@@ -542,7 +543,7 @@ def prebuild_many(paths: Iterable[Path], options: Any = None, jobs: int | None =
     results: dict[Path, BuildResult] = {}
     with ThreadPoolExecutor(max_workers=workers) as pool:
         futures = {pool.submit(prebuild, group[0], opts, timeout_s): group for group in unique.values()}
-        for fut in futures:
+        for fut in as_completed(futures):  # as each lands: its launch may start while others build
             group = futures[fut]
             try:
                 res = fut.result()
