@@ -26,6 +26,18 @@ def unique_findings(findings: list[Any]) -> list[Any]:
     return out
 
 
+def merged_evidence(evidence: list[Any]) -> list[tuple[str, int, str, str, str]]:
+    """(file, line, pass, snippet, notes) once per place: the clang pass gives one item per fact
+    at an `asm volatile(` line (the instruction, then `multicast_ptr`), which read as repeats
+    when the note that tells them apart is not shown."""
+    merged: dict[tuple[str, int, str, str], list[str]] = {}
+    for e in evidence:
+        notes = merged.setdefault((e.file, e.line, e.pass_name, e.snippet), [])
+        if e.note and e.note not in notes:
+            notes.append(e.note)
+    return [(f, line, p, snip, "; ".join(notes)) for (f, line, p, snip), notes in merged.items()]
+
+
 def explanation_parts(expl: dict[str, Any]) -> dict[str, Any]:
     """headline, evidence texts only the explanation has, cited rule ids, fixes no finding carries."""
     evidence = [e["text"] for e in expl.get("evidence", []) if e.get("kind") not in OWN_TABLE_KINDS]

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pkb.metrics import speed_text
+from reports.explain_view import merged_evidence
 from reports.html_parts import badge, esc, fmt, page, png_to_img, table
 
 AXES = ("mechanism", "sync", "ordering", "overlap")
@@ -29,11 +30,12 @@ def _evidence_cell(lab: Any) -> str:
     if not lab.evidence:
         return '<span class="muted">no evidence recorded</span>'
     parts = []
-    for e in lab.evidence[:6]:
-        note = f' <span class="muted">({esc(e.note)})</span>' if e.note else ""
-        parts.append(f"<div><code>{esc(e.file)}:{e.line}</code> [{esc(e.pass_name)}] <code>{esc(e.snippet)}</code>{note}</div>")
-    if len(lab.evidence) > 6:
-        parts.append(f'<div class="muted">and {len(lab.evidence) - 6} more</div>')
+    places = merged_evidence(lab.evidence)
+    for file, line, pass_name, snippet, notes in places[:6]:
+        note = f' <span class="muted">({esc(notes)})</span>' if notes else ""
+        parts.append(f"<div><code>{esc(file)}:{line}</code> [{esc(pass_name)}] <code>{esc(snippet)}</code>{note}</div>")
+    if len(places) > 6:
+        parts.append(f'<div class="muted">and {len(places) - 6} more</div>')
     return "".join(parts)
 
 

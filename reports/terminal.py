@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from pkb.metrics import speed_text
+from reports.explain_view import merged_evidence
 
 AXES = ("mechanism", "sync", "ordering", "overlap")
 
@@ -26,8 +27,11 @@ def _labels_table(labels: dict[str, list[Any]], title: str) -> Table:
     t.add_column("evidence")
     for axis in AXES:
         for lab in labels.get(axis, []):
-            ev = "\n".join(f"{e.file}:{e.line} [{e.pass_name}] {e.snippet}" for e in lab.evidence[:4]) or "(no evidence)"
-            t.add_row(Text(axis), Text(lab.value), Text(ev))
+            places = merged_evidence(lab.evidence)
+            lines = [f"{f}:{line} [{p}] {snip}" + (f" ({notes})" if notes else "") for f, line, p, snip, notes in places[:4]]
+            if len(places) > 4:
+                lines.append(f"and {len(places) - 4} more")
+            t.add_row(Text(axis), Text(lab.value), Text("\n".join(lines) or "(no evidence)"))
     return t
 
 

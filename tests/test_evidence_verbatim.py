@@ -78,3 +78,25 @@ def test_kernel_page_renders_rule_markdown_and_one_row_per_finding():
     explanation = html[html.index('id="explanation"'):html.index('id="labels"')]
     assert "stale data on rank 1" in explanation  # evidence only the explanation has stays
     assert "PKB001 at a/3_b.py:31" not in explanation and rule.fix not in explanation  # the finding row has them
+
+
+def test_label_evidence_at_one_place_is_one_line_with_its_notes(capsys):
+    # the clang pass gives one item per fact at an `asm volatile(` line: shown without their
+    # notes they printed as the same line twice
+    from rich.console import Console
+
+    from pkb.record import Evidence, Label
+    from reports.kernel_page import _evidence_cell
+    from reports.terminal import render
+
+    asm = [Evidence("k.py", 140, "asm volatile(", "clang", "multimem.ld_reduce.relaxed.sys.global.add.v4.bf16x2"),
+           Evidence("k.py", 140, "asm volatile(", "clang", "multicast_ptr"),
+           Evidence("k.py", 154, "asm volatile(", "clang", "multimem.st.relaxed.sys.global.v4.f32")]
+    rec = CandidateRecord(path="k.py")
+    rec.labels = {"mechanism": [Label("mechanism", "nvls", asm)]}
+    render(rec, Console(width=400, soft_wrap=False))
+    out = capsys.readouterr().out
+    assert out.count("k.py:140 [clang]") == 1 and out.count("k.py:154 [clang]") == 1
+    assert "multimem.ld_reduce.relaxed.sys.global.add.v4.bf16x2; multicast_ptr" in out
+    cell = _evidence_cell(Label("mechanism", "nvls", asm))
+    assert cell.count("k.py:140") == 1 and "multicast_ptr" in cell
