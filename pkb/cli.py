@@ -206,7 +206,7 @@ def open_run(ctx: typer.Context, out: Path, store_path: str | None) -> None:
 
 
 def run_eval(records, out: Path, options, quiet: bool, emit=None) -> None:
-    """Evaluate records (builds first, then launches in slots), writing eval.jsonl as results land,
+    """Evaluate records (builds in a CPU pool, launches in slots as their builds land), writing eval.jsonl as results land,
     and saying each outcome as it lands: above a progress bar at a terminal, a plain line otherwise
     (piped output shows progress too). Ctrl-C says what was saved and how to resume. `emit(line)`,
     when given, receives each eval.jsonl line as it is written (`--output-format jsonl`). A harness
@@ -464,7 +464,7 @@ def eval_command(
     ncu: bool = typer.Option(False, "--ncu", help="after a correct evaluation, one more launch with each rank under Nsight Compute (NVLink, peer-L2, TMA counters)"),
     ncu_kernel: Optional[list[str]] = typer.Option(None, "--ncu-kernel", help="kernel names for --ncu (default: the static pass's peer-moving kernels, else every kernel of one call)"),
     ncu_metric: Optional[list[str]] = typer.Option(None, "--ncu-metric", help="an ncu metric to read beside the defaults (repeatable)"),
-    jobs: str = typer.Option("auto", "--jobs", "-j", help="launches at a time (auto: GPU slots of the world size, or the cores on CPU); builds run first in a pool sized to cores and memory"),
+    jobs: str = typer.Option("auto", "--jobs", "-j", help="launches at a time (auto: GPU slots of the world size, or the cores on CPU); builds run in a pool sized to cores and memory; an untimed launch starts as its own build lands"),
     timing: str = typer.Option("exclusive", "--timing", help="exclusive: timed launches alone on the node; shared: side by side in every slot (faster, less accurate; marked in the record)"),
     pack: int = typer.Option(0, "--pack", help="untimed or shared launches per GPU slot (0: 4 at world size 1, else 1)"),
     screen: bool = typer.Option(True, "--screen/--no-screen", help="with exclusive timing: correctness-only launches first, packed; only correct candidates get a timed launch"),
