@@ -1,4 +1,6 @@
-"""The static slice, stage by stage, over records: python -> clang -> ptx -> classify -> rules.
+"""The static slice, stage by stage, over files: read -> python -> clang -> ptx -> classify -> rules.
+
+analyze_files is the one way to run it over many files (one process, or a pool of them).
 
 Two caches (analyzer.static_cache): pass facts by content, run and analyzer code, so a changed
 rule set re-labels without running a pass; and finished records by content, path, code and rules,
@@ -8,9 +10,7 @@ well under a second). Editing the analyzer invalidates both.
 
 from __future__ import annotations
 
-import json
 import os
-import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -183,94 +183,6 @@ class StaticAnalyzer:
         self.label(rec)
         return rec
 
-    def analyze_all(self, records: Iterable[CandidateRecord], processes: int | None = None) -> Iterator[CandidateRecord]:
-        """Analyze records, yielding each in input order as soon as it and those before it are done.
-
-        `processes` (default StaticOptions.processes) > 1: records go to a process pool as they
-        are read (reading overlaps the passes); a worker takes a record's facts from the cache or
-        computes them, and labels it; every computed result is stored in the cache the moment it
-        lands (this process is the cache's only writer; workers only read), so an interrupted run
-        loses nothing done. The records are those of one process, in the same order. Otherwise
-        the Python and clang passes run here, one file after another (libclang's index is not
-        shared across threads), and nvcc in a thread pool, since it is a separate process.
-        """
-        procs = self.options.processes if processes is None else processes
-        if procs > 1:
-            yield from self._analyze_in_pool(records, procs)
-        else:
-            yield from self._analyze_here(records)
-
-    def _analyze_here(self, records: Iterable[CandidateRecord]) -> Iterator[CandidateRecord]:
-        from collections import deque
-
-        jobs = self.options.jobs or max(1, os.cpu_count() or 1)
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            pending: deque = deque()
-
-            def ready(block: bool) -> Iterator[CandidateRecord]:
-                while pending and (block or pending[0][1] is None or pending[0][1].done()):
-                    rec, fut = pending.popleft()
-                    if fut is not None:
-                        fut.result()
-                        self._store(rec)
-                    self.label(rec)
-                    yield rec
-
-            for rec in records:
-                if self._from_cache(rec):
-                    pending.append((rec, None))
-                else:
-                    self._compute_source_passes(rec)
-                    pending.append((rec, pool.submit(self._compute_ptx, rec)))
-                yield from ready(block=False)
-            yield from ready(block=True)
-
-    def _analyze_in_pool(self, records: Iterable[CandidateRecord], processes: int) -> Iterator[CandidateRecord]:
-        import multiprocessing as mp
-        from collections import deque
-        from concurrent.futures import ProcessPoolExecutor
-
-        # fork: the workers start in milliseconds with the analyzer's modules already imported
-        # (spawn re-imports them in each, about a second).
-        ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
-        worker_options = StaticOptions(**{**self.options.__dict__, "nvcc": self.nvcc, "processes": 1, "jobs": 1})
-        cache_path = self.cache.path if self.cache is not None else None
-        pool = ProcessPoolExecutor(max_workers=processes, mp_context=ctx, initializer=_worker_init, initargs=(worker_options, cache_path))
-        pending: deque = deque()
-
-        def ready(block: bool) -> Iterator[CandidateRecord]:
-            while pending and (block or pending[0][1] is None or pending[0][1].done()):
-                rec, fut = pending.popleft()
-                if fut is not None:
-                    done, _ = fut.result()
-                    rec.facts, rec.passes = done.facts, done.passes
-                    rec.labels, rec.kernels, rec.findings, rec.suppressed = done.labels, done.kernels, done.findings, done.suppressed
-                yield rec
-
-        try:
-            for rec in records:
-                if rec.parse_status != "ok":
-                    self._from_cache(rec)  # the skipped passes, nothing to compute
-                    pending.append((rec, None))
-                else:
-                    tree, rec.tree = rec.tree, None  # the worker parses again; an AST is costly to pickle
-                    fut = pool.submit(_worker_analyze, rec)
-                    rec.tree = tree
-                    fut.add_done_callback(self._store_landed)
-                    pending.append((rec, fut))
-                yield from ready(block=False)
-            yield from ready(block=True)
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-
-    def _store_landed(self, fut) -> None:
-        """Cache a worker's computed result as soon as it lands (in the pool's result thread)."""
-        if fut.cancelled() or fut.exception() is not None:
-            return
-        rec, from_cache = fut.result()
-        if not from_cache:
-            self._store(rec)
-
     # ---- files, start to finish (the command line's path) ------------------------------------
 
     def _cached_result(self, raw: FileRead) -> CandidateRecord | None:
@@ -392,9 +304,9 @@ class StaticAnalyzer:
                 done = self._cached_result(raw)
                 if done is None:
                     if pool is None:
-                        pool = ProcessPoolExecutor(max_workers=processes, mp_context=ctx, initializer=_file_worker_init,
+                        pool = ProcessPoolExecutor(max_workers=processes, mp_context=ctx, initializer=_worker_init,
                                                    initargs=(worker_options, cache_path))
-                    pending.append(pool.submit(_file_worker_analyze, raw))
+                    pending.append(pool.submit(_worker_analyze_file, raw))
                 else:
                     pending.append(done)
                 yield from ready(block=False)
@@ -415,37 +327,7 @@ class StaticAnalyzer:
 _WORKER: StaticAnalyzer | None = None
 
 
-class _ReadOnlyCache:
-    """A worker's view of the fact cache: reads only (the parent is the one writer)."""
-
-    def __init__(self, path: Path) -> None:
-        self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
-
-    def get(self, key: str) -> dict | None:
-        try:
-            row = self._db.execute("SELECT data FROM facts WHERE key = ?", (key,)).fetchone()
-        except sqlite3.Error:
-            return None
-        return json.loads(row[0]) if row else None
-
-    def put(self, key: str, data: dict) -> None:
-        pass
-
-    def close(self) -> None:
-        self._db.close()
-
-
 def _worker_init(options: StaticOptions, cache_path: Path | None) -> None:
-    import signal
-
-    global _WORKER
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    _WORKER = StaticAnalyzer(StaticOptions(**{**options.__dict__, "use_cache": False}))
-    if cache_path is not None:
-        _WORKER.cache = _ReadOnlyCache(cache_path)  # type: ignore[assignment]
-
-
-def _file_worker_init(options: StaticOptions, cache_path: Path | None) -> None:
     """A file worker: its own analyzer, writing the cache itself (each entry as it is made)."""
     import signal
 
@@ -456,18 +338,6 @@ def _file_worker_init(options: StaticOptions, cache_path: Path | None) -> None:
     _WORKER = StaticAnalyzer(options)
 
 
-def _file_worker_analyze(raw: FileRead) -> CandidateRecord:
+def _worker_analyze_file(raw: FileRead) -> CandidateRecord:
     assert _WORKER is not None
     return _WORKER.analyze_file(raw)
-
-
-def _worker_analyze(rec: CandidateRecord) -> tuple[CandidateRecord, bool]:
-    """(the analyzed record, whether its facts came from the cache)."""
-    assert _WORKER is not None
-    from_cache = _WORKER._from_cache(rec)
-    if not from_cache:
-        _WORKER._compute_source_passes(rec)
-        _WORKER._compute_ptx(rec)
-    _WORKER.label(rec)
-    rec.tree = None
-    return rec, from_cache
