@@ -21,7 +21,7 @@ from analyzer.classify import classify, problem_entry, problem_has_compute
 from pkb.facts import CudaFacts, PtxFacts, StaticFacts
 from analyzer.python_pass import analyze_python, run_context
 from analyzer.rules import Rule, run_rules, select_rules
-from analyzer.static_cache import FactCache, analyzer_version, result_key, source_text
+from analyzer.static_cache import FactCache, analyzer_version, moved_record, result_key, source_text
 from pkb.corpus import FileRead, decode_file, read_file
 from pkb.record import CandidateRecord, PassStatus
 from pkb.suppress import split_suppressed
@@ -186,12 +186,13 @@ class StaticAnalyzer:
     # ---- files, start to finish (the command line's path) ------------------------------------
 
     def _cached_result(self, raw: FileRead) -> CandidateRecord | None:
-        """The finished record from the result cache, where the bytes, path, code and rules are
-        unchanged; None otherwise."""
+        """The finished record from the result cache, where its result_key (the bytes, what the
+        file's name and run tree say, the code and the rules) is unchanged; None otherwise."""
         if raw.data is None or self.results is None:
             return None
         done = self.results.get_record(self.result_key(raw.rec))
         if done is not None:
+            done = moved_record(done, raw.rec, in_place=True)  # stored by a copy under another folder
             done.source = source_text(done.parse_status, raw.data)
             if self.options.keep_facts:
                 self._from_cache(done)
@@ -230,32 +231,59 @@ class StaticAnalyzer:
         """Read and analyze files, yielding each record in input order as soon as it and those
         before it are done; the records are those read_candidate + analyze would give.
 
-        Each file is read once (its bytes give the sha256 and the text). A file whose bytes, path,
-        analyzer and rules are unchanged comes back from the result cache, finished, without
-        decoding, parsing or labelling. Otherwise its facts come from the fact cache or the
-        passes, then it is labelled; both cache entries are written as each file is done.
-        `processes` > 1: this process reads each file and looks it up; the others go with their
-        bytes to a process pool (decoding, passes, labels and cache writes all in the workers).
+        Each file is read once (its bytes give the sha256 and the text). A file whose bytes, name,
+        run tree, analyzer and rules are unchanged comes back from the result cache, finished,
+        without decoding, parsing or labelling. Otherwise its facts come from the fact cache or the
+        passes, then it is labelled; both cache entries are written as each file is done. A file
+        whose result key an earlier file of this run had (the same bytes under another folder) is
+        not analysed again: it gets that file's record under its own path (moved_record), copied
+        when its turn comes. `processes` > 1: this process reads each file and looks it up; the
+        others go with their bytes to a process pool (decoding, passes, labels and cache writes
+        all in the workers).
         """
-        procs = self.options.processes if processes is None else processes
-        if procs > 1:
-            yield from self._files_in_pool(list(files), root, max_bytes, procs)
-        else:
-            yield from self._files_here(files, root, max_bytes)
+        from collections import deque
 
-    def _files_here(self, files: Iterable[Path], root: Path | None, max_bytes: int | None) -> Iterator[CandidateRecord]:
+        keys: deque[tuple[str | None, bool]] = deque()  # per file read, in order: its key, whether a copy
+
+        def reads() -> Iterator[FileRead | _Copy]:
+            seen: set[str] = set()
+            for path in files:
+                raw = read_file(path, root, max_bytes)
+                key = self.result_key(raw.rec) if raw.data is not None else None
+                repeat = key is not None and key in seen
+                keys.append((key, repeat))
+                if key is not None:
+                    seen.add(key)
+                yield _Copy(raw.rec) if repeat else raw
+
+        procs = self.options.processes if processes is None else processes
+        landed = self._reads_in_pool(reads(), procs) if procs > 1 else self._reads_here(reads())
+        firsts: dict[str, CandidateRecord] = {}
+        for item in landed:
+            key, repeat = keys.popleft()
+            if repeat:
+                assert isinstance(item, _Copy) and key is not None
+                yield moved_record(firsts[key], item.read)
+                continue
+            assert isinstance(item, CandidateRecord)
+            if key is not None:
+                firsts[key] = item
+            yield item
+
+    def _reads_here(self, reads: Iterable[FileRead | _Copy]) -> Iterator[CandidateRecord | _Copy]:
+        """analyze_files in this process; a _Copy passes through in its place."""
         from collections import deque
 
         jobs = self.options.jobs or max(1, os.cpu_count() or 1)
         if jobs == 1:
             # one thing at a time, nvcc included: --jobs 1 is how a user keeps the run to one core
-            for path in files:
-                yield self.analyze_file(read_file(path, root, max_bytes))
+            for raw in reads:
+                yield raw if isinstance(raw, _Copy) else self.analyze_file(raw)
             return
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             pending: deque = deque()
 
-            def ready(block: bool) -> Iterator[CandidateRecord]:
+            def ready(block: bool) -> Iterator[CandidateRecord | _Copy]:
                 while pending and (block or pending[0][2] is None or pending[0][2].done()):
                     rec, key, fut = pending.popleft()
                     if fut is not None:
@@ -264,8 +292,11 @@ class StaticAnalyzer:
                         self._finish(rec, key)
                     yield rec
 
-            for path in files:
-                rec, key, finished = self._begin(read_file(path, root, max_bytes))
+            for raw in reads:
+                if isinstance(raw, _Copy):
+                    pending.append((raw, None, None))
+                    continue
+                rec, key, finished = self._begin(raw)
                 if finished:
                     pending.append((rec, key, None))
                 elif self._from_cache(rec):
@@ -278,7 +309,8 @@ class StaticAnalyzer:
                 yield from ready(block=False)
             yield from ready(block=True)
 
-    def _files_in_pool(self, files: list[Path], root: Path | None, max_bytes: int | None, processes: int) -> Iterator[CandidateRecord]:
+    def _reads_in_pool(self, reads: Iterable[FileRead | _Copy], processes: int) -> Iterator[CandidateRecord | _Copy]:
+        """analyze_files over a process pool; a _Copy passes through in its place."""
         import multiprocessing as mp
         from collections import deque
         from concurrent.futures import Future, ProcessPoolExecutor
@@ -293,15 +325,14 @@ class StaticAnalyzer:
         pool: ProcessPoolExecutor | None = None
         pending: deque = deque()
 
-        def ready(block: bool) -> Iterator[CandidateRecord]:
+        def ready(block: bool) -> Iterator[CandidateRecord | _Copy]:
             while pending and (block or not isinstance(pending[0], Future) or pending[0].done()):
                 item = pending.popleft()
                 yield item.result() if isinstance(item, Future) else item
 
         try:
-            for path in files:
-                raw = read_file(path, root, max_bytes)
-                done = self._cached_result(raw)
+            for raw in reads:
+                done = raw if isinstance(raw, _Copy) else self._cached_result(raw)
                 if done is None:
                     if pool is None:
                         pool = ProcessPoolExecutor(max_workers=processes, mp_context=ctx, initializer=_worker_init,
@@ -320,6 +351,13 @@ class StaticAnalyzer:
             self.cache.close()
         if self.results is not None:
             self.results.close()
+
+
+@dataclass
+class _Copy:
+    """In analyze_files, a file whose content an earlier file of the run had: read, not analysed."""
+
+    read: CandidateRecord  # read_file's record: the name fields of this copy
 
 
 # ---- the pool's workers (module level: what a process pool can call) ---------------------------
