@@ -1,4 +1,6 @@
-"""The static slice, stage by stage, over records: python -> clang -> ptx -> classify -> rules.
+"""The static slice, stage by stage, over files: read -> python -> clang -> ptx -> classify -> rules.
+
+analyze_files is the one way to run it over many files (one process, or a pool of them).
 
 Two caches (analyzer.static_cache): pass facts by content, run and analyzer code, so a changed
 rule set re-labels without running a pass; and finished records by content, path, code and rules,
@@ -8,9 +10,7 @@ well under a second). Editing the analyzer invalidates both.
 
 from __future__ import annotations
 
-import json
 import os
-import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -21,7 +21,7 @@ from analyzer.classify import classify, problem_entry, problem_has_compute
 from pkb.facts import CudaFacts, PtxFacts, StaticFacts
 from analyzer.python_pass import analyze_python, run_context
 from analyzer.rules import Rule, run_rules, select_rules
-from analyzer.static_cache import FactCache, analyzer_version, result_key, source_text
+from analyzer.static_cache import FactCache, analyzer_version, moved_record, result_key, source_text
 from pkb.corpus import FileRead, decode_file, read_file
 from pkb.record import CandidateRecord, PassStatus
 from pkb.suppress import split_suppressed
@@ -183,103 +183,16 @@ class StaticAnalyzer:
         self.label(rec)
         return rec
 
-    def analyze_all(self, records: Iterable[CandidateRecord], processes: int | None = None) -> Iterator[CandidateRecord]:
-        """Analyze records, yielding each in input order as soon as it and those before it are done.
-
-        `processes` (default StaticOptions.processes) > 1: records go to a process pool as they
-        are read (reading overlaps the passes); a worker takes a record's facts from the cache or
-        computes them, and labels it; every computed result is stored in the cache the moment it
-        lands (this process is the cache's only writer; workers only read), so an interrupted run
-        loses nothing done. The records are those of one process, in the same order. Otherwise
-        the Python and clang passes run here, one file after another (libclang's index is not
-        shared across threads), and nvcc in a thread pool, since it is a separate process.
-        """
-        procs = self.options.processes if processes is None else processes
-        if procs > 1:
-            yield from self._analyze_in_pool(records, procs)
-        else:
-            yield from self._analyze_here(records)
-
-    def _analyze_here(self, records: Iterable[CandidateRecord]) -> Iterator[CandidateRecord]:
-        from collections import deque
-
-        jobs = self.options.jobs or max(1, os.cpu_count() or 1)
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            pending: deque = deque()
-
-            def ready(block: bool) -> Iterator[CandidateRecord]:
-                while pending and (block or pending[0][1] is None or pending[0][1].done()):
-                    rec, fut = pending.popleft()
-                    if fut is not None:
-                        fut.result()
-                        self._store(rec)
-                    self.label(rec)
-                    yield rec
-
-            for rec in records:
-                if self._from_cache(rec):
-                    pending.append((rec, None))
-                else:
-                    self._compute_source_passes(rec)
-                    pending.append((rec, pool.submit(self._compute_ptx, rec)))
-                yield from ready(block=False)
-            yield from ready(block=True)
-
-    def _analyze_in_pool(self, records: Iterable[CandidateRecord], processes: int) -> Iterator[CandidateRecord]:
-        import multiprocessing as mp
-        from collections import deque
-        from concurrent.futures import ProcessPoolExecutor
-
-        # fork: the workers start in milliseconds with the analyzer's modules already imported
-        # (spawn re-imports them in each, about a second).
-        ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
-        worker_options = StaticOptions(**{**self.options.__dict__, "nvcc": self.nvcc, "processes": 1, "jobs": 1})
-        cache_path = self.cache.path if self.cache is not None else None
-        pool = ProcessPoolExecutor(max_workers=processes, mp_context=ctx, initializer=_worker_init, initargs=(worker_options, cache_path))
-        pending: deque = deque()
-
-        def ready(block: bool) -> Iterator[CandidateRecord]:
-            while pending and (block or pending[0][1] is None or pending[0][1].done()):
-                rec, fut = pending.popleft()
-                if fut is not None:
-                    done, _ = fut.result()
-                    rec.facts, rec.passes = done.facts, done.passes
-                    rec.labels, rec.kernels, rec.findings, rec.suppressed = done.labels, done.kernels, done.findings, done.suppressed
-                yield rec
-
-        try:
-            for rec in records:
-                if rec.parse_status != "ok":
-                    self._from_cache(rec)  # the skipped passes, nothing to compute
-                    pending.append((rec, None))
-                else:
-                    tree, rec.tree = rec.tree, None  # the worker parses again; an AST is costly to pickle
-                    fut = pool.submit(_worker_analyze, rec)
-                    rec.tree = tree
-                    fut.add_done_callback(self._store_landed)
-                    pending.append((rec, fut))
-                yield from ready(block=False)
-            yield from ready(block=True)
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-
-    def _store_landed(self, fut) -> None:
-        """Cache a worker's computed result as soon as it lands (in the pool's result thread)."""
-        if fut.cancelled() or fut.exception() is not None:
-            return
-        rec, from_cache = fut.result()
-        if not from_cache:
-            self._store(rec)
-
     # ---- files, start to finish (the command line's path) ------------------------------------
 
     def _cached_result(self, raw: FileRead) -> CandidateRecord | None:
-        """The finished record from the result cache, where the bytes, path, code and rules are
-        unchanged; None otherwise."""
+        """The finished record from the result cache, where its result_key (the bytes, what the
+        file's name and run tree say, the code and the rules) is unchanged; None otherwise."""
         if raw.data is None or self.results is None:
             return None
         done = self.results.get_record(self.result_key(raw.rec))
         if done is not None:
+            done = moved_record(done, raw.rec, in_place=True)  # stored by a copy under another folder
             done.source = source_text(done.parse_status, raw.data)
             if self.options.keep_facts:
                 self._from_cache(done)
@@ -318,32 +231,59 @@ class StaticAnalyzer:
         """Read and analyze files, yielding each record in input order as soon as it and those
         before it are done; the records are those read_candidate + analyze would give.
 
-        Each file is read once (its bytes give the sha256 and the text). A file whose bytes, path,
-        analyzer and rules are unchanged comes back from the result cache, finished, without
-        decoding, parsing or labelling. Otherwise its facts come from the fact cache or the
-        passes, then it is labelled; both cache entries are written as each file is done.
-        `processes` > 1: this process reads each file and looks it up; the others go with their
-        bytes to a process pool (decoding, passes, labels and cache writes all in the workers).
+        Each file is read once (its bytes give the sha256 and the text). A file whose bytes, name,
+        run tree, analyzer and rules are unchanged comes back from the result cache, finished,
+        without decoding, parsing or labelling. Otherwise its facts come from the fact cache or the
+        passes, then it is labelled; both cache entries are written as each file is done. A file
+        whose result key an earlier file of this run had (the same bytes under another folder) is
+        not analysed again: it gets that file's record under its own path (moved_record), copied
+        when its turn comes. `processes` > 1: this process reads each file and looks it up; the
+        others go with their bytes to a process pool (decoding, passes, labels and cache writes
+        all in the workers).
         """
-        procs = self.options.processes if processes is None else processes
-        if procs > 1:
-            yield from self._files_in_pool(list(files), root, max_bytes, procs)
-        else:
-            yield from self._files_here(files, root, max_bytes)
+        from collections import deque
 
-    def _files_here(self, files: Iterable[Path], root: Path | None, max_bytes: int | None) -> Iterator[CandidateRecord]:
+        keys: deque[tuple[str | None, bool]] = deque()  # per file read, in order: its key, whether a copy
+
+        def reads() -> Iterator[FileRead | _Copy]:
+            seen: set[str] = set()
+            for path in files:
+                raw = read_file(path, root, max_bytes)
+                key = self.result_key(raw.rec) if raw.data is not None else None
+                repeat = key is not None and key in seen
+                keys.append((key, repeat))
+                if key is not None:
+                    seen.add(key)
+                yield _Copy(raw.rec) if repeat else raw
+
+        procs = self.options.processes if processes is None else processes
+        landed = self._reads_in_pool(reads(), procs) if procs > 1 else self._reads_here(reads())
+        firsts: dict[str, CandidateRecord] = {}
+        for item in landed:
+            key, repeat = keys.popleft()
+            if repeat:
+                assert isinstance(item, _Copy) and key is not None
+                yield moved_record(firsts[key], item.read)
+                continue
+            assert isinstance(item, CandidateRecord)
+            if key is not None:
+                firsts[key] = item
+            yield item
+
+    def _reads_here(self, reads: Iterable[FileRead | _Copy]) -> Iterator[CandidateRecord | _Copy]:
+        """analyze_files in this process; a _Copy passes through in its place."""
         from collections import deque
 
         jobs = self.options.jobs or max(1, os.cpu_count() or 1)
         if jobs == 1:
             # one thing at a time, nvcc included: --jobs 1 is how a user keeps the run to one core
-            for path in files:
-                yield self.analyze_file(read_file(path, root, max_bytes))
+            for raw in reads:
+                yield raw if isinstance(raw, _Copy) else self.analyze_file(raw)
             return
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             pending: deque = deque()
 
-            def ready(block: bool) -> Iterator[CandidateRecord]:
+            def ready(block: bool) -> Iterator[CandidateRecord | _Copy]:
                 while pending and (block or pending[0][2] is None or pending[0][2].done()):
                     rec, key, fut = pending.popleft()
                     if fut is not None:
@@ -352,8 +292,11 @@ class StaticAnalyzer:
                         self._finish(rec, key)
                     yield rec
 
-            for path in files:
-                rec, key, finished = self._begin(read_file(path, root, max_bytes))
+            for raw in reads:
+                if isinstance(raw, _Copy):
+                    pending.append((raw, None, None))
+                    continue
+                rec, key, finished = self._begin(raw)
                 if finished:
                     pending.append((rec, key, None))
                 elif self._from_cache(rec):
@@ -366,7 +309,8 @@ class StaticAnalyzer:
                 yield from ready(block=False)
             yield from ready(block=True)
 
-    def _files_in_pool(self, files: list[Path], root: Path | None, max_bytes: int | None, processes: int) -> Iterator[CandidateRecord]:
+    def _reads_in_pool(self, reads: Iterable[FileRead | _Copy], processes: int) -> Iterator[CandidateRecord | _Copy]:
+        """analyze_files over a process pool; a _Copy passes through in its place."""
         import multiprocessing as mp
         from collections import deque
         from concurrent.futures import Future, ProcessPoolExecutor
@@ -381,20 +325,19 @@ class StaticAnalyzer:
         pool: ProcessPoolExecutor | None = None
         pending: deque = deque()
 
-        def ready(block: bool) -> Iterator[CandidateRecord]:
+        def ready(block: bool) -> Iterator[CandidateRecord | _Copy]:
             while pending and (block or not isinstance(pending[0], Future) or pending[0].done()):
                 item = pending.popleft()
                 yield item.result() if isinstance(item, Future) else item
 
         try:
-            for path in files:
-                raw = read_file(path, root, max_bytes)
-                done = self._cached_result(raw)
+            for raw in reads:
+                done = raw if isinstance(raw, _Copy) else self._cached_result(raw)
                 if done is None:
                     if pool is None:
-                        pool = ProcessPoolExecutor(max_workers=processes, mp_context=ctx, initializer=_file_worker_init,
+                        pool = ProcessPoolExecutor(max_workers=processes, mp_context=ctx, initializer=_worker_init,
                                                    initargs=(worker_options, cache_path))
-                    pending.append(pool.submit(_file_worker_analyze, raw))
+                    pending.append(pool.submit(_worker_analyze_file, raw))
                 else:
                     pending.append(done)
                 yield from ready(block=False)
@@ -410,42 +353,19 @@ class StaticAnalyzer:
             self.results.close()
 
 
+@dataclass
+class _Copy:
+    """In analyze_files, a file whose content an earlier file of the run had: read, not analysed."""
+
+    read: CandidateRecord  # read_file's record: the name fields of this copy
+
+
 # ---- the pool's workers (module level: what a process pool can call) ---------------------------
 
 _WORKER: StaticAnalyzer | None = None
 
 
-class _ReadOnlyCache:
-    """A worker's view of the fact cache: reads only (the parent is the one writer)."""
-
-    def __init__(self, path: Path) -> None:
-        self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
-
-    def get(self, key: str) -> dict | None:
-        try:
-            row = self._db.execute("SELECT data FROM facts WHERE key = ?", (key,)).fetchone()
-        except sqlite3.Error:
-            return None
-        return json.loads(row[0]) if row else None
-
-    def put(self, key: str, data: dict) -> None:
-        pass
-
-    def close(self) -> None:
-        self._db.close()
-
-
 def _worker_init(options: StaticOptions, cache_path: Path | None) -> None:
-    import signal
-
-    global _WORKER
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    _WORKER = StaticAnalyzer(StaticOptions(**{**options.__dict__, "use_cache": False}))
-    if cache_path is not None:
-        _WORKER.cache = _ReadOnlyCache(cache_path)  # type: ignore[assignment]
-
-
-def _file_worker_init(options: StaticOptions, cache_path: Path | None) -> None:
     """A file worker: its own analyzer, writing the cache itself (each entry as it is made)."""
     import signal
 
@@ -456,18 +376,6 @@ def _file_worker_init(options: StaticOptions, cache_path: Path | None) -> None:
     _WORKER = StaticAnalyzer(options)
 
 
-def _file_worker_analyze(raw: FileRead) -> CandidateRecord:
+def _worker_analyze_file(raw: FileRead) -> CandidateRecord:
     assert _WORKER is not None
     return _WORKER.analyze_file(raw)
-
-
-def _worker_analyze(rec: CandidateRecord) -> tuple[CandidateRecord, bool]:
-    """(the analyzed record, whether its facts came from the cache)."""
-    assert _WORKER is not None
-    from_cache = _WORKER._from_cache(rec)
-    if not from_cache:
-        _WORKER._compute_source_passes(rec)
-        _WORKER._compute_ptx(rec)
-    _WORKER.label(rec)
-    rec.tree = None
-    return rec, from_cache

@@ -124,7 +124,6 @@ class CallCategories:
         last = self.qualname(value.func).split(".")[-1]
         if last in ("cpu", "pin_memory"):
             return True
-        consts = [a.value for a in value.args if isinstance(a, ast.Constant)]
         kws = {k.arg: k.value for k in value.keywords if k.arg}
         if last in ("to", "tensor", "as_tensor") + tuple(ALLOC_FUNCS) and any(_names_cpu(a) for a in [*value.args, *kws.values()]):
             return True  # `.to("cpu")`, `.to(torch.device("cpu"), non_blocking=True)`, `device="cpu"`

@@ -2,8 +2,9 @@
 
 - facts: content + run + analyzer code -> the passes' facts and statuses. A changed rule set or
   option re-labels from here without running a pass again.
-- results: content + path + the code that reads, labels and judges + the rule set -> the finished
-  record (everything but the facts and the text). A hit returns the record without decoding, parsing or
+- results: content + what the file's name and run tree say + the code that reads, labels and
+  judges + the rule set -> the finished record (everything but the facts and the text); a copy of
+  the file under another folder finds it too (result_key, moved_record). A hit returns the record without decoding, parsing or
   labelling anything: this is what makes a re-run of an unchanged corpus cost about a second.
 
 Each entry is written and committed on its own as it is made (by whichever process made it; SQLite
@@ -13,11 +14,13 @@ that does not decode is a miss, and the next run overwrites it.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import pickle
 import sqlite3
 import threading
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -133,11 +136,38 @@ class FactCache:
 
 
 def result_key(rec: CandidateRecord, ptx: str, rule_ids: list[str]) -> str:
-    """What a finished static record is a function of: the bytes (sha256), the path (the problem
-    and run tree are read from it, and evidence names it), the code, the PTX pass's compiler, and
-    the rules run."""
-    parts = [record_version(), rec.sha256, rec.path, ptx, ",".join(rule_ids)]
+    """What a finished static record is a function of: the bytes (sha256); what the file's name
+    and run tree say (the name gives the problem id and name, the name or the tree the backend, the
+    tree the precision, which prunes dtype branches, and the hardware, which gives the world size
+    and multicast); the code; the PTX pass's compiler; and the rules run. Not the folders: a copy
+    of the file elsewhere is the same record under its own path (moved_record)."""
+    file_name = rec.path.replace("\\", "/").rsplit("/", 1)[-1]
+    parts = [record_version(), rec.sha256, file_name, rec.backend, rec.precision, rec.hardware, ptx, ",".join(rule_ids)]
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
+
+
+# The fields a record takes from where its file lies rather than from what result_key covers.
+PATH_FIELDS = ("path", "run_tree", "provider", "model")
+
+
+def moved_record(done: CandidateRecord, read: CandidateRecord, in_place: bool = False) -> CandidateRecord:
+    """`done`, the finished record of a file with the same result_key, as the record of the file
+    `read` (read_file's record) names: its path fields, and its path in every piece of evidence
+    and finding. `in_place`: change `done` itself (a record of its own, fresh from the cache)."""
+    rec = done if in_place else copy.deepcopy(replace(done, tree=None))
+    old = done.path
+    for name in PATH_FIELDS:
+        setattr(rec, name, getattr(read, name))
+    if rec.path == old:
+        return rec
+    labels = [label for group in [rec.labels, *(k.labels for k in rec.kernels)] for axis in group.values() for label in axis]
+    for evidence in (e for label in labels for e in label.evidence):
+        if evidence.file == old:
+            evidence.file = rec.path
+    for finding in rec.findings + rec.suppressed:
+        if finding.file == old:
+            finding.file = rec.path
+    return rec
 
 
 def source_text(parse_status: str, content: bytes) -> str:

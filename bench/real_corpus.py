@@ -112,7 +112,7 @@ def stratified_sample(records: list[Any], n: int, seed: int) -> tuple[list[Any],
 
 def run_static(pkb_root: Path, out: Path, ptx: bool, processes: int = 0) -> tuple[list[Any], dict[str, Any]]:
     from analyzer.pipeline import StaticAnalyzer, StaticOptions
-    from pkb.corpus import discover, read_candidate
+    from pkb.corpus import discover
 
     files = [f for tree in solution_trees(pkb_root) for f in discover(tree)]
     t0 = time.perf_counter()
@@ -121,7 +121,7 @@ def run_static(pkb_root: Path, out: Path, ptx: bool, processes: int = 0) -> tupl
     out.mkdir(parents=True, exist_ok=True)
     records = []
     with (out / "static.jsonl").open("w", encoding="utf-8") as jsonl:
-        for rec in analyzer.analyze_all(read_candidate(f, pkb_root) for f in files):
+        for rec in analyzer.analyze_files(files, pkb_root):
             jsonl.write(json.dumps(rec.to_json_line()) + "\n")
             records.append(rec)
     analyzer.close()

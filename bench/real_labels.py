@@ -385,13 +385,12 @@ def static_records(pkb_root: Path, paths: list[str], *, jobs: int, ptx: bool, ca
     """Run the project's static slice over exactly `paths` (relative to pkb_root)."""
     sys.path.insert(0, str(ROOT))
     from analyzer.pipeline import StaticAnalyzer, StaticOptions
-    from pkb.corpus import read_candidate
 
     analyzer = StaticAnalyzer(StaticOptions(ptx=ptx, jobs=jobs, cache_dir=cache_dir))
     files = [pkb_root / p for p in paths if (pkb_root / p).is_file()]
     out = {}
     try:
-        for rec in analyzer.analyze_all(read_candidate(f, pkb_root) for f in files):
+        for rec in analyzer.analyze_files(files, pkb_root):
             out[rec.path] = rec.to_json_line()
     finally:
         analyzer.close()

@@ -13,7 +13,6 @@ import pytest
 
 from analyzer.pipeline import StaticAnalyzer, StaticOptions
 from analyzer.rules import all_rules
-from pkb.corpus import read_candidate
 from pkb.taxonomy import VOCABULARY
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
@@ -24,7 +23,7 @@ AXES = ("mechanism", "sync", "ordering", "overlap")
 def analyzed(tmp_path_factory):
     manifest = tomllib.loads((CORPUS / "manifest.toml").read_text())["candidate"]
     analyzer = StaticAnalyzer(StaticOptions(ptx=False, cache_dir=tmp_path_factory.mktemp("cache")))
-    recs = list(analyzer.analyze_all(read_candidate(CORPUS / m["path"], CORPUS) for m in manifest))
+    recs = list(analyzer.analyze_files([CORPUS / m["path"] for m in manifest], CORPUS))
     analyzer.close()
     return list(zip(manifest, recs))
 

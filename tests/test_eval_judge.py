@@ -72,6 +72,24 @@ def test_recheck_catches_a_wrong_answer_the_rank_called_correct(tmp_path):
     assert check["tampered"][0]["harness"]["mismatches"] == 8
 
 
+def test_an_output_is_saved_straight_to_its_file_in_the_channel_format(tmp_path, monkeypatch):
+    from pkb.eval import verdict_channel
+
+    out = (torch.arange(6.0).reshape(2, 3), {"n": 3, "t": torch.ones(2, dtype=torch.bfloat16)})
+    expected = verdict_channel.serialize(out)
+
+    def in_memory(*_a, **_k):
+        raise AssertionError("the output was built in memory")
+
+    monkeypatch.setattr(verdict_channel, "serialize", in_memory)  # the whole torch.save as bytes
+    assert save_output(str(tmp_path), 0, 0, out, 1 << 20) == "saved"
+    path = output_path(tmp_path, 0, 0)
+    assert path.read_bytes() == expected
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no partial file left beside it
+    assert save_output(str(tmp_path), 0, 1, object(), 1 << 20) == "output type object"
+    assert not output_path(tmp_path, 0, 1).exists()
+
+
 def test_recheck_agrees_with_an_honest_rank(tmp_path):
     reader = _stream(tmp_path, {0: (torch.ones(4), torch.zeros(2))})
     save_output(str(tmp_path), 0, 0, (torch.ones(4), torch.zeros(2)), 1 << 20)

@@ -1,5 +1,5 @@
 """The finished-record cache: a hit gives the record a cold run gives, without running a pass or
-labelling; a changed file, path or rule set misses; a damaged entry is a miss, not a failure."""
+labelling; a changed file, file name or rule set misses; a damaged entry is a miss, not a failure."""
 
 from __future__ import annotations
 
@@ -102,8 +102,8 @@ def test_a_changed_file_misses(corpus, tmp_path):
     assert result_rows(tmp_path / "c") == result_rows(tmp_path / "fresh") + 1  # one new entry, for the new bytes
 
 
-def test_a_moved_file_misses(corpus, tmp_path):
-    """The path is part of the record (evidence names it, the problem is read from it)."""
+def test_a_renamed_file_misses(corpus, tmp_path):
+    """The file name is part of the key (the problem is read from it)."""
     first = analyze(corpus, tmp_path / "c")
     src = files(corpus)[0]
     moved = corpus / TREE / ("7" + src.name[src.name.index("_"):])

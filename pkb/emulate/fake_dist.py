@@ -447,7 +447,7 @@ def gather(tensor: torch.Tensor, gather_list: Any = None, dst: int | None = None
 
 
 def barrier(group: Any = None, async_op: bool = False, device_ids: Any = None) -> Any:
-    entered = _enter("barrier", group, None)
+    _enter("barrier", group, None)  # a rendezvous with no payload: nothing to read, so no _leave
     return _work(async_op)
 
 

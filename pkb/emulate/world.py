@@ -462,12 +462,10 @@ def _inject(thread: threading.Thread, exc_type: type[BaseException]) -> None:
 def _use_cupy_stream(stream: Any) -> None:
     """Make cupy (if present) launch on this rank's stream too; cupy's current stream is per thread."""
     try:
-        import cupy  # noqa: F401
+        import cupy
     except Exception:
         return
     try:
-        import cupy
-
         cupy.cuda.ExternalStream(stream.cuda_stream).use()
     except Exception:
         pass

@@ -19,6 +19,7 @@ launcher's process-level limits and signed result files are what cannot be talke
 
 from __future__ import annotations
 
+import importlib
 import sys
 import threading
 import time
@@ -52,9 +53,6 @@ class HarnessSnapshot:
     """The identity of every object the harness's timing and comparison go through."""
 
     def __init__(self) -> None:
-        import json  # noqa: F401
-        import os  # noqa: F401
-
         import torch
         import torch.distributed as dist
 
@@ -83,7 +81,7 @@ class HarnessSnapshot:
                 if isinstance(value, (types.FunctionType, type)) and getattr(value, "__module__", "") == modname:
                     self._add(mod, modname, name)
         for modname, name in _OTHER:
-            self._add(sys.modules[modname], modname, name)
+            self._add(importlib.import_module(modname), modname, name)  # imported here where no one had yet
         # Methods set on torch.Tensor itself (Tensor.__eq__ = ... lands in this dict).
         self.tensor_dict = dict(vars(torch.Tensor))
 

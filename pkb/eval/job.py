@@ -114,8 +114,6 @@ HARNESS_FILE_PATTERNS = (
     "rank*.stderr", "torchrun.log", "torchelastic_error.json", "tensors", "scratch", ".key_rank*",
     ".*.tmp", "outputs", ".judge_rank*",
 )
-# Where a profiled job's ranks write their traces: named by the profiling stage below us.
-from profiling.hooks import PROFILE_DIR  # noqa: E402  (re-exported for the launcher and ncu)
 
 MAC_FIELD = "mac"
 

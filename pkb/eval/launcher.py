@@ -33,7 +33,6 @@ from pkb.eval import judge as judging
 from pkb.eval import sandbox as sandboxing
 from pkb.eval.job import (
     HARNESS_FILE_PATTERNS,
-    PROFILE_DIR,
     JobSpec,
     key_path,
     launcher_log_path,
@@ -43,6 +42,7 @@ from pkb.eval.job import (
     status_path,
     verify,
 )
+from profiling.hooks import PROFILE_DIR  # where a profiled job's ranks write their traces
 
 TAIL_CHARS = 4000
 KILL_GRACE_S = 3.0

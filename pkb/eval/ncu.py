@@ -20,7 +20,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from pkb.eval.job import PROFILE_DIR, JobSpec, launcher_log_path
+from pkb.eval.job import JobSpec, launcher_log_path
+from profiling.hooks import PROFILE_DIR
 
 # What a reader of the summary wants per kernel, from the counters NCU_METRICS asks for.
 _FIGURES = {

@@ -11,6 +11,7 @@ returned, so the harness judges again where the candidate never was (pkb.eval.ju
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import inspect
 import os
@@ -205,10 +206,8 @@ class Rank(RankTiming):
         from pkb.eval.classify import classify_exception
         from pkb.eval.guard import DistCounter, HarnessSnapshot, ReferenceWatch
 
-        import pkb.eval.classify  # noqa: F401  (every harness module in sys.modules before the snapshot)
-        import pkb.eval.compare  # noqa: F401
-        import pkb.eval.poison  # noqa: F401
-        import pkb.eval.timing  # noqa: F401
+        for harness_module in ("pkb.eval.classify", "pkb.eval.compare", "pkb.eval.poison", "pkb.eval.timing"):
+            importlib.import_module(harness_module)  # every harness module in sys.modules before the snapshot
 
         # data-moving collectives per kind of call; barriers (host syncs) apart, under host_syncs
         self.dist_calls = {"trials": 0, "timed": 0, "checks": 0, "names": {}, "host_syncs": {"trials": 0, "timed": 0, "checks": 0}}
