@@ -18,6 +18,9 @@ from analyzer.clang_ast import EXPR_WRAPPERS, MAIN_NAME, Node, unwrap
 from analyzer.cuda_calls import DATA_PTR_METHODS, LAUNCH_APIS, TENSOR_VIEW_METHODS, TORCH_ALLOC
 
 RANK_NAMES = {"rank", "my_rank", "local_rank", "rank_id", "myrank", "my_pe", "mype", "self_rank"}
+# A local named `rank` that takes its value from the launch geometry (`int rank = blockIdx.y;`, one
+# block row per peer) or from a loop over ranks walks the peers: it is not this rank.
+GEOMETRY_INDEX = re.compile(r"\b(blockIdx|threadIdx|warp_id|warpId|lane)\b")
 
 # Higher wins when two facts about one variable meet: the more specific / more dangerous kind.
 KIND_PRIORITY = {
@@ -106,7 +109,18 @@ class PointerFlow:
 
     def is_rank_index(self, n: Node) -> bool:
         s = unwrap(n)
+        if s.kind == "DECL_REF_EXPR" and self.key_of_ref(s) in self.peer_index_vars:
+            return False
         return s.kind in ("DECL_REF_EXPR", "MEMBER_REF_EXPR") and s.spelling.lower() in RANK_NAMES
+
+    def note_peer_index(self, n: Node, key: tuple) -> None:
+        """Remember a device-code local named like the rank that walks the peers (see GEOMETRY_INDEX)."""
+        if n.spelling.lower() not in RANK_NAMES or self.cur_func is None or self.cur_func.kind == "host":
+            return
+        in_for = n.parent is not None and n.parent.kind == "DECL_STMT" and n.parent.parent is not None \
+            and n.parent.parent.kind == "FOR_STMT"
+        if in_for or GEOMETRY_INDEX.search(self.text_of(n)):
+            self.peer_index_vars.add(key)
 
     def eval(self, n: Node | None) -> tuple[str, str]:
         if n is None:
@@ -249,6 +263,7 @@ class PointerFlow:
         if k == "VAR_DECL":
             key = self.key_of_decl(n.c)
             self.var_nodes[key] = n
+            self.note_peer_index(n, key)
             exprs = [ch for ch in n.kids if ch.kind not in ("TYPE_REF", "NAMESPACE_REF", "TEMPLATE_REF")
                      and not ch.kind.endswith("_ATTR")]
             tkind = n.type.kind.name

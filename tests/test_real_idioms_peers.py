@@ -1,0 +1,87 @@
+"""How real model output walks, names and guards its peers, each on a small candidate of our own:
+a kernel local named `rank` that indexes the peers, metadata exchanged beside the payload, and a
+kernel branch for a missing multicast address.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from analyzer.pipeline import StaticAnalyzer, StaticOptions
+from pkb.corpus import read_candidate
+
+
+def analyze(tmp_path: Path, name: str, body: str):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    rec = read_candidate(path, tmp_path)
+    StaticAnalyzer(StaticOptions(ptx=False, use_cache=False)).analyze(rec)
+    return rec
+
+
+PULL_BY_BLOCK_ROW = r'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+#include <torch/extension.h>
+
+__global__ void gather_peers_kernel(const long long* peer_ptrs, char* out, int64_t shard_bytes, int world_size) {
+    int rank = blockIdx.y;
+    if (rank >= world_size) return;
+    const char* src = (const char*)peer_ptrs[rank];
+    char* dst = out + (int64_t)rank * shard_bytes;
+    for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < shard_bytes; i += gridDim.x * blockDim.x) {
+        dst[i] = src[i];
+    }
+}
+
+void launch_gather(torch::Tensor ptrs, torch::Tensor out, int64_t shard_bytes, int64_t world_size) {
+    dim3 grid(64, world_size);
+    gather_peers_kernel<<<grid, 256>>>((const long long*)ptrs.data_ptr<int64_t>(), (char*)out.data_ptr(), shard_bytes, world_size);
+}
+"""
+
+_ext = load_inline("gather_ext", cpp_sources="", cuda_sources=CUDA, functions=["launch_gather"])
+_cache = {}
+
+
+def _resources(x, group):
+    key = (tuple(x.shape), x.dtype)
+    if key in _cache:
+        return _cache[key]
+    buf = symm_mem.empty(x.shape, device=x.device, dtype=x.dtype)
+    hdl = symm_mem.rendezvous(buf, group)
+    ptrs = torch.tensor(list(hdl.buffer_ptrs), device=x.device, dtype=torch.int64)
+    _cache[key] = (buf, hdl, ptrs)
+    return _cache[key]
+
+
+def solution(x: torch.Tensor, group=None) -> torch.Tensor:
+    group = group or dist.group.WORLD
+    world_size = dist.get_world_size(group)
+    buf, hdl, ptrs = _resources(x, group)
+    buf.copy_(x)
+    hdl.barrier(channel=0)
+    out = torch.empty((world_size * x.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
+    _ext.launch_gather(ptrs, out, x.numel() * x.element_size(), world_size)
+    hdl.barrier(channel=1)
+    return out
+'''
+
+
+def test_a_kernel_local_named_rank_from_the_block_index_walks_the_peers(tmp_path):
+    rec = analyze(tmp_path, "2_allgather_cuda.py", PULL_BY_BLOCK_ROW)
+    assert rec.label_values("mechanism") == ["sm_load"]
+
+
+def test_the_rank_passed_as_a_kernel_parameter_still_names_this_ranks_buffer(tmp_path):
+    src = PULL_BY_BLOCK_ROW.replace("int64_t shard_bytes, int world_size) {\n    int rank = blockIdx.y;",
+                                    "int64_t shard_bytes, int world_size, int rank) {")
+    src = src.replace("shard_bytes, world_size);\n}", "shard_bytes, world_size, 0);\n}")
+    rec = analyze(tmp_path, "2_allgather_cuda.py", src)
+    assert "int rank = blockIdx.y" not in rec.source
+    assert rec.label_values("mechanism") == ["none"]
