@@ -97,6 +97,7 @@ class Classifier:
                 lab.evidence.append(ev)
 
         inside = [a for a in k.cuda.accesses if a.function in k.reach and not _in_fallback(k.cuda, a.line)]
+        metadata: dict[str, list[Evidence]] = {}  # peer accesses of counts / sizes / offsets, by label
         # A bulk copy or multimem op written in inline asm is TMA / NVLS, not an SM load of the
         # same address: those asm lines do not count as SM traffic.
         engine_lines = {asm.line for asm in k.cuda.asm if asm.function in k.reach and any(
@@ -106,6 +107,9 @@ class Classifier:
                 continue
             if a.pointer_kind in PEER_KINDS and _is_flag_access(a):
                 add("sync", "device_flags", self.ev(a.line, "clang", f"flag {a.kind} ({a.order}.{a.scope or 'gpu'}) through {a.pointer}, a peer's symmetric buffer"))
+            elif a.pointer_kind in PEER_KINDS and _is_metadata_access(a, k.fn.name):
+                value = {"load": "sm_load", "store": "sm_store", "atomic": "sm_atomic"}[a.kind]
+                metadata.setdefault(value, []).append(self.ev(a.line, "clang", f"{METADATA_NOTE}{a.kind} through {a.pointer} ({a.pointer_kind})"))
             elif a.pointer_kind in PEER_KINDS:
                 value = {"load": "sm_load", "store": "sm_store", "atomic": "sm_atomic"}[a.kind]
                 add("mechanism", value, self.ev(a.line, "clang", f"{a.kind} through {a.pointer} ({a.pointer_kind})"))
@@ -115,6 +119,11 @@ class Classifier:
                 add("mechanism", "nvls", self.ev(a.line, "clang", f"{a.kind} through the multicast address {a.pointer}"))
             elif a.pointer_kind in SIGNAL_KINDS:
                 add("sync", "device_flags", self.ev(a.line, "clang", f"flag {a.kind} through {a.pointer}"))
+        for value, evs in metadata.items():
+            # a label only metadata gives stays metadata (run() drops it beside a payload label)
+            if not any(x.value == value for x in labels.get("mechanism", [])):
+                for ev in evs:
+                    add("mechanism", value, ev)
         for asm in k.cuda.asm:
             if asm.function not in k.reach:
                 continue
@@ -326,6 +335,7 @@ class Classifier:
             if "wait_stream" in c.qualname:
                 rec.add_label(Label("sync", "stream_events", [self.ev(c.line, "python", c.qualname)]))
 
+        _drop_metadata_only(rec)
         if not rec.labels.get("mechanism"):
             hidden = [r for r in reports if r.labels.get("mechanism", [Label("mechanism", "none")])[0].value == "unknown"]
             if hidden:
@@ -531,6 +541,36 @@ def _fallback_launched(cudas: list[CudaFacts]) -> set[str]:
         for launch in cuda.launches:
             where.setdefault(launch.kernel, []).append(_in_fallback(cuda, launch.line))
     return {k for k, flags in where.items() if flags and all(flags)}
+
+
+# Counts, split sizes, offsets and headers that ranks exchange beside the payload are not the
+# payload, so not the mechanism (as with a collective of split sizes, is_metadata_collective).
+# Models name these buffers and kernels plainly.
+_METADATA_WORDS = {"meta", "metadata", "count", "counts", "cnt", "cnts", "split", "splits", "sizes",
+                   "offsets", "hist", "histogram", "header", "hdr", "lens", "lengths"}
+METADATA_NOTE = "metadata: "
+
+
+def _name_words(name: str) -> set[str]:
+    return {w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", name)}
+
+
+def _is_metadata_access(a, kernel: str) -> bool:
+    """A peer access through a pointer, or in a kernel or device function, named for metadata."""
+    return bool(_METADATA_WORDS & (_name_words(a.pointer) | _name_words(kernel) | _name_words(a.function)))
+
+
+def _drop_metadata_only(rec: CandidateRecord) -> None:
+    """A peer-access label whose every piece of evidence is a metadata exchange is left out of the
+    candidate's mechanism when another label carries the payload; alone it stays (it may be all
+    the file moves)."""
+    labs = rec.labels.get("mechanism", [])
+    meta_only = [lab for lab in labs if lab.evidence and all(e.note.startswith(METADATA_NOTE) for e in lab.evidence)]
+    if meta_only and len(meta_only) < len([lab for lab in labs if lab.value not in ("none", "unknown")]):
+        rec.labels["mechanism"] = [lab for lab in labs if lab not in meta_only]
+    for lab in rec.labels.get("mechanism", []):
+        if lab not in meta_only:  # a payload label's evidence is its payload accesses
+            lab.evidence = [e for e in lab.evidence if not e.note.startswith(METADATA_NOTE)]
 
 
 _FLAG_NAME = re.compile(r"flag|signal|sync|barrier|sem|ready|done|epoch", re.I)

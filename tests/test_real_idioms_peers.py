@@ -85,3 +85,76 @@ def test_the_rank_passed_as_a_kernel_parameter_still_names_this_ranks_buffer(tmp
     rec = analyze(tmp_path, "2_allgather_cuda.py", src)
     assert "int rank = blockIdx.y" not in rec.source
     assert rec.label_values("mechanism") == ["none"]
+
+
+COUNTS_BESIDE_PAYLOAD = r'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+#include <torch/extension.h>
+
+__global__ void gather_counts_kernel(const int64_t* peer_ptrs, int* out, int world_size, int num_experts) {
+    int r = blockIdx.x;
+    const int* peer_count = reinterpret_cast<const int*>(peer_ptrs[r]);
+    for (int e = threadIdx.x; e < num_experts; e += blockDim.x) out[r * num_experts + e] = peer_count[e];
+}
+
+__global__ void push_rows_kernel(const float4* src, const int64_t* dst_ptrs, int world_size, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    for (int p = 0; p < world_size; ++p) reinterpret_cast<float4*>(dst_ptrs[p])[i] = src[i];
+}
+
+void exchange(torch::Tensor counts_ptrs, torch::Tensor counts_out, torch::Tensor src, torch::Tensor dst_ptrs,
+              int64_t world_size, int64_t num_experts, int64_t n) {
+    gather_counts_kernel<<<world_size, 128>>>(counts_ptrs.data_ptr<int64_t>(), counts_out.data_ptr<int>(), world_size, num_experts);
+    push_rows_kernel<<<(n + 255) / 256, 256>>>((const float4*)src.data_ptr(), dst_ptrs.data_ptr<int64_t>(), world_size, n);
+}
+"""
+
+_ext = load_inline("moe_ext", cpp_sources="", cuda_sources=CUDA, functions=["exchange"])
+_cache = {}
+
+
+def solution(x: torch.Tensor, counts: torch.Tensor, group=None) -> torch.Tensor:
+    group = group or dist.group.WORLD
+    world_size = dist.get_world_size(group)
+    st = _cache.get("st")
+    if st is None:
+        cbuf = symm_mem.empty(counts.numel(), device=x.device, dtype=torch.int32)
+        chdl = symm_mem.rendezvous(cbuf, group)
+        buf = symm_mem.empty(x.numel() * world_size, device=x.device, dtype=x.dtype)
+        hdl = symm_mem.rendezvous(buf, group)
+        st = (cbuf, chdl, torch.tensor(chdl.buffer_ptrs, device=x.device), buf, hdl, torch.tensor(hdl.buffer_ptrs, device=x.device))
+        _cache["st"] = st
+    cbuf, chdl, cptrs, buf, hdl, ptrs = st
+    cbuf.copy_(counts)
+    out_counts = torch.empty(world_size * counts.numel(), dtype=torch.int32, device=x.device)
+    hdl.barrier(channel=0)
+    _ext.exchange(cptrs, out_counts, x, ptrs, world_size, counts.numel(), x.numel() // 4)
+    hdl.barrier(channel=0)
+    return buf.clone()
+'''
+
+
+def test_counts_read_from_peers_beside_a_pushed_payload_are_not_the_mechanism(tmp_path):
+    rec = analyze(tmp_path, "51_moe_ep_wide_cuda.py", COUNTS_BESIDE_PAYLOAD)
+    assert rec.label_values("mechanism") == ["sm_store"]
+    counts_kernel = next(k for k in rec.kernels if k.name == "gather_counts_kernel")
+    assert [lab.value for lab in counts_kernel.labels["mechanism"]] == ["sm_load"]  # still shown per kernel
+
+
+def test_a_peer_load_of_payload_is_kept_even_in_a_file_that_also_exchanges_counts(tmp_path):
+    src = COUNTS_BESIDE_PAYLOAD.replace("gather_counts_kernel", "gather_rows_kernel").replace("peer_count", "peer_rows")
+    rec = analyze(tmp_path, "51_moe_ep_wide_cuda.py", src)
+    assert set(rec.label_values("mechanism")) == {"sm_load", "sm_store"}
+
+
+def test_metadata_alone_still_names_the_mechanism(tmp_path):
+    src = COUNTS_BESIDE_PAYLOAD.replace(
+        "    push_rows_kernel<<<(n + 255) / 256, 256>>>((const float4*)src.data_ptr(), dst_ptrs.data_ptr<int64_t>(), world_size, n);\n", "")
+    rec = analyze(tmp_path, "51_moe_ep_wide_cuda.py", src)
+    assert "sm_load" in rec.label_values("mechanism")
