@@ -579,11 +579,12 @@ _FLAG_NAME = re.compile(r"flag|signal|sync|barrier|sem|ready|done|epoch", re.I)
 def _is_flag_access(a) -> bool:
     """A release/acquire atomic, store or load on a peer pointer is a hand-written flag in the
     candidate's own symmetric buffer (data moves with plain or relaxed accesses), and so is a
-    system-scope atomic on a pointer named as a flag (sync_ptrs, flags, ...)."""
+    system-scope atomic on a pointer named as a flag (sync_ptrs, flags, ...) or in a device helper
+    named as one (`send_signal(uint32_t* addr)`: helpers take the slot as a plain `addr`)."""
     if a.via in ("library", "tma"):
         return False
     ordered = a.order in ("acquire", "release", "acq_rel") and a.scope in ("system", "")
-    named = a.kind == "atomic" and a.scope == "system" and bool(_FLAG_NAME.search(a.pointer))
+    named = a.kind == "atomic" and a.scope == "system" and bool(_FLAG_NAME.search(a.pointer) or _FLAG_NAME.search(a.function))
     return ordered or named
 
 

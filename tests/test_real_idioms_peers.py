@@ -158,3 +158,63 @@ def test_metadata_alone_still_names_the_mechanism(tmp_path):
         "    push_rows_kernel<<<(n + 255) / 256, 256>>>((const float4*)src.data_ptr(), dst_ptrs.data_ptr<int64_t>(), world_size, n);\n", "")
     rec = analyze(tmp_path, "51_moe_ep_wide_cuda.py", src)
     assert "sm_load" in rec.label_values("mechanism")
+
+
+FLAG_HELPER = r'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+#include <torch/extension.h>
+
+__device__ void HELPER(uint32_t* addr) {
+    uint32_t old;
+    do { asm volatile("atom.global.relaxed.sys.cas.b32 %0, [%1], 0, 1;" : "=r"(old) : "l"(addr) : "memory"); } while (old != 0u);
+}
+
+__global__ void pull_kernel(const uint64_t* buffer_ptrs, float* out, int rank, int world_size, int n) {
+    if (threadIdx.x < world_size && blockIdx.x == 0) {
+        HELPER(reinterpret_cast<uint32_t*>(buffer_ptrs[threadIdx.x]) + n + rank);
+    }
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float acc = 0.f;
+        for (int p = 0; p < world_size; ++p) acc += reinterpret_cast<const float*>(buffer_ptrs[p])[i];
+        out[i] = acc;
+    }
+}
+
+void run(int64_t buffer_ptrs, torch::Tensor out, int64_t rank, int64_t world_size, int64_t n) {
+    pull_kernel<<<(n + 255) / 256, 256>>>(reinterpret_cast<const uint64_t*>(buffer_ptrs), out.data_ptr<float>(), rank, world_size, n);
+}
+"""
+
+_ext = load_inline("flag_ext", cpp_sources="", cuda_sources=CUDA, functions=["run"])
+_cache = {}
+
+
+def solution(x: torch.Tensor) -> torch.Tensor:
+    st = _cache.get("st")
+    if st is None:
+        buf = symm_mem.empty(2 * x.numel(), device=x.device, dtype=torch.float32)
+        st = (buf, symm_mem.rendezvous(buf, dist.group.WORLD))
+        _cache["st"] = st
+    buf, hdl = st
+    buf[: x.numel()].copy_(x)
+    out = torch.empty_like(x)
+    _ext.run(hdl.buffer_ptrs_dev, out, dist.get_rank(), dist.get_world_size(), x.numel())
+    return out
+'''
+
+
+def test_a_system_scope_cas_in_a_helper_named_as_a_signal_is_a_flag_not_sm_atomic(tmp_path):
+    rec = analyze(tmp_path, "1_allreduce_cuda.py", FLAG_HELPER.replace("HELPER", "send_signal"))
+    assert rec.label_values("mechanism") == ["sm_load"]
+    assert "device_flags" in rec.label_values("sync")
+
+
+def test_the_same_cas_in_a_helper_named_for_data_is_still_sm_atomic(tmp_path):
+    rec = analyze(tmp_path, "1_allreduce_cuda.py", FLAG_HELPER.replace("HELPER", "claim_slot"))
+    assert set(rec.label_values("mechanism")) == {"sm_load", "sm_atomic"}
