@@ -165,6 +165,43 @@ def test_pkb001_relaxed_entry_barrier_before_any_work_is_torchs_pattern(tmp_path
     assert lines_of(analyze(tmp_path, candidate(src, RELAXED_LAUNCH)), "PKB001") == []
 
 
+BARRIER_KERNEL = r"""
+__device__ void send_signal(uint32_t* addr) {
+    uint32_t old;
+    do { asm volatile("atom.global.relaxed.sys.cas.b32 %0, [%1], 0, 1;" : "=r"(old) : "l"(addr) : "memory"); } while (old != 0u);
+}
+__device__ void wait_signal(uint32_t* addr) {
+    uint32_t old;
+    do { asm volatile("atom.global.relaxed.sys.cas.b32 %0, [%1], 1, 0;" : "=r"(old) : "l"(addr) : "memory"); } while (old != 1u);
+}
+
+__global__ void barrier_kernel(const uint64_t* signal_pad_ptrs, float* out, int rank, int world_size) {
+    int t = threadIdx.x;
+    if (t >= world_size) return;
+    uint32_t* send_addr = reinterpret_cast<uint32_t*>(signal_pad_ptrs[t]) + rank;
+    uint32_t* wait_addr = reinterpret_cast<uint32_t*>(signal_pad_ptrs[rank]) + t;
+    WORK
+    send_signal(send_addr);
+    wait_signal(wait_addr);
+}
+
+void run(int64_t signal_pad_ptrs, torch::Tensor out, int64_t rank, int64_t world_size) {
+    barrier_kernel<<<1, 32>>>(reinterpret_cast<const uint64_t*>(signal_pad_ptrs), out.data_ptr<float>(), rank, world_size);
+}
+"""
+
+
+def test_pkb001_relaxed_barrier_in_a_kernel_that_stores_nothing_else_is_not_flagged(tmp_path):
+    rec = analyze(tmp_path, candidate(BARRIER_KERNEL.replace("WORK", "")))
+    assert "relaxed" in {lab.value for k in rec.kernels for lab in k.labels.get("ordering", [])}
+    assert lines_of(rec, "PKB001") == []
+
+
+def test_pkb001_relaxed_barrier_in_a_kernel_that_also_stores_data_is_flagged(tmp_path):
+    src = BARRIER_KERNEL.replace("WORK", "out[t] = 1.0f;")
+    assert lines_of(analyze(tmp_path, candidate(src)), "PKB001") != []
+
+
 PARTIAL_WAIT = r"""
 __device__ void wait_flag(const uint32_t* flag, uint32_t epoch) {
     uint32_t v;
