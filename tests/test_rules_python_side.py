@@ -86,6 +86,25 @@ def test_pkb018_integer_address_read_back_from_a_state_dict(analyzer, tmp_path):
     assert "PKB018" not in findings(analyzer, tmp_path, src.replace("void pull_sum(torch::Tensor ptrs", "void pull_sum(uint64_t ptrs"))
 
 
+def test_pkb018_integer_address_cached_in_a_tuple_and_unpacked_or_indexed_later(analyzer, tmp_path):
+    src = (BINDING.replace("PTRS_TYPE", "torch::Tensor")
+           .replace("        _state[key] = (buf, symm_mem.rendezvous(buf, dist.group.WORLD))",
+                    "        hdl = symm_mem.rendezvous(buf, dist.group.WORLD)\n"
+                    "        ptrs = hdl.buffer_ptrs_dev\n"
+                    "        entry = (buf, hdl, ptrs)\n"
+                    "        _state[key] = entry")
+           .replace("    buf, hdl = _setup(x)", "    buf, hdl, ptrs = _setup(x)")
+           .replace("_ext.pull_sum(hdl.buffer_ptrs_dev, out, hdl.world_size)",
+                    "_ext.pull_sum(ptrs, out, hdl.world_size)\n"
+                    "    _ext.pull_sum(_state[(x.numel(), x.dtype)][2], out, hdl.world_size)"))
+    lines = textwrap.dedent(src).lstrip("\n").splitlines()
+    want = [i + 1 for i, ln in enumerate(lines) if "_ext.pull_sum(" in ln]
+    assert len(want) == 2 and findings(analyzer, tmp_path, src).get("PKB018") == want
+    # the same cached tuple holding a tensor of the addresses is what the binding takes
+    tensor = src.replace("ptrs = hdl.buffer_ptrs_dev", "ptrs = torch.tensor(hdl.buffer_ptrs, device=x.device)")
+    assert "PKB018" not in findings(analyzer, tmp_path, tensor)
+
+
 RETURNS = '''
 import torch
 import torch.distributed as dist
