@@ -76,6 +76,18 @@ def guess_kind(name: str, tspell: str, tkind: str) -> str:
     return ""
 
 
+def dependent_operator(n: Node) -> tuple[str, list[Node]]:
+    """An operator call clang left unresolved (an operand of a template's dependent type): the
+    operator's name and its operands, or ('', [])."""
+    if n.kind != "CALL_EXPR" or n.spelling:
+        return "", []
+    for i, ch in enumerate(n.kids):
+        ref = ch.kids[0] if ch.kind == "DECL_REF_EXPR" and ch.kids else ch
+        if ref.kind == "OVERLOADED_DECL_REF" and ref.spelling.startswith("operator"):
+            return ref.spelling, n.kids[:i] + n.kids[i + 1:]
+    return "", []
+
+
 class PointerFlow:
     """The pointer-kind environment and its fixpoint (see the module docstring)."""
 
@@ -195,6 +207,17 @@ class PointerFlow:
                     if base[0] == "peer_ptr_array" and self.is_rank_index(args[1]):
                         return ("symm_local", derived(base)[1])
                     return (ELEMENT_OF[base[0]], derived(base)[1])
+            return ("unknown", "")
+        op, args = dependent_operator(n)
+        if op in ("operator+", "operator-"):
+            # in a template, `reinterpret_cast<const T*>(ptrs[peer]) + off` has a dependent type and
+            # clang keeps it as an unresolved operator call: pointer arithmetic all the same
+            name = op
+            if len(args) == 2:
+                a, b = self.eval(args[0]), self.eval(args[1])
+                if name == "operator-" and a[0] != "unknown" and b[0] != "unknown":
+                    return ("unknown", "")
+                return derived(join_kinds(a, b))
             return ("unknown", "")
         if name == "nvshmem_ptr":
             return ("nvshmem_ptr", "dataflow")

@@ -218,3 +218,61 @@ def test_a_system_scope_cas_in_a_helper_named_as_a_signal_is_a_flag_not_sm_atomi
 def test_the_same_cas_in_a_helper_named_for_data_is_still_sm_atomic(tmp_path):
     rec = analyze(tmp_path, "1_allreduce_cuda.py", FLAG_HELPER.replace("HELPER", "claim_slot"))
     assert set(rec.label_values("mechanism")) == {"sm_load", "sm_atomic"}
+
+
+TEMPLATE_PULL = r'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+#include <torch/extension.h>
+
+template <typename T>
+__global__ void gather_kernel(const long long* data_ptrs, T* out, long long src_off, long long n) {
+    int peer = blockIdx.x;
+    const T* src = reinterpret_cast<const T*>((uintptr_t)data_ptrs[peer]) + src_off;
+    T* dst = out + peer * n;
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+}
+
+void gather(torch::Tensor ptrs, torch::Tensor out, int64_t world_size, int64_t n) {
+    gather_kernel<at::BFloat16><<<world_size, 256>>>((const long long*)ptrs.data_ptr<int64_t>(),
+                                                     out.data_ptr<at::BFloat16>(), 0, n);
+}
+"""
+
+_ext = load_inline("tpl_ext", cpp_sources="", cuda_sources=CUDA, functions=["gather"])
+_cache = {}
+
+
+def solution(x: torch.Tensor) -> torch.Tensor:
+    st = _cache.get("st")
+    if st is None:
+        buf = symm_mem.empty(x.numel(), device=x.device, dtype=x.dtype)
+        hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+        st = (buf, hdl, torch.tensor(hdl.buffer_ptrs, device=x.device, dtype=torch.int64))
+        _cache["st"] = st
+    buf, hdl, ptrs = st
+    buf.copy_(x)
+    hdl.barrier(channel=0)
+    out = torch.empty(dist.get_world_size() * x.numel(), device=x.device, dtype=x.dtype)
+    _ext.gather(PTRS, out, dist.get_world_size(), x.numel())
+    hdl.barrier(channel=0)
+    return out
+'''
+
+
+def test_pointer_arithmetic_on_a_peer_address_in_a_template_kernel_is_followed(tmp_path):
+    rec = analyze(tmp_path, "2_allgather_cuda.py", TEMPLATE_PULL.replace("PTRS", "ptrs"))
+    assert rec.label_values("mechanism") == ["sm_load"]
+
+
+def test_the_same_template_kernel_fed_local_addresses_moves_nothing(tmp_path):
+    # (parameters named like peer pointers, `data_ptrs`, `ptrs`, would be guessed to be ones: renamed)
+    src = TEMPLATE_PULL.replace("PTRS", "torch.full((dist.get_world_size(),), buf.data_ptr(), device=x.device)")
+    src = src.replace("data_ptrs", "bases").replace("torch::Tensor ptrs", "torch::Tensor bases_t")
+    src = src.replace("(const long long*)ptrs.data_ptr", "(const long long*)bases_t.data_ptr")
+    rec = analyze(tmp_path, "2_allgather_cuda.py", src)
+    assert "sm_load" not in rec.label_values("mechanism")
