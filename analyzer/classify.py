@@ -491,6 +491,10 @@ class Classifier:
         compute_calls = self.timed("compute")
         matmul_lines = _matmul_lines(rec, py)
         has_torch_compute = bool(compute_calls or matmul_lines)
+        entry = problem_entry(rec)
+        if entry is not None and not entry.communicates:
+            rec.add_label(Label("overlap", "n/a", [self.ev(py.solution_line or 1, "python", "the problem moves no data between ranks")]))
+            return
         problem_compute = self.has_compute
         if problem_compute is None:
             problem_compute = has_torch_compute or any(self.computes.get(r.name, False) for r in reports if r.language == "cuda")

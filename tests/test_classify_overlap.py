@@ -189,3 +189,31 @@ def test_a_kernel_that_pulls_peers_and_updates_is_fused_beside_torch_compute(ana
 def test_a_fused_kernel_only_a_skipped_branch_launches_is_not_the_overlap(analyzer, tmp_path):
     skipped = FUSED_UPDATE.replace("GUARD", "dist.get_world_size() == 1")
     assert "fused_kernel" not in overlap(analyzer, tmp_path, skipped)
+
+
+LOCAL_STEP = '''
+import torch
+
+def solution(flat_param_shard, flat_grad_shard, exp_avg_shard, exp_avg_sq_shard, lr, beta1, beta2, eps, weight_decay, step):
+    exp_avg_shard.mul_(beta1).add_(flat_grad_shard, alpha=1 - beta1)
+    exp_avg_sq_shard.mul_(beta2).addcmul_(flat_grad_shard, flat_grad_shard, value=1 - beta2)
+    flat_param_shard.addcdiv_(exp_avg_shard, exp_avg_sq_shard.sqrt().add_(eps), value=-lr)
+    return flat_param_shard
+'''
+
+
+def _overlap_of(analyzer, tmp_path, name, src):
+    folder = tmp_path / "solutions_cuda_bf16_h100_8_test_overlap"
+    folder.mkdir(exist_ok=True)
+    (folder / name).write_text(textwrap.dedent(src))
+    return sorted(analyzer.analyze(read_candidate(folder / name, tmp_path)).label_values("overlap"))
+
+
+def test_a_problem_that_moves_no_data_between_ranks_has_no_overlap_to_judge(analyzer, tmp_path):
+    # PKB problem 46, fsdp_adamw_sharded (its files are numbered 47): a purely local optimizer step on each rank's shard
+    assert _overlap_of(analyzer, tmp_path, "47_fsdp_adamw_sharded_cuda.py", LOCAL_STEP) == ["n/a"]
+
+
+def test_the_same_local_code_for_a_problem_that_communicates_is_serial(analyzer, tmp_path):
+    # problem 47, fsdp_step_e2e, computes and communicates: code that only computes overlaps nothing
+    assert _overlap_of(analyzer, tmp_path, "48_fsdp_step_e2e_cuda.py", LOCAL_STEP) == ["none"]
