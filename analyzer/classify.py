@@ -96,7 +96,9 @@ class Classifier:
             elif len(lab.evidence) < 6 and ev not in lab.evidence:
                 lab.evidence.append(ev)
 
-        inside = [a for a in k.cuda.accesses if a.function in k.reach and not _in_fallback(k.cuda, a.line)]
+        shared = _helpers_of_peer_kernels(k)
+        inside = [a for a in k.cuda.accesses if a.function in k.reach and not _in_fallback(k.cuda, a.line)
+                  and a.function not in shared]
         metadata: dict[str, list[Evidence]] = {}  # peer accesses of counts / sizes / offsets, by label
         # A bulk copy or multimem op written in inline asm is TMA / NVLS, not an SM load of the
         # same address: those asm lines do not count as SM traffic.
@@ -532,6 +534,26 @@ class Classifier:
 _NOT_WORK = {"int", "len", "range", "min", "max", "float", "abs", "divmod", "isinstance", "tuple", "list",
              "str", "bool", "size", "numel", "element_size", "data_ptr", "dim", "stride", "get_rank",
              "get_world_size", "current_stream", "cuda_stream"}
+
+
+def _takes_peers(fn: Function) -> bool:
+    return any(p.pointer_kind in (*PEER_KINDS, *SIGNAL_KINDS, "multicast_ptr") for p in fn.params)
+
+
+def _helpers_of_peer_kernels(k: _KernelFacts) -> set[str]:
+    """Device helpers that kernel `k` shares with a kernel taking peer pointers, where `k` takes
+    none: a helper's parameter kinds are joined over its callers (`ld<T>(p, i)` called with a
+    peer's address in one kernel and a local gradient in another), so its peer accesses are the
+    other kernel's, not `k`'s."""
+    if k.fn.kind != "global" or _takes_peers(k.fn) or any(
+            a.function == k.fn.name and a.pointer_kind in PEER_KINDS for a in k.cuda.accesses):
+        return set()
+    by_name = {f.name: f for f in k.cuda.functions}
+    others = set()
+    for f in k.cuda.functions:
+        if f.kind == "global" and f.name != k.fn.name and _takes_peers(f):
+            others |= _reach(f, by_name)
+    return (k.reach - {k.fn.name}) & others
 
 
 def _in_fallback(cuda: CudaFacts, line: int) -> bool:

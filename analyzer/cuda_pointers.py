@@ -88,6 +88,18 @@ def dependent_operator(n: Node) -> tuple[str, list[Node]]:
     return "", []
 
 
+def dependent_callee(n: Node) -> str:
+    """The function a call names when clang left it unresolved (`ld<P>(gp, i)` in a template, its
+    arguments of a dependent type): the name, or ''."""
+    if n.kind != "CALL_EXPR" or n.spelling or not n.kids:
+        return ""
+    first = n.kids[0]
+    ref = first.kids[0] if first.kind in ("DECL_REF_EXPR", "UNEXPOSED_EXPR") and first.kids else first
+    if ref.kind == "OVERLOADED_DECL_REF" and not ref.spelling.startswith("operator"):
+        return ref.spelling
+    return ""
+
+
 class PointerFlow:
     """The pointer-kind environment and its fixpoint (see the module docstring)."""
 
@@ -230,6 +242,7 @@ class PointerFlow:
             if len(args) == 1:
                 return self.eval(args[0])  # copy / conversion
             return ("unknown", "")
+        name = name or dependent_callee(n)
         if name in self.ret:
             return derived(self.ret[name])
         return ("unknown", "")
@@ -364,6 +377,8 @@ class PointerFlow:
             return
         if name in self.by_name and not name.startswith("operator"):
             self.bind_args(name, args)
+        elif not name and dependent_callee(n) in self.by_name:
+            self.bind_args(dependent_callee(n), n.kids[1:])
 
     def bind_args(self, fname: str, args: list[Node]) -> None:
         for f in self.resolve(fname, len(args)):

@@ -276,3 +276,75 @@ def test_the_same_template_kernel_fed_local_addresses_moves_nothing(tmp_path):
     src = src.replace("(const long long*)ptrs.data_ptr", "(const long long*)bases_t.data_ptr")
     rec = analyze(tmp_path, "2_allgather_cuda.py", src)
     assert "sm_load" not in rec.label_values("mechanism")
+
+
+TEMPLATE_HELPER = r'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+#include <torch/extension.h>
+
+template <typename T>
+__device__ __forceinline__ float ld(const T* p, long long i) { return (float)p[i]; }
+
+template <typename P>
+__global__ void reduce_update_kernel(const long long* grad_ptrs, float* w, float lr, int world_size, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float g = 0.f;
+    for (int r = 0; r < world_size; ++r) {
+        const P* gp = reinterpret_cast<const P*>((uintptr_t)grad_ptrs[r]);
+        g += ld<P>(gp, i);
+    }
+    UPDATE
+}
+
+template <typename T>
+__global__ void scale_kernel(const T* x, float* y, float s, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = ld<T>(x, i) * s;
+}
+
+void step(torch::Tensor ptrs, torch::Tensor w, torch::Tensor x, torch::Tensor y, double lr, int64_t world_size) {
+    long long n = w.numel();
+    reduce_update_kernel<float><<<(n + 255) / 256, 256>>>((const long long*)ptrs.data_ptr<int64_t>(), w.data_ptr<float>(), (float)lr, world_size, n);
+    scale_kernel<float><<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), 0.5f, n);
+}
+"""
+
+_ext = load_inline("tpl_helper_ext", cpp_sources="", cuda_sources=CUDA, functions=["step"])
+_cache = {}
+
+
+def solution(grad: torch.Tensor, w: torch.Tensor, lr: float) -> torch.Tensor:
+    st = _cache.get("st")
+    if st is None:
+        buf = symm_mem.empty(grad.numel(), device=grad.device, dtype=torch.float32)
+        hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+        st = (buf, hdl, torch.tensor(hdl.buffer_ptrs, device=grad.device, dtype=torch.int64))
+        _cache["st"] = st
+    buf, hdl, ptrs = st
+    buf.copy_(grad)
+    hdl.barrier(channel=0)
+    y = torch.empty_like(w)
+    _ext.step(ptrs, w, grad, y, lr, dist.get_world_size())
+    hdl.barrier(channel=0)
+    return w + y
+'''
+
+
+def test_a_template_helper_called_with_a_peer_address_is_the_peer_load_of_its_caller(tmp_path):
+    rec = analyze(tmp_path, "41_ddp_cuda.py", TEMPLATE_HELPER.replace("UPDATE", "w[i] -= lr * g * rsqrtf(g * g + 1e-8f);"))
+    assert rec.label_values("mechanism") == ["sm_load"]
+    kernels = {k.name: [lab.value for lab in k.labels["mechanism"]] for k in rec.kernels}
+    assert kernels == {"reduce_update_kernel": ["sm_load"], "scale_kernel": ["none"]}  # the shared helper is not scale_kernel's
+    assert "fused_kernel" in rec.label_values("overlap")
+
+
+def test_a_peer_kernel_that_only_copies_is_not_fused_by_a_local_kernel_sharing_its_helper(tmp_path):
+    rec = analyze(tmp_path, "41_ddp_cuda.py", TEMPLATE_HELPER.replace("UPDATE", "w[i] = g;"))
+    assert rec.label_values("mechanism") == ["sm_load"]
+    assert "fused_kernel" not in rec.label_values("overlap")
