@@ -434,6 +434,18 @@ class Classifier:
                 if re.search(r"\bstream\(", text) and not re.search(r"current_stream|default_stream", text):
                     fn = next((c.function for c in self.timed("stream") if c.line == node.lineno), "")
                     out.append((fn, node.lineno, node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno))
+        # An extension launch handed a side stream's handle (`ext.copy(dst, src, n, s.cuda_stream)`)
+        # runs on that stream as surely as one inside `with torch.cuda.stream(s):`.
+        in_blocks = [(first, last) for _, _, first, last in out]
+        for c in self.timed("ext_kernel"):
+            if any(first <= c.line <= last for first, last in in_blocks):
+                continue  # judged with its `with` block
+            for a in c.args:
+                m = re.fullmatch(r"([\w.\[\]]+)\.cuda_stream", a.text.strip())
+                if m and not re.search(r"current_stream|default_stream", m.group(1)) and not re.search(
+                        rf"(?<![\w.]){re.escape(m.group(1))}\s*=\s*torch\.cuda\.(?:current|default)_stream", self.rec.source):
+                    out.append((c.function, c.line, c.line, c.end_line))
+                    break
         return out
 
     def _side_stream_overlaps(self, block: tuple[str, int, int, int], matmul_lines: list[int]) -> bool:
@@ -508,7 +520,8 @@ class Classifier:
         if overlapping and (py.streams or self.timed("event", "stream")):
             _, with_line, first, _ = overlapping[0]
             evidence = [self.ev(with_line, "python", "a side stream for communication"),
-                        self.ev(first, "python", "issued on the side stream")]
+                        self.ev(first, "python", "issued on the side stream")] if with_line != first else [
+                self.ev(first, "python", "issued on a side stream (its handle passed to the launch)")]
             rec.add_label(Label("overlap", "multi_stream", evidence))
         if py.chunk_loops:
             rec.add_label(Label("overlap", "chunked_pipeline", [self.ev(py.chunk_loops[0], "python", "a loop over chunks issues transfers and compute")]))

@@ -217,3 +217,57 @@ def test_a_problem_that_moves_no_data_between_ranks_has_no_overlap_to_judge(anal
 def test_the_same_local_code_for_a_problem_that_communicates_is_serial(analyzer, tmp_path):
     # problem 47, fsdp_step_e2e, computes and communicates: code that only computes overlaps nothing
     assert _overlap_of(analyzer, tmp_path, "48_fsdp_step_e2e_cuda.py", LOCAL_STEP) == ["none"]
+
+
+HANDLE = '''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+_ext = load_inline(name="cp", cpp_sources="void async_copy(torch::Tensor dst, int64_t src, int64_t n, int64_t stream);",
+                   functions=["async_copy"])
+_cache = {}
+
+
+def solution(A_local, B):
+    st = _cache.get("st")
+    if st is None:
+        buf = symm_mem.empty(A_local.shape, device=A_local.device, dtype=A_local.dtype)
+        st = (buf, symm_mem.rendezvous(buf, dist.group.WORLD), torch.cuda.Stream())
+        _cache["st"] = st
+    buf, hdl, copy_stream = st
+    buf.copy_(A_local)
+    hdl.barrier(channel=0)
+    peer = (dist.get_rank() + 1) % dist.get_world_size()
+    nxt = torch.empty_like(A_local)
+    done = torch.cuda.Event()
+    _ext.async_copy(nxt, int(hdl.buffer_ptrs[peer]), nxt.numel(), STREAM.cuda_stream)
+    done.record(STREAM)
+    BETWEEN
+    torch.cuda.current_stream().wait_event(done)
+    out = torch.cat([A_local @ B, nxt @ B])
+    hdl.barrier(channel=0)
+    return out
+'''
+
+
+def test_a_copy_handed_a_side_streams_handle_beside_compute_is_multi_stream(analyzer, tmp_path):
+    src = HANDLE.replace("STREAM", "copy_stream").replace("BETWEEN", "local = A_local @ B")
+    assert "multi_stream" in overlap(analyzer, tmp_path, src)
+
+
+def test_the_same_copy_on_the_current_streams_handle_is_not(analyzer, tmp_path):
+    src = HANDLE.replace("STREAM", "torch.cuda.current_stream()").replace("BETWEEN", "local = A_local @ B")
+    assert "multi_stream" not in overlap(analyzer, tmp_path, src)
+
+
+def test_launches_with_the_handle_inside_a_side_stream_block_are_judged_with_the_block(analyzer, tmp_path):
+    # two copies in one `with` block, joined right after it with nothing in between: serial
+    src = HANDLE.replace("STREAM", "copy_stream").replace("    BETWEEN\n", "")
+    src = src.replace("    _ext.async_copy(nxt, int(hdl.buffer_ptrs[peer]), nxt.numel(), copy_stream.cuda_stream)\n",
+                      "    with torch.cuda.stream(copy_stream):\n"
+                      "        _ext.async_copy(nxt, int(hdl.buffer_ptrs[peer]), nxt.numel(), copy_stream.cuda_stream)\n"
+                      "        _ext.async_copy(nxt, int(hdl.buffer_ptrs[peer]), nxt.numel(), copy_stream.cuda_stream)\n")
+    assert "with torch.cuda.stream(copy_stream):" in src
+    assert "multi_stream" not in overlap(analyzer, tmp_path, src)
