@@ -330,6 +330,53 @@ def test_pkb004_kernel_ending_in_a_barrier_or_an_entry_barrier_is_safe(tmp_path)
     assert lines_of(rec, "PKB004") == []
 
 
+SPLIT_BARRIER = PUSH.replace("BARRIER_AT_END", "") + r"""
+__device__ __forceinline__ void store_release(uint32_t* addr, uint32_t v) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t load_acquire(const uint32_t* addr) {
+    uint32_t v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(addr) : "memory");
+    return v;
+}
+__global__ void publish_kernel(const uint64_t* signal_pad_ptrs, int rank, int world_size, uint32_t epoch) {
+    int t = threadIdx.x;
+    if (t < world_size) store_release(reinterpret_cast<uint32_t*>(signal_pad_ptrs[t]) + rank, epoch);
+}
+__global__ void wait_kernel(const uint32_t* my_pad, int world_size, uint32_t epoch) {
+    int t = threadIdx.x;
+    if (t < world_size) {
+        uint32_t v;
+        do { v = load_acquire(my_pad + t); } while (v < epoch);
+    }
+}
+void publish(torch::Tensor signal_pad_ptrs, int64_t rank, int64_t world_size, int64_t epoch) {
+    publish_kernel<<<1, 32>>>(reinterpret_cast<const uint64_t*>(signal_pad_ptrs.data_ptr<int64_t>()), rank, world_size, epoch);
+}
+void wait_all(torch::Tensor my_pad, int64_t world_size, int64_t epoch) {
+    wait_kernel<<<1, 32>>>(reinterpret_cast<const uint32_t*>(my_pad.data_ptr<int32_t>()), world_size, epoch);
+}
+"""
+SPLIT_LAUNCH = (PUSH_LAUNCH + "\n    _ext.publish(torch.tensor(hdl.signal_pad_ptrs, device=x.device), dist.get_rank(), dist.get_world_size(), _cache['epoch'])"
+                "\n    WAIT")
+
+
+def _split(wait: str) -> str:
+    src = candidate(SPLIT_BARRIER, SPLIT_LAUNCH.replace("WAIT", wait))
+    return src.replace('functions=["run"]', 'functions=["run", "publish", "wait_all"]')
+
+
+def test_pkb004_push_then_a_ready_signal_nobody_waits_for(tmp_path):
+    rec = analyze(tmp_path, _split(""), "2_allgather_cuda.py")
+    assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.run(x, torch.tensor(hdl.buffer_ptrs")]
+
+
+def test_pkb004_barrier_split_over_a_publish_launch_and_a_wait_launch_is_safe(tmp_path):
+    wait = "_ext.wait_all(hdl.get_signal_pad(dist.get_rank()), dist.get_world_size(), _cache['epoch'])"
+    rec = analyze(tmp_path, _split(wait), "2_allgather_cuda.py")
+    assert "wait_kernel" in rec.source and lines_of(rec, "PKB004") == []
+
+
 FLAG_CONST = r"""
 __global__ void signal_and_wait(const int64_t* signal_ptrs, int rank, int world_size, uint32_t want) {
     int t = threadIdx.x;
