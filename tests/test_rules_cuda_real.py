@@ -445,3 +445,16 @@ def test_pkb007_rendezvous_only_where_this_ranks_count_outgrows_the_cache(tmp_pa
 def test_pkb007_capacity_from_a_size_every_rank_shares(tmp_path):
     rec = analyze(tmp_path, GROWING.replace("ROWS", "x.shape[0] * dist.get_world_size()"), "27_moe_all2all_primitive_cuda.py")
     assert lines_of(rec, "PKB007") == []
+
+
+def test_pkb007_capacity_summed_from_all_gathered_sizes_is_every_ranks(tmp_path):
+    gathered = ("sizes_t = torch.empty(dist.get_world_size(), dtype=torch.long, device=x.device)\n"
+                "    dist.all_gather_into_tensor(sizes_t, torch.tensor([x.shape[0]], device=x.device))\n"
+                "    sizes = sizes_t.cpu().tolist()\n"
+                "    n_in = int(sum(sizes))")
+    rec = analyze(tmp_path, GROWING.replace("n_in = ROWS", gathered), "27_moe_all2all_primitive_cuda.py")
+    assert "dist.all_gather_into_tensor(sizes_t" in rec.source and lines_of(rec, "PKB007") == []
+    # the same sum over this rank's own split sizes still differs between ranks
+    own = gathered.replace("n_in = int(sum(sizes))", "n_in = int(sum(input_splits))")
+    rec = analyze(tmp_path, GROWING.replace("n_in = ROWS", own), "27_moe_all2all_primitive_cuda.py")
+    assert lines_of(rec, "PKB007") == [line_of(rec, "hdl = symm_mem.rendezvous(buf, dist.group.WORLD)")]
