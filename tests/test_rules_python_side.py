@@ -141,6 +141,18 @@ def test_pkb019_returning_the_symmetric_buffer(analyzer, tmp_path):
     assert "PKB009" not in got and "PKB010" not in got
 
 
+def test_pkb019_a_cached_entry_bound_only_where_used_after_a_none_default(analyzer, tmp_path):
+    # `res = None` on the other route: the return inside `if res is not None:` still hands back the cache's buffer
+    src = (RETURNS.replace("    buf, hdl = _resources(x)\n", "    res = None\n    if x.numel() > 0:\n        res = _resources(x)\n    buf, hdl = _resources(x)\n")
+           .replace("    return RESULT", "    if res is not None:\n        return RESULT\n    return x.clone()"))
+    lines = textwrap.dedent(src).lstrip("\n").splitlines()
+    got = findings(analyzer, tmp_path, src.replace("RESULT", "res[0]"))
+    assert got.get("PKB019") == [next(i + 1 for i, ln in enumerate(lines) if "return RESULT" in ln)]
+    # a fresh tensor on the other route is still a fresh result there: not reported
+    fresh = src.replace("    res = None\n", "    res = (x.clone(), None)\n").replace("RESULT", "res[0]")
+    assert "PKB019" not in findings(analyzer, tmp_path, fresh)
+
+
 def test_pkb019_quiet_on_a_fresh_result(analyzer, tmp_path):
     got = findings(analyzer, tmp_path, RETURNS.replace("RESULT", "buf.view_as(x).clone()"))
     assert "PKB019" not in got
