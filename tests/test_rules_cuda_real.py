@@ -458,3 +458,16 @@ def test_pkb007_capacity_summed_from_all_gathered_sizes_is_every_ranks(tmp_path)
     own = gathered.replace("n_in = int(sum(sizes))", "n_in = int(sum(input_splits))")
     rec = analyze(tmp_path, GROWING.replace("n_in = ROWS", own), "27_moe_all2all_primitive_cuda.py")
     assert lines_of(rec, "PKB007") == [line_of(rec, "hdl = symm_mem.rendezvous(buf, dist.group.WORLD)")]
+
+
+def test_pkb004_points_at_the_data_push_not_at_a_later_flag_only_launch(tmp_path):
+    # wait first, signal last: no barrier closes the push, and the finding names the push,
+    # not the launch that only stores flags into the peers' pads
+    wait = "_ext.wait_all(hdl.get_signal_pad(dist.get_rank()), dist.get_world_size(), _cache['epoch'])"
+    src = _split("")
+    publish = next(ln for ln in src.splitlines() if "_ext.publish(" in ln)
+    # the flags live in the user's symmetric buffer (its buffer_ptrs), as real files often do
+    flags_in_buf = publish.replace("torch.tensor(hdl.signal_pad_ptrs", "torch.tensor(hdl.buffer_ptrs")
+    src = src.replace(publish + "\n", "    " + wait + "\n" + flags_in_buf + "\n")
+    rec = analyze(tmp_path, src, "2_allgather_cuda.py")
+    assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.run(x, torch.tensor(hdl.buffer_ptrs")]
