@@ -96,7 +96,10 @@ class Classifier:
             elif len(lab.evidence) < 6 and ev not in lab.evidence:
                 lab.evidence.append(ev)
 
-        inside = [a for a in k.cuda.accesses if a.function in k.reach and not _in_fallback(k.cuda, a.line)]
+        shared = _helpers_of_peer_kernels(k)
+        inside = [a for a in k.cuda.accesses if a.function in k.reach and not _in_fallback(k.cuda, a.line)
+                  and a.function not in shared]
+        metadata: dict[str, list[Evidence]] = {}  # peer accesses of counts / sizes / offsets, by label
         # A bulk copy or multimem op written in inline asm is TMA / NVLS, not an SM load of the
         # same address: those asm lines do not count as SM traffic.
         engine_lines = {asm.line for asm in k.cuda.asm if asm.function in k.reach and any(
@@ -106,6 +109,9 @@ class Classifier:
                 continue
             if a.pointer_kind in PEER_KINDS and _is_flag_access(a):
                 add("sync", "device_flags", self.ev(a.line, "clang", f"flag {a.kind} ({a.order}.{a.scope or 'gpu'}) through {a.pointer}, a peer's symmetric buffer"))
+            elif a.pointer_kind in PEER_KINDS and _is_metadata_access(a, k.fn.name):
+                value = {"load": "sm_load", "store": "sm_store", "atomic": "sm_atomic"}[a.kind]
+                metadata.setdefault(value, []).append(self.ev(a.line, "clang", f"{METADATA_NOTE}{a.kind} through {a.pointer} ({a.pointer_kind})"))
             elif a.pointer_kind in PEER_KINDS:
                 value = {"load": "sm_load", "store": "sm_store", "atomic": "sm_atomic"}[a.kind]
                 add("mechanism", value, self.ev(a.line, "clang", f"{a.kind} through {a.pointer} ({a.pointer_kind})"))
@@ -115,6 +121,11 @@ class Classifier:
                 add("mechanism", "nvls", self.ev(a.line, "clang", f"{a.kind} through the multicast address {a.pointer}"))
             elif a.pointer_kind in SIGNAL_KINDS:
                 add("sync", "device_flags", self.ev(a.line, "clang", f"flag {a.kind} through {a.pointer}"))
+        for value, evs in metadata.items():
+            # a label only metadata gives stays metadata (run() drops it beside a payload label)
+            if not any(x.value == value for x in labels.get("mechanism", [])):
+                for ev in evs:
+                    add("mechanism", value, ev)
         for asm in k.cuda.asm:
             if asm.function not in k.reach:
                 continue
@@ -326,6 +337,7 @@ class Classifier:
             if "wait_stream" in c.qualname:
                 rec.add_label(Label("sync", "stream_events", [self.ev(c.line, "python", c.qualname)]))
 
+        _drop_metadata_only(rec)
         if not rec.labels.get("mechanism"):
             hidden = [r for r in reports if r.labels.get("mechanism", [Label("mechanism", "none")])[0].value == "unknown"]
             if hidden:
@@ -422,6 +434,18 @@ class Classifier:
                 if re.search(r"\bstream\(", text) and not re.search(r"current_stream|default_stream", text):
                     fn = next((c.function for c in self.timed("stream") if c.line == node.lineno), "")
                     out.append((fn, node.lineno, node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno))
+        # An extension launch handed a side stream's handle (`ext.copy(dst, src, n, s.cuda_stream)`)
+        # runs on that stream as surely as one inside `with torch.cuda.stream(s):`.
+        in_blocks = [(first, last) for _, _, first, last in out]
+        for c in self.timed("ext_kernel"):
+            if any(first <= c.line <= last for first, last in in_blocks):
+                continue  # judged with its `with` block
+            for a in c.args:
+                m = re.fullmatch(r"([\w.\[\]]+)\.cuda_stream", a.text.strip())
+                if m and not re.search(r"current_stream|default_stream", m.group(1)) and not re.search(
+                        rf"(?<![\w.]){re.escape(m.group(1))}\s*=\s*torch\.cuda\.(?:current|default)_stream", self.rec.source):
+                    out.append((c.function, c.line, c.line, c.end_line))
+                    break
         return out
 
     def _side_stream_overlaps(self, block: tuple[str, int, int, int], matmul_lines: list[int]) -> bool:
@@ -481,6 +505,10 @@ class Classifier:
         compute_calls = self.timed("compute")
         matmul_lines = _matmul_lines(rec, py)
         has_torch_compute = bool(compute_calls or matmul_lines)
+        entry = problem_entry(rec)
+        if entry is not None and not entry.communicates:
+            rec.add_label(Label("overlap", "n/a", [self.ev(py.solution_line or 1, "python", "the problem moves no data between ranks")]))
+            return
         problem_compute = self.has_compute
         if problem_compute is None:
             problem_compute = has_torch_compute or any(self.computes.get(r.name, False) for r in reports if r.language == "cuda")
@@ -492,7 +520,8 @@ class Classifier:
         if overlapping and (py.streams or self.timed("event", "stream")):
             _, with_line, first, _ = overlapping[0]
             evidence = [self.ev(with_line, "python", "a side stream for communication"),
-                        self.ev(first, "python", "issued on the side stream")]
+                        self.ev(first, "python", "issued on the side stream")] if with_line != first else [
+                self.ev(first, "python", "issued on a side stream (its handle passed to the launch)")]
             rec.add_label(Label("overlap", "multi_stream", evidence))
         if py.chunk_loops:
             rec.add_label(Label("overlap", "chunked_pipeline", [self.ev(py.chunk_loops[0], "python", "a loop over chunks issues transfers and compute")]))
@@ -520,6 +549,26 @@ _NOT_WORK = {"int", "len", "range", "min", "max", "float", "abs", "divmod", "isi
              "get_world_size", "current_stream", "cuda_stream"}
 
 
+def _takes_peers(fn: Function) -> bool:
+    return any(p.pointer_kind in (*PEER_KINDS, *SIGNAL_KINDS, "multicast_ptr") for p in fn.params)
+
+
+def _helpers_of_peer_kernels(k: _KernelFacts) -> set[str]:
+    """Device helpers that kernel `k` shares with a kernel taking peer pointers, where `k` takes
+    none: a helper's parameter kinds are joined over its callers (`ld<T>(p, i)` called with a
+    peer's address in one kernel and a local gradient in another), so its peer accesses are the
+    other kernel's, not `k`'s."""
+    if k.fn.kind != "global" or _takes_peers(k.fn) or any(
+            a.function == k.fn.name and a.pointer_kind in PEER_KINDS for a in k.cuda.accesses):
+        return set()
+    by_name = {f.name: f for f in k.cuda.functions}
+    others = set()
+    for f in k.cuda.functions:
+        if f.kind == "global" and f.name != k.fn.name and _takes_peers(f):
+            others |= _reach(f, by_name)
+    return (k.reach - {k.fn.name}) & others
+
+
 def _in_fallback(cuda: CudaFacts, line: int) -> bool:
     return any(a <= line <= b for a, b in cuda.fallback_ranges)
 
@@ -533,17 +582,48 @@ def _fallback_launched(cudas: list[CudaFacts]) -> set[str]:
     return {k for k, flags in where.items() if flags and all(flags)}
 
 
+# Counts, split sizes, offsets and headers that ranks exchange beside the payload are not the
+# payload, so not the mechanism (as with a collective of split sizes, is_metadata_collective).
+# Models name these buffers and kernels plainly.
+_METADATA_WORDS = {"meta", "metadata", "count", "counts", "cnt", "cnts", "split", "splits", "sizes",
+                   "offsets", "hist", "histogram", "header", "hdr", "lens", "lengths"}
+METADATA_NOTE = "metadata: "
+
+
+def _name_words(name: str) -> set[str]:
+    return {w.lower() for w in re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])", name)}
+
+
+def _is_metadata_access(a, kernel: str) -> bool:
+    """A peer access through a pointer, or in a kernel or device function, named for metadata."""
+    return bool(_METADATA_WORDS & (_name_words(a.pointer) | _name_words(kernel) | _name_words(a.function)))
+
+
+def _drop_metadata_only(rec: CandidateRecord) -> None:
+    """A peer-access label whose every piece of evidence is a metadata exchange is left out of the
+    candidate's mechanism when another label carries the payload; alone it stays (it may be all
+    the file moves)."""
+    labs = rec.labels.get("mechanism", [])
+    meta_only = [lab for lab in labs if lab.evidence and all(e.note.startswith(METADATA_NOTE) for e in lab.evidence)]
+    if meta_only and len(meta_only) < len([lab for lab in labs if lab.value not in ("none", "unknown")]):
+        rec.labels["mechanism"] = [lab for lab in labs if lab not in meta_only]
+    for lab in rec.labels.get("mechanism", []):
+        if lab not in meta_only:  # a payload label's evidence is its payload accesses
+            lab.evidence = [e for e in lab.evidence if not e.note.startswith(METADATA_NOTE)]
+
+
 _FLAG_NAME = re.compile(r"flag|signal|sync|barrier|sem|ready|done|epoch", re.I)
 
 
 def _is_flag_access(a) -> bool:
     """A release/acquire atomic, store or load on a peer pointer is a hand-written flag in the
     candidate's own symmetric buffer (data moves with plain or relaxed accesses), and so is a
-    system-scope atomic on a pointer named as a flag (sync_ptrs, flags, ...)."""
+    system-scope atomic on a pointer named as a flag (sync_ptrs, flags, ...) or in a device helper
+    named as one (`send_signal(uint32_t* addr)`: helpers take the slot as a plain `addr`)."""
     if a.via in ("library", "tma"):
         return False
     ordered = a.order in ("acquire", "release", "acq_rel") and a.scope in ("system", "")
-    named = a.kind == "atomic" and a.scope == "system" and bool(_FLAG_NAME.search(a.pointer))
+    named = a.kind == "atomic" and a.scope == "system" and bool(_FLAG_NAME.search(a.pointer) or _FLAG_NAME.search(a.function))
     return ordered or named
 
 

@@ -18,6 +18,9 @@ from analyzer.clang_ast import EXPR_WRAPPERS, MAIN_NAME, Node, unwrap
 from analyzer.cuda_calls import DATA_PTR_METHODS, LAUNCH_APIS, TENSOR_VIEW_METHODS, TORCH_ALLOC
 
 RANK_NAMES = {"rank", "my_rank", "local_rank", "rank_id", "myrank", "my_pe", "mype", "self_rank"}
+# A local named `rank` that takes its value from the launch geometry (`int rank = blockIdx.y;`, one
+# block row per peer) or from a loop over ranks walks the peers: it is not this rank.
+GEOMETRY_INDEX = re.compile(r"\b(blockIdx|threadIdx|warp_id|warpId|lane)\b")
 
 # Higher wins when two facts about one variable meet: the more specific / more dangerous kind.
 KIND_PRIORITY = {
@@ -73,6 +76,30 @@ def guess_kind(name: str, tspell: str, tkind: str) -> str:
     return ""
 
 
+def dependent_operator(n: Node) -> tuple[str, list[Node]]:
+    """An operator call clang left unresolved (an operand of a template's dependent type): the
+    operator's name and its operands, or ('', [])."""
+    if n.kind != "CALL_EXPR" or n.spelling:
+        return "", []
+    for i, ch in enumerate(n.kids):
+        ref = ch.kids[0] if ch.kind == "DECL_REF_EXPR" and ch.kids else ch
+        if ref.kind == "OVERLOADED_DECL_REF" and ref.spelling.startswith("operator"):
+            return ref.spelling, n.kids[:i] + n.kids[i + 1:]
+    return "", []
+
+
+def dependent_callee(n: Node) -> str:
+    """The function a call names when clang left it unresolved (`ld<P>(gp, i)` in a template, its
+    arguments of a dependent type): the name, or ''."""
+    if n.kind != "CALL_EXPR" or n.spelling or not n.kids:
+        return ""
+    first = n.kids[0]
+    ref = first.kids[0] if first.kind in ("DECL_REF_EXPR", "UNEXPOSED_EXPR") and first.kids else first
+    if ref.kind == "OVERLOADED_DECL_REF" and not ref.spelling.startswith("operator"):
+        return ref.spelling
+    return ""
+
+
 class PointerFlow:
     """The pointer-kind environment and its fixpoint (see the module docstring)."""
 
@@ -106,7 +133,18 @@ class PointerFlow:
 
     def is_rank_index(self, n: Node) -> bool:
         s = unwrap(n)
+        if s.kind == "DECL_REF_EXPR" and self.key_of_ref(s) in self.peer_index_vars:
+            return False
         return s.kind in ("DECL_REF_EXPR", "MEMBER_REF_EXPR") and s.spelling.lower() in RANK_NAMES
+
+    def note_peer_index(self, n: Node, key: tuple) -> None:
+        """Remember a device-code local named like the rank that walks the peers (see GEOMETRY_INDEX)."""
+        if n.spelling.lower() not in RANK_NAMES or self.cur_func is None or self.cur_func.kind == "host":
+            return
+        in_for = n.parent is not None and n.parent.kind == "DECL_STMT" and n.parent.parent is not None \
+            and n.parent.parent.kind == "FOR_STMT"
+        if in_for or GEOMETRY_INDEX.search(self.text_of(n)):
+            self.peer_index_vars.add(key)
 
     def eval(self, n: Node | None) -> tuple[str, str]:
         if n is None:
@@ -182,6 +220,17 @@ class PointerFlow:
                         return ("symm_local", derived(base)[1])
                     return (ELEMENT_OF[base[0]], derived(base)[1])
             return ("unknown", "")
+        op, args = dependent_operator(n)
+        if op in ("operator+", "operator-"):
+            # in a template, `reinterpret_cast<const T*>(ptrs[peer]) + off` has a dependent type and
+            # clang keeps it as an unresolved operator call: pointer arithmetic all the same
+            name = op
+            if len(args) == 2:
+                a, b = self.eval(args[0]), self.eval(args[1])
+                if name == "operator-" and a[0] != "unknown" and b[0] != "unknown":
+                    return ("unknown", "")
+                return derived(join_kinds(a, b))
+            return ("unknown", "")
         if name == "nvshmem_ptr":
             return ("nvshmem_ptr", "dataflow")
         if name in ("nvshmem_malloc", "nvshmem_align", "nvshmem_calloc"):
@@ -193,6 +242,7 @@ class PointerFlow:
             if len(args) == 1:
                 return self.eval(args[0])  # copy / conversion
             return ("unknown", "")
+        name = name or dependent_callee(n)
         if name in self.ret:
             return derived(self.ret[name])
         return ("unknown", "")
@@ -249,6 +299,7 @@ class PointerFlow:
         if k == "VAR_DECL":
             key = self.key_of_decl(n.c)
             self.var_nodes[key] = n
+            self.note_peer_index(n, key)
             exprs = [ch for ch in n.kids if ch.kind not in ("TYPE_REF", "NAMESPACE_REF", "TEMPLATE_REF")
                      and not ch.kind.endswith("_ATTR")]
             tkind = n.type.kind.name
@@ -326,6 +377,8 @@ class PointerFlow:
             return
         if name in self.by_name and not name.startswith("operator"):
             self.bind_args(name, args)
+        elif not name and dependent_callee(n) in self.by_name:
+            self.bind_args(dependent_callee(n), n.kids[1:])
 
     def bind_args(self, fname: str, args: list[Node]) -> None:
         for f in self.resolve(fname, len(args)):

@@ -2,7 +2,8 @@
 
 A wait is a spin loop the clang pass saw, or an acquire / volatile read of a flag inside a
 `while` / `do ... while` (an inline-asm `ld.acquire.sys` or `atom.acquire.cas` polled into a
-local, which the pass does not see as polling memory), or a call of a function that waits.
+local, which the pass does not see as polling memory, or read by a helper that a loop calls), or a
+call of a function that waits.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ def waiting_functions(cuda: CudaFacts, src: CudaSource) -> set[str]:
     lines = src.text.split("\n")
     by_name = {f.name: f for f in cuda.functions}
     out = {s.function for s in cuda.spin_loops}
+    readers = set()  # functions that read a flag with acquire / volatile semantics
     for a in cuda.accesses:
         fn = by_name.get(a.function)
         if fn is None:
@@ -27,8 +29,13 @@ def waiting_functions(cuda: CudaFacts, src: CudaSource) -> set[str]:
         if a.via == "library" and a.pointer_kind in ("signal_ptr", "signal_ptr_array"):
             out.add(fn.name)  # a library barrier waits for every peer
         elif a.kind in ("load", "atomic") and a.order in ("acquire", "acq_rel", "volatile"):
+            readers.add(fn.name)
             if _LOOP.search("\n".join(lines[fn.text_line - 1 : fn.text_end_line])):
                 out.add(fn.name)
+    # `do { v = ld_acquire(addr); } while (v != token);`: the loop is in the reader's caller
+    for f in cuda.functions:
+        if f.kind != "host" and set(f.calls) & readers and _LOOP.search("\n".join(lines[f.text_line - 1 : f.text_end_line])):
+            out.add(f.name)
     changed = True
     while changed:  # device callers of waiters wait too (a host launch is not a wait in a kernel)
         changed = False

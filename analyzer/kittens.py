@@ -233,7 +233,11 @@ def augment(facts: CudaFacts, src: CudaSource, text: str) -> None:
             accesses.append(MemAccess(k.name, fl(off), kind, f"{fm.group(1)}[{fm.group(2).strip()}]", "peer_ptr", "subscript", snippet=snippet(off)))
         for name, off in aliases.items():
             rest = text[off : k.end]
-            store = re.search(rf"(?:\*\s*\(?\s*[\w\s*()]*\b{name}\b[^=;]*|\b{name}\s*\[[^\]]*\][^=;]*)(?<![=!<>])=(?!=)", rest)
+            derived = _derived_pointers(name, rest)
+            for n in derived - {name}:  # a declaration `T* p = name + off;` is no store through p
+                rest = re.sub(rf"\*\s*{re.escape(n)}\s*=(?!=)", " ", rest)
+            store = any(re.search(rf"(?:\*\s*\(?\s*[\w\s*()]*\b{n}\b[^=;]*|\b{n}\s*\[[^\]]*\][^=;]*)(?<![=!<>])=(?!=)", rest)
+                        for n in derived)
             accesses.append(MemAccess(k.name, fl(off), "store" if store else "load", name, "peer_ptr", "subscript", snippet=snippet(off)))
         for m in _BARRIER_RE.finditer(body):
             arg = m.group(2)
@@ -271,6 +275,19 @@ def augment(facts: CudaFacts, src: CudaSource, text: str) -> None:
     if not facts.bindings:
         for m in re.finditer(r"\bm\.def\(\s*\"(\w+)\"\s*,\s*&\s*([\w:]+)", text):
             facts.bindings[m.group(1)] = m.group(2).split("::")[-1]
+
+
+def _derived_pointers(name: str, text: str) -> set[str]:
+    """`name` and the pointers declared from it (`T* p = name + off;`, `U* q = (U*)(p + 4);`):
+    models offset the peer slot's base before writing through it."""
+    names = {name}
+    for _ in range(4):
+        found = {m.group(1) for n in names
+                 for m in re.finditer(rf"\*\s*(\w+)\s*=\s*[^;=]*\b{re.escape(n)}\b[^;]*;", text)} - names
+        if not found:
+            break
+        names |= found
+    return names
 
 
 def _args_end(text: str, open_idx: int) -> int:

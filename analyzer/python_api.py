@@ -150,7 +150,20 @@ class CallCategories:
         if isinstance(node, ast.Call) and node.args and self.qualname(node.func).startswith("torch.") \
                 and self.qualname(node.func).endswith("_like") and not any(k.arg == "device" for k in node.keywords):
             return self._is_host_value(node.args[0])  # `torch.zeros_like(cpu_t)` is made where cpu_t lives
+        if isinstance(node, ast.Call) and node.args and self._torch_op_on_host(node):
+            return True  # `torch.cumsum(cpu_t, 0)`, `torch.cat([cpu_a, cpu_b])`: computed where the inputs live
         return self._is_host_tensor(node)
+
+    def _torch_op_on_host(self, call: ast.Call) -> bool:
+        """A torch function whose first argument (or every tensor of a list there) is a host tensor,
+        with no device given: its result is made on the host too."""
+        q = self.qualname(call.func)
+        if not q.startswith("torch.") or q.count(".") != 1 or any(k.arg == "device" for k in call.keywords):
+            return False  # torch.cuda.*, torch.distributed.* are no tensor ops
+        first = call.args[0]
+        if isinstance(first, (ast.List, ast.Tuple)):
+            return bool(first.elts) and all(self._is_host_value(e) for e in first.elts)
+        return self._is_host_value(first)
 
     def _is_metadata(self, call: ast.Call) -> bool:
         """`.cpu()` of split sizes, counts or offsets (or read back at once with .tolist()/.item()):

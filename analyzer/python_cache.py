@@ -183,11 +183,19 @@ class CacheState:
             return None
         found = None
         for value, line in sources:
+            if isinstance(value, ast.Constant) and value.value is None and line not in self._rebound_lines(node.id, fn):
+                continue  # `res = None` on a route where nothing is returned from it
             got = self._kept(value, fn, depth + 1)
             if got is None:
                 return None  # fresh on some route: not reported
             found = found or (got[0], node.id, line)
         return found
+
+    @staticmethod
+    def _rebound_lines(name: str, fn: ast.AST) -> set[int]:
+        """Lines where a loop or an augmented assignment rebinds `name` (a fresh value per call)."""
+        return {n.lineno for n in ast.walk(fn) if isinstance(n, (ast.For, ast.AugAssign))
+                and any(isinstance(x, ast.Name) and x.id == name for x in ast.walk(n.target))}
 
     @staticmethod
     def _strided_view(node: ast.AST) -> bool:

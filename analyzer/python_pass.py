@@ -79,6 +79,7 @@ class PythonPass(CallCategories, PointerKinds, HostTensors, Reachability, CacheS
         self.parents: dict[int, ast.AST] = {}  # id(node) -> its parent
         self.host_locals: dict[int, set[str]] = {}  # id(function def) -> names bound to host tensors
         self._dict_values_by_key: dict[str, list[ast.AST]] | None = None
+        self._slot_stores_by_name: dict[str, list[ast.AST]] | None = None
         self._name_assignments: dict[int, dict[str, list[ast.AST]]] = {}  # id(function def) -> name -> values
         self._return_line = 0  # the return statement _reused_returns is looking at
 
@@ -232,14 +233,69 @@ class PythonPass(CallCategories, PointerKinds, HostTensors, Reachability, CacheS
             found = {self._value_type(v, self.enclosing.get(id(v)), depth + 1)
                      for v in self._dict_values().get(node.slice.value, [])}
             return found.pop() if len(found) == 1 else ""
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and type(node.slice.value) is int:
+            # `_cache[key][3]`, `entry[3]`: an item of a tuple the file built
+            return self._item_type(node.value, node.slice.value, fn, depth)
         if isinstance(node, ast.Name):
             value = self._single_assignment(node.id, fn) if fn is not None else None
+            if value is None and fn is not None:
+                unpacked = self._unpacked_from(node.id, fn)
+                if unpacked is not None:  # `buf, hdl, sig = _get_state(...)`
+                    return self._item_type(unpacked[0], unpacked[1], fn, depth)
             if value is None:
                 found = [n.value for n in self.tree.body if isinstance(n, ast.Assign) and len(n.targets) == 1
                          and isinstance(n.targets[0], ast.Name) and n.targets[0].id == node.id]
                 value = found[0] if len(found) == 1 else None
             return self._value_type(value, fn, depth + 1) if value is not None else ""
         return ""
+
+    def _item_type(self, node: ast.AST, index: int, fn: ast.AST | None, depth: int) -> str:
+        found = {self._value_type(v, f, depth + 1) for v, f in self._item_values(node, index, fn)} - {""}
+        return found.pop() if len(found) == 1 else ""
+
+    @staticmethod
+    def _unpacked_from(name: str, fn: ast.AST) -> tuple[ast.AST, int] | None:
+        """`a, b, name = value`: the value unpacked into `name`, and its index there."""
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], (ast.Tuple, ast.List)):
+                for i, e in enumerate(n.targets[0].elts):
+                    if isinstance(e, ast.Name) and e.id == name:
+                        return n.value, i
+        return None
+
+    def _item_values(self, node: ast.AST, index: int, fn: ast.AST | None, depth: int = 0) -> list[tuple[ast.AST, ast.AST | None]]:
+        """What item `index` of the tuple `node` is (with the function it is written in): followed
+        through names, the file's functions' returns and cache slots (`_cache[key] = entry`), the
+        way set-up helpers hand their state back."""
+        if depth > 4:
+            return []
+        if isinstance(node, (ast.Tuple, ast.List)):
+            item = node.elts[index] if index < len(node.elts) else None
+            return [(item, fn)] if item is not None and not isinstance(item, ast.Starred) else []
+        if isinstance(node, ast.Name):
+            value = self._single_assignment(node.id, fn) if fn is not None else None
+            return self._item_values(value, index, fn, depth + 1) if value is not None else []
+        out: list[tuple[ast.AST, ast.AST | None]] = []
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.functions:
+            callee = self.functions[node.func.id]
+            for r in ast.walk(callee):
+                if isinstance(r, ast.Return) and r.value is not None and self.enclosing.get(id(r)) is callee:
+                    out += self._item_values(r.value, index, callee, depth + 1)
+        elif isinstance(node, ast.Subscript) and isinstance(node.value, (ast.Name, ast.Attribute)):
+            for value in self._slot_stores().get(dotted(node.value), []):
+                out += self._item_values(value, index, self.enclosing.get(id(value)), depth + 1)
+        return out
+
+    def _slot_stores(self) -> dict[str, list[ast.AST]]:
+        """Container name -> the values the file stores into it by key (`_cache[k] = v`), indexed once."""
+        if self._slot_stores_by_name is None:
+            self._slot_stores_by_name = {}
+            for n in ast.walk(self.tree):
+                if isinstance(n, ast.Assign):
+                    for t in n.targets:
+                        if isinstance(t, ast.Subscript) and isinstance(t.value, (ast.Name, ast.Attribute)):
+                            self._slot_stores_by_name.setdefault(dotted(t.value), []).append(n.value)
+        return self._slot_stores_by_name
 
     def _dict_values(self) -> dict[str, list[ast.AST]]:
         """String key -> the values stored under it in the file's dict literals (indexed once)."""

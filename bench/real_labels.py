@@ -3,7 +3,7 @@
     python bench/real_labels.py --pkb-root PATH [--labels DIR_OR_FILE ...] [--jobs N]
                                 [--no-ptx] [--cache-dir DIR] [--static-jsonl FILE] [--json FILE]
 
-The labels (default: every .toml in bench/real_labels/) are facts about files of a PKB checkout,
+The labels (default: every .toml under bench/real_labels/, sub-folders included) are facts about files of a PKB checkout,
 keyed by their path under it; their schema is one table per file with `mechanism`, `sync`,
 `overlap` (sets of TAXONOMY words), optional `ordering` and `fallback`, and `defects` (a rule id
 and a line each, `rule = "other"` for a real defect no rule covers). The static pipeline runs over
@@ -75,11 +75,12 @@ class LabelledFile:
 
 
 def label_files(paths: list[Path]) -> list[Path]:
-    """The .toml files named by `paths` (a folder stands for every .toml directly in it)."""
+    """The .toml files named by `paths` (a folder stands for every .toml in it and its sub-folders,
+    so held-out draws kept in their own folders are scored by the default run too)."""
     out: list[Path] = []
     for p in paths:
         if p.is_dir():
-            out.extend(sorted(p.glob("*.toml")))
+            out.extend(sorted(p.rglob("*.toml")))
         elif p.is_file():
             out.append(p)
         else:
@@ -410,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pkb-root", type=Path, required=True, help="a ParallelKernelBench checkout")
     ap.add_argument("--labels", type=Path, nargs="+", default=[DEFAULT_LABELS],
-                    help="label files or folders of them (default: bench/real_labels/*.toml)")
+                    help="label files or folders of them, read recursively (default: bench/real_labels/)")
     ap.add_argument("--jobs", type=int, default=0, help="threads for nvcc (0: one per core)")
     ap.add_argument("--no-ptx", action="store_true", help="skip the PTX pass")
     ap.add_argument("--cache-dir", type=Path, default=None, help="the static fact cache (default: the project's)")

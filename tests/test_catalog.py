@@ -6,6 +6,7 @@ import ast
 import inspect
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,8 @@ def test_json_is_well_formed():
     allowed = set(problems.CATEGORIES) | set(catalog.EXTRA_CATEGORIES)
     for r in rows:
         assert set(r) <= {"id", "name", "params", "required", "has_compute", "category", "min_world_size", "min_world_size_why",
-                          "group_args"}, r["id"]
+                          "group_args", "communicates"}, r["id"]
+        assert r.get("communicates", True) in (True, False), r
         assert set(r.get("group_args", ())) <= set(r["params"]), r  # a group is passed to a parameter
         assert r["name"] and r["name"].isidentifier(), r
         assert all(isinstance(p, str) and p.isidentifier() for p in r["params"]) and len(set(r["params"])) == len(r["params"])
@@ -75,3 +77,12 @@ def test_ids_names_and_params_are_pkbs():
         params = tuple(a.arg for a in fn.args.args)
         seen[int(head)] = (name, params, len(params) - len(fn.args.defaults))
     assert {i: (e.name, e.params, e.required) for i, e in catalog.entries().items()} == seen
+
+
+@pytest.mark.skipif(not os.environ.get("PKB_ROOT"), reason="set PKB_ROOT to a ParallelKernelBench checkout")
+def test_communicates_is_false_exactly_where_the_reference_moves_no_data():
+    silent = re.compile(r"\bdist\.(?!get_rank|get_world_size|is_initialized)\w+\(|symm_mem|_symmetric_memory|funcol|"
+                        r"all_reduce|all_gather|all_to_all|reduce_scatter")
+    refs = sorted(Path(os.environ["PKB_ROOT"], "reference").glob("*_*.py"))
+    local = {int(p.stem.split("_", 1)[0]) for p in refs if not silent.search(p.read_text(encoding="utf-8"))}
+    assert local and {i for i, e in catalog.entries().items() if not e.communicates} == local

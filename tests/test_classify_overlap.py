@@ -189,3 +189,85 @@ def test_a_kernel_that_pulls_peers_and_updates_is_fused_beside_torch_compute(ana
 def test_a_fused_kernel_only_a_skipped_branch_launches_is_not_the_overlap(analyzer, tmp_path):
     skipped = FUSED_UPDATE.replace("GUARD", "dist.get_world_size() == 1")
     assert "fused_kernel" not in overlap(analyzer, tmp_path, skipped)
+
+
+LOCAL_STEP = '''
+import torch
+
+def solution(flat_param_shard, flat_grad_shard, exp_avg_shard, exp_avg_sq_shard, lr, beta1, beta2, eps, weight_decay, step):
+    exp_avg_shard.mul_(beta1).add_(flat_grad_shard, alpha=1 - beta1)
+    exp_avg_sq_shard.mul_(beta2).addcmul_(flat_grad_shard, flat_grad_shard, value=1 - beta2)
+    flat_param_shard.addcdiv_(exp_avg_shard, exp_avg_sq_shard.sqrt().add_(eps), value=-lr)
+    return flat_param_shard
+'''
+
+
+def _overlap_of(analyzer, tmp_path, name, src):
+    folder = tmp_path / "solutions_cuda_bf16_h100_8_test_overlap"
+    folder.mkdir(exist_ok=True)
+    (folder / name).write_text(textwrap.dedent(src))
+    return sorted(analyzer.analyze(read_candidate(folder / name, tmp_path)).label_values("overlap"))
+
+
+def test_a_problem_that_moves_no_data_between_ranks_has_no_overlap_to_judge(analyzer, tmp_path):
+    # PKB problem 46, fsdp_adamw_sharded (its files are numbered 47): a purely local optimizer step on each rank's shard
+    assert _overlap_of(analyzer, tmp_path, "47_fsdp_adamw_sharded_cuda.py", LOCAL_STEP) == ["n/a"]
+
+
+def test_the_same_local_code_for_a_problem_that_communicates_is_serial(analyzer, tmp_path):
+    # problem 47, fsdp_step_e2e, computes and communicates: code that only computes overlaps nothing
+    assert _overlap_of(analyzer, tmp_path, "48_fsdp_step_e2e_cuda.py", LOCAL_STEP) == ["none"]
+
+
+HANDLE = '''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+_ext = load_inline(name="cp", cpp_sources="void async_copy(torch::Tensor dst, int64_t src, int64_t n, int64_t stream);",
+                   functions=["async_copy"])
+_cache = {}
+
+
+def solution(A_local, B):
+    st = _cache.get("st")
+    if st is None:
+        buf = symm_mem.empty(A_local.shape, device=A_local.device, dtype=A_local.dtype)
+        st = (buf, symm_mem.rendezvous(buf, dist.group.WORLD), torch.cuda.Stream())
+        _cache["st"] = st
+    buf, hdl, copy_stream = st
+    buf.copy_(A_local)
+    hdl.barrier(channel=0)
+    peer = (dist.get_rank() + 1) % dist.get_world_size()
+    nxt = torch.empty_like(A_local)
+    done = torch.cuda.Event()
+    _ext.async_copy(nxt, int(hdl.buffer_ptrs[peer]), nxt.numel(), STREAM.cuda_stream)
+    done.record(STREAM)
+    BETWEEN
+    torch.cuda.current_stream().wait_event(done)
+    out = torch.cat([A_local @ B, nxt @ B])
+    hdl.barrier(channel=0)
+    return out
+'''
+
+
+def test_a_copy_handed_a_side_streams_handle_beside_compute_is_multi_stream(analyzer, tmp_path):
+    src = HANDLE.replace("STREAM", "copy_stream").replace("BETWEEN", "local = A_local @ B")
+    assert "multi_stream" in overlap(analyzer, tmp_path, src)
+
+
+def test_the_same_copy_on_the_current_streams_handle_is_not(analyzer, tmp_path):
+    src = HANDLE.replace("STREAM", "torch.cuda.current_stream()").replace("BETWEEN", "local = A_local @ B")
+    assert "multi_stream" not in overlap(analyzer, tmp_path, src)
+
+
+def test_launches_with_the_handle_inside_a_side_stream_block_are_judged_with_the_block(analyzer, tmp_path):
+    # two copies in one `with` block, joined right after it with nothing in between: serial
+    src = HANDLE.replace("STREAM", "copy_stream").replace("    BETWEEN\n", "")
+    src = src.replace("    _ext.async_copy(nxt, int(hdl.buffer_ptrs[peer]), nxt.numel(), copy_stream.cuda_stream)\n",
+                      "    with torch.cuda.stream(copy_stream):\n"
+                      "        _ext.async_copy(nxt, int(hdl.buffer_ptrs[peer]), nxt.numel(), copy_stream.cuda_stream)\n"
+                      "        _ext.async_copy(nxt, int(hdl.buffer_ptrs[peer]), nxt.numel(), copy_stream.cuda_stream)\n")
+    assert "with torch.cuda.stream(copy_stream):" in src
+    assert "multi_stream" not in overlap(analyzer, tmp_path, src)

@@ -204,6 +204,20 @@ def test_host_copies_followed_into_helpers_derived_tensors_and_returns():
     assert syncs == {8}
 
 
+def test_torch_functions_of_host_tensors_make_host_tensors():
+    f = facts('''
+        import torch
+        def solution(x, sizes):
+            c_off = torch.cumsum(torch.tensor(sizes, dtype=torch.int32), dim=0).tolist()   # CPU: no sync
+            both = torch.cat([torch.tensor(sizes), torch.arange(4)]).tolist()             # CPU: no sync
+            g_off = torch.cumsum(x.sum(dim=1), dim=0).tolist()                           # GPU: a sync
+            moved = torch.cumsum(torch.tensor(sizes).cuda(), dim=0).tolist()             # sent to the GPU
+            return x
+    ''')
+    syncs = {c.line for c in f.calls if c.category == "cuda_sync" and c.qualname == "tensor.tolist"}
+    assert syncs == {6, 7}
+
+
 def test_extension_function_named_like_a_handle_method_is_the_extensions():
     f = facts('''
         import torch.distributed._symmetric_memory as symm_mem

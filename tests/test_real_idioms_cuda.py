@@ -200,6 +200,18 @@ def test_kittens_element_access_on_a_peer_copy_is_sm_load(tmp_path):
     assert evidence_lines(rec, "mechanism", "sm_load") == {line_of(rec, "bf16 *peer_ptr = (bf16*)&G.src[peer]")}
 
 
+def test_kittens_peer_base_offset_then_written_through_is_sm_store(tmp_path):
+    # the slot's base is taken, offset, and written through the offset pointer: a push
+    src = TK_ELEMENTS.replace(
+        "        G.dst[G.dev_idx].raw_ptr[peer * 1024 + idx] = peer_ptr[idx];",
+        "        bf16 *slot = peer_ptr + G.dev_idx * 1024;\n        slot[idx] = G.dst[G.dev_idx].raw_ptr[idx];")
+    rec = analyze(tmp_path, "6_gather_parallelkittens.py", src)
+    assert rec.label_values("mechanism") == ["sm_store"]
+    # read through the offset pointer instead: still a load
+    src = src.replace("slot[idx] = G.dst[G.dev_idx].raw_ptr[idx];", "G.dst[G.dev_idx].raw_ptr[idx] = slot[idx];")
+    assert analyze(tmp_path, "6_gather_parallelkittens.py", src).label_values("mechanism") == ["sm_load"]
+
+
 def test_kittens_parallel_layout_used_out_of_sight_is_unknown_not_none(tmp_path):
     src = TK_ELEMENTS.replace("_ext.tk_run(x, out)", "_ext.tk_opaque(x)")
     rec = analyze(tmp_path, "6_gather_parallelkittens.py", src)

@@ -95,6 +95,15 @@ def test_load_labels_reads_every_toml_of_a_folder_and_keeps_the_source(label_dir
     assert rl.validate_labels(items) == []
 
 
+def test_load_labels_reads_toml_files_of_sub_folders_too(label_dir):
+    held = label_dir / "heldout"
+    held.mkdir()
+    (held / "c.toml").write_text('["tree_c/3_x_cuda.py"]\nmechanism = ["nvls"]\nsync = ["none"]\noverlap = ["none"]\n', encoding="utf-8")
+    items = rl.load_labels([label_dir])
+    assert [it.path for it in items][-1] == "tree_c/3_x_cuda.py"
+    assert len(items) == 4
+
+
 def test_validate_labels_names_typos_and_bad_rule_ids(tmp_path):
     f = tmp_path / "bad.toml"
     f.write_text('["x.py"]\nmechanism = ["sm_loads"]\nsync = ["symm_barrier"]\noverlap = []\n'

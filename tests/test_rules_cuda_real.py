@@ -165,6 +165,43 @@ def test_pkb001_relaxed_entry_barrier_before_any_work_is_torchs_pattern(tmp_path
     assert lines_of(analyze(tmp_path, candidate(src, RELAXED_LAUNCH)), "PKB001") == []
 
 
+BARRIER_KERNEL = r"""
+__device__ void send_signal(uint32_t* addr) {
+    uint32_t old;
+    do { asm volatile("atom.global.relaxed.sys.cas.b32 %0, [%1], 0, 1;" : "=r"(old) : "l"(addr) : "memory"); } while (old != 0u);
+}
+__device__ void wait_signal(uint32_t* addr) {
+    uint32_t old;
+    do { asm volatile("atom.global.relaxed.sys.cas.b32 %0, [%1], 1, 0;" : "=r"(old) : "l"(addr) : "memory"); } while (old != 1u);
+}
+
+__global__ void barrier_kernel(const uint64_t* signal_pad_ptrs, float* out, int rank, int world_size) {
+    int t = threadIdx.x;
+    if (t >= world_size) return;
+    uint32_t* send_addr = reinterpret_cast<uint32_t*>(signal_pad_ptrs[t]) + rank;
+    uint32_t* wait_addr = reinterpret_cast<uint32_t*>(signal_pad_ptrs[rank]) + t;
+    WORK
+    send_signal(send_addr);
+    wait_signal(wait_addr);
+}
+
+void run(int64_t signal_pad_ptrs, torch::Tensor out, int64_t rank, int64_t world_size) {
+    barrier_kernel<<<1, 32>>>(reinterpret_cast<const uint64_t*>(signal_pad_ptrs), out.data_ptr<float>(), rank, world_size);
+}
+"""
+
+
+def test_pkb001_relaxed_barrier_in_a_kernel_that_stores_nothing_else_is_not_flagged(tmp_path):
+    rec = analyze(tmp_path, candidate(BARRIER_KERNEL.replace("WORK", "")))
+    assert "relaxed" in {lab.value for k in rec.kernels for lab in k.labels.get("ordering", [])}
+    assert lines_of(rec, "PKB001") == []
+
+
+def test_pkb001_relaxed_barrier_in_a_kernel_that_also_stores_data_is_flagged(tmp_path):
+    src = BARRIER_KERNEL.replace("WORK", "out[t] = 1.0f;")
+    assert lines_of(analyze(tmp_path, candidate(src)), "PKB001") != []
+
+
 PARTIAL_WAIT = r"""
 __device__ void wait_flag(const uint32_t* flag, uint32_t epoch) {
     uint32_t v;
@@ -293,6 +330,53 @@ def test_pkb004_kernel_ending_in_a_barrier_or_an_entry_barrier_is_safe(tmp_path)
     assert lines_of(rec, "PKB004") == []
 
 
+SPLIT_BARRIER = PUSH.replace("BARRIER_AT_END", "") + r"""
+__device__ __forceinline__ void store_release(uint32_t* addr, uint32_t v) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" :: "l"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t load_acquire(const uint32_t* addr) {
+    uint32_t v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(addr) : "memory");
+    return v;
+}
+__global__ void publish_kernel(const uint64_t* signal_pad_ptrs, int rank, int world_size, uint32_t epoch) {
+    int t = threadIdx.x;
+    if (t < world_size) store_release(reinterpret_cast<uint32_t*>(signal_pad_ptrs[t]) + rank, epoch);
+}
+__global__ void wait_kernel(const uint32_t* my_pad, int world_size, uint32_t epoch) {
+    int t = threadIdx.x;
+    if (t < world_size) {
+        uint32_t v;
+        do { v = load_acquire(my_pad + t); } while (v < epoch);
+    }
+}
+void publish(torch::Tensor signal_pad_ptrs, int64_t rank, int64_t world_size, int64_t epoch) {
+    publish_kernel<<<1, 32>>>(reinterpret_cast<const uint64_t*>(signal_pad_ptrs.data_ptr<int64_t>()), rank, world_size, epoch);
+}
+void wait_all(torch::Tensor my_pad, int64_t world_size, int64_t epoch) {
+    wait_kernel<<<1, 32>>>(reinterpret_cast<const uint32_t*>(my_pad.data_ptr<int32_t>()), world_size, epoch);
+}
+"""
+SPLIT_LAUNCH = (PUSH_LAUNCH + "\n    _ext.publish(torch.tensor(hdl.signal_pad_ptrs, device=x.device), dist.get_rank(), dist.get_world_size(), _cache['epoch'])"
+                "\n    WAIT")
+
+
+def _split(wait: str) -> str:
+    src = candidate(SPLIT_BARRIER, SPLIT_LAUNCH.replace("WAIT", wait))
+    return src.replace('functions=["run"]', 'functions=["run", "publish", "wait_all"]')
+
+
+def test_pkb004_push_then_a_ready_signal_nobody_waits_for(tmp_path):
+    rec = analyze(tmp_path, _split(""), "2_allgather_cuda.py")
+    assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.run(x, torch.tensor(hdl.buffer_ptrs")]
+
+
+def test_pkb004_barrier_split_over_a_publish_launch_and_a_wait_launch_is_safe(tmp_path):
+    wait = "_ext.wait_all(hdl.get_signal_pad(dist.get_rank()), dist.get_world_size(), _cache['epoch'])"
+    rec = analyze(tmp_path, _split(wait), "2_allgather_cuda.py")
+    assert "wait_kernel" in rec.source and lines_of(rec, "PKB004") == []
+
+
 FLAG_CONST = r"""
 __global__ void signal_and_wait(const int64_t* signal_ptrs, int rank, int world_size, uint32_t want) {
     int t = threadIdx.x;
@@ -361,3 +445,29 @@ def test_pkb007_rendezvous_only_where_this_ranks_count_outgrows_the_cache(tmp_pa
 def test_pkb007_capacity_from_a_size_every_rank_shares(tmp_path):
     rec = analyze(tmp_path, GROWING.replace("ROWS", "x.shape[0] * dist.get_world_size()"), "27_moe_all2all_primitive_cuda.py")
     assert lines_of(rec, "PKB007") == []
+
+
+def test_pkb007_capacity_summed_from_all_gathered_sizes_is_every_ranks(tmp_path):
+    gathered = ("sizes_t = torch.empty(dist.get_world_size(), dtype=torch.long, device=x.device)\n"
+                "    dist.all_gather_into_tensor(sizes_t, torch.tensor([x.shape[0]], device=x.device))\n"
+                "    sizes = sizes_t.cpu().tolist()\n"
+                "    n_in = int(sum(sizes))")
+    rec = analyze(tmp_path, GROWING.replace("n_in = ROWS", gathered), "27_moe_all2all_primitive_cuda.py")
+    assert "dist.all_gather_into_tensor(sizes_t" in rec.source and lines_of(rec, "PKB007") == []
+    # the same sum over this rank's own split sizes still differs between ranks
+    own = gathered.replace("n_in = int(sum(sizes))", "n_in = int(sum(input_splits))")
+    rec = analyze(tmp_path, GROWING.replace("n_in = ROWS", own), "27_moe_all2all_primitive_cuda.py")
+    assert lines_of(rec, "PKB007") == [line_of(rec, "hdl = symm_mem.rendezvous(buf, dist.group.WORLD)")]
+
+
+def test_pkb004_points_at_the_data_push_not_at_a_later_flag_only_launch(tmp_path):
+    # wait first, signal last: no barrier closes the push, and the finding names the push,
+    # not the launch that only stores flags into the peers' pads
+    wait = "_ext.wait_all(hdl.get_signal_pad(dist.get_rank()), dist.get_world_size(), _cache['epoch'])"
+    src = _split("")
+    publish = next(ln for ln in src.splitlines() if "_ext.publish(" in ln)
+    # the flags live in the user's symmetric buffer (its buffer_ptrs), as real files often do
+    flags_in_buf = publish.replace("torch.tensor(hdl.signal_pad_ptrs", "torch.tensor(hdl.buffer_ptrs")
+    src = src.replace(publish + "\n", "    " + wait + "\n" + flags_in_buf + "\n")
+    rec = analyze(tmp_path, src, "2_allgather_cuda.py")
+    assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.run(x, torch.tensor(hdl.buffer_ptrs")]

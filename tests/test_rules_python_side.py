@@ -86,6 +86,25 @@ def test_pkb018_integer_address_read_back_from_a_state_dict(analyzer, tmp_path):
     assert "PKB018" not in findings(analyzer, tmp_path, src.replace("void pull_sum(torch::Tensor ptrs", "void pull_sum(uint64_t ptrs"))
 
 
+def test_pkb018_integer_address_cached_in_a_tuple_and_unpacked_or_indexed_later(analyzer, tmp_path):
+    src = (BINDING.replace("PTRS_TYPE", "torch::Tensor")
+           .replace("        _state[key] = (buf, symm_mem.rendezvous(buf, dist.group.WORLD))",
+                    "        hdl = symm_mem.rendezvous(buf, dist.group.WORLD)\n"
+                    "        ptrs = hdl.buffer_ptrs_dev\n"
+                    "        entry = (buf, hdl, ptrs)\n"
+                    "        _state[key] = entry")
+           .replace("    buf, hdl = _setup(x)", "    buf, hdl, ptrs = _setup(x)")
+           .replace("_ext.pull_sum(hdl.buffer_ptrs_dev, out, hdl.world_size)",
+                    "_ext.pull_sum(ptrs, out, hdl.world_size)\n"
+                    "    _ext.pull_sum(_state[(x.numel(), x.dtype)][2], out, hdl.world_size)"))
+    lines = textwrap.dedent(src).lstrip("\n").splitlines()
+    want = [i + 1 for i, ln in enumerate(lines) if "_ext.pull_sum(" in ln]
+    assert len(want) == 2 and findings(analyzer, tmp_path, src).get("PKB018") == want
+    # the same cached tuple holding a tensor of the addresses is what the binding takes
+    tensor = src.replace("ptrs = hdl.buffer_ptrs_dev", "ptrs = torch.tensor(hdl.buffer_ptrs, device=x.device)")
+    assert "PKB018" not in findings(analyzer, tmp_path, tensor)
+
+
 RETURNS = '''
 import torch
 import torch.distributed as dist
@@ -120,6 +139,18 @@ def test_pkb019_returning_the_symmetric_buffer(analyzer, tmp_path):
     assert got.get("PKB019") == [25]
     # set-up behind the cache read is not per call
     assert "PKB009" not in got and "PKB010" not in got
+
+
+def test_pkb019_a_cached_entry_bound_only_where_used_after_a_none_default(analyzer, tmp_path):
+    # `res = None` on the other route: the return inside `if res is not None:` still hands back the cache's buffer
+    src = (RETURNS.replace("    buf, hdl = _resources(x)\n", "    res = None\n    if x.numel() > 0:\n        res = _resources(x)\n    buf, hdl = _resources(x)\n")
+           .replace("    return RESULT", "    if res is not None:\n        return RESULT\n    return x.clone()"))
+    lines = textwrap.dedent(src).lstrip("\n").splitlines()
+    got = findings(analyzer, tmp_path, src.replace("RESULT", "res[0]"))
+    assert got.get("PKB019") == [next(i + 1 for i, ln in enumerate(lines) if "return RESULT" in ln)]
+    # a fresh tensor on the other route is still a fresh result there: not reported
+    fresh = src.replace("    res = None\n", "    res = (x.clone(), None)\n").replace("RESULT", "res[0]")
+    assert "PKB019" not in findings(analyzer, tmp_path, fresh)
 
 
 def test_pkb019_quiet_on_a_fresh_result(analyzer, tmp_path):

@@ -13,6 +13,7 @@ class FlagWithoutOrdering(Rule):
     the kernel's memory-ordering detail is `volatile_only` or `relaxed`. A relaxed barrier that a
     kernel calls before any of its own work (torch's entry barrier) is not reported: it orders
     none of the kernel's own stores, and earlier kernels' stores are complete at the kernel boundary.
+    Nor is a kernel that is a barrier and nothing else (it stores only its flags), for the same reason.
 
     ## Why is this bad?
     A flag only says "the data is ready" if the data stores become visible to the peer before the
@@ -48,10 +49,32 @@ class FlagWithoutOrdering(Rule):
         for k in ctx.rec.kernels:
             for lab in k.labels.get("ordering", []):
                 if lab.value in ("volatile_only", "relaxed"):
-                    if lab.value == "relaxed" and _entry_barrier_only(ctx, k):
+                    if lab.value == "relaxed" and (_entry_barrier_only(ctx, k) or _barrier_kernel_only(ctx, k)):
                         continue
                     ev = lab.evidence[0]
                     yield self.finding(ctx, ev.line, f"{k.name}: ordering is {lab.value}", kernel=k.name, pass_name=ev.pass_name)
+
+
+# a store through a subscript or a dereference: `out[i] = v`, `*p = v` (not `==`, `<=`, `>=`, `!=`)
+_STORE = re.compile(r"(\]|^\s*\*\s*[\w.>-]+)\s*(=(?!=)|[-+*/|&^]=)")
+
+
+def _barrier_kernel_only(ctx, kernel) -> bool:
+    """A kernel that stores nothing but its flags (a standalone barrier launched between two
+    kernels): a relaxed protocol there orders none of its own stores, and the kernels around it
+    are ordered by the launch boundaries."""
+    for cuda in ctx.facts.cuda:
+        if cuda.source_index != kernel.source_index:
+            continue
+        fn = next((f for f in cuda.functions if f.name == kernel.name), None)
+        if fn is None:
+            return False
+        if any(a.function == kernel.name and a.kind == "store" and a.pointer_kind not in SIGNAL_KINDS
+               for a in cuda.accesses):
+            return False
+        body = ctx.lines[fn.line - 1 : fn.end_line]
+        return not any(_STORE.search(line.split("//")[0]) for line in body)
+    return False
 
 
 def _entry_barrier_only(ctx, kernel) -> bool:

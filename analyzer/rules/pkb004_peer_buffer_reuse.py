@@ -37,7 +37,9 @@ class PeerBufferReuseWithoutBarrier(Rule):
     ext.allreduce(hdl.buffer_ptrs_dev, out)
     hdl.barrier(channel=0)                    # nobody reuses buf until all peers are done
     ```
-    or alternate between two buffers and two signal channels.
+    or alternate between two buffers and two signal channels. A closing barrier may be split
+    over two launches (publish a ready flag or an ack to the peers, then wait for theirs); a
+    launch that only signals or waits is no peer access of the buffer.
     """
 
     id = "PKB004"
@@ -52,6 +54,7 @@ class PeerBufferReuseWithoutBarrier(Rule):
             c for c in calls
             if c.category in ("ext_kernel", "triton_launch", "cupy_launch", "tensor_copy", "cudart_copy")
             and any(a.pointer_kind in _PEER_ARGS and a.pointer_kind != "symm_local" for a in c.args)
+            and not _only_flags(ctx, c)
         ]
         if not peer_calls:
             return
@@ -71,6 +74,12 @@ class PeerBufferReuseWithoutBarrier(Rule):
 
         closing = [c for c in calls if is_barrier(c) and position(c.function, c.line) > last_pos]
         if closing:
+            return
+        # A barrier split over two launches (publish a ready flag to the peers, then wait for
+        # theirs or for an ack) closes the exchange as well.
+        later = [c for c in calls if c.category == "ext_kernel" and position(c.function, c.line) > last_pos]
+        told = [position(c.function, c.line) for c in later if tells_peers(c)]
+        if told and any(position(c.function, c.line) > min(told) and self._ext_waits(ctx, c) for c in later):
             return
         # The next call's entry barrier: a barrier before anything of the call writes a buffer
         # orders that write after every peer's accesses of the previous call.
@@ -114,6 +123,28 @@ class PeerBufferReuseWithoutBarrier(Rule):
             if any(a.function in kernels and a.pointer_kind in PEER_KINDS for a in cuda.accesses):
                 return True
         return False
+
+
+def _only_flags(ctx, call) -> bool:
+    """An extension call whose kernels touch peers only through flags (a ready signal, an ack):
+    it moves no buffer data, so it is not the exchange's last peer access."""
+    if call.category != "ext_kernel":
+        return False
+    reports = {k.name: k for k in ctx.rec.kernels if k.language == "cuda"}
+    seen = False
+    for cuda in ctx.facts.cuda:
+        entry = cuda.bindings.get(call.target, call.target)
+        if entry not in {f.name for f in cuda.functions}:
+            continue
+        for name in _reached(cuda, entry):
+            k = reports.get(name)
+            if k is None or k.source_index != cuda.source_index:
+                continue
+            seen = True
+            mech = {lab.value for lab in k.labels.get("mechanism", [])}
+            if mech - {"none"} or "device_flags" not in {lab.value for lab in k.labels.get("sync", [])}:
+                return False
+    return seen
 
 
 # A parity kept across calls (an attribute, a cache entry, a global): `bufs[st["i"] % 2]`,

@@ -76,10 +76,13 @@ class RankDivergentBarrier(Rule):
             if fn.name not in owners and not any(re.search(rf"\b{re.escape(o)}\s*\(", text_of[id(fn)]) for o in owners):
                 continue
             rdv, ifs, assigned, calls = [], [], {}, []
+            agreed = set()  # names a collective fills: the same on every rank
             for n in ast.walk(fn):
                 if isinstance(n, ast.Call):
                     if isinstance(n.func, ast.Attribute) and n.func.attr == "rendezvous":
                         rdv.append(n)
+                    elif isinstance(n.func, ast.Attribute) and n.func.attr in _AGREEING and n.args:
+                        agreed |= {x.id for x in ast.walk(n.args[0]) if isinstance(x, ast.Name)}
                     elif isinstance(n.func, ast.Name):
                         calls.append(n)
                 elif isinstance(n, ast.If) and any(isinstance(b, ast.Return) for b in n.body):
@@ -88,6 +91,7 @@ class RankDivergentBarrier(Rule):
                     for t in n.targets:
                         if isinstance(t, ast.Name):
                             assigned[t.id] = ast.unparse(n.value)
+            assigned["<agreed>"] = " ".join(sorted(agreed))
             info[fn.name] = (fn, rdv, ifs, assigned, calls)
         timed_fns = {c.function for c in ctx.py.calls if c.path == "timed"}
         for name, (fn, rdv, ifs, _, _) in info.items():
@@ -117,8 +121,20 @@ class RankDivergentBarrier(Rule):
 _COUNTED = re.compile(r"\bsum\(|\.item\(\)|\.tolist\(\)|split|\bcount")
 
 
+# Collectives whose output (their first argument) is the same on every rank.
+_AGREEING = ("all_gather_into_tensor", "all_gather", "all_reduce", "all_gather_object", "broadcast")
+
+
 def _per_rank_count(arg: ast.AST, assigned: dict[str, str]) -> bool:
-    """The argument is counted from this rank's own data (split sizes, counts, .item())."""
+    """The argument is counted from this rank's own data (split sizes, counts, .item()), and not
+    from what a collective gathered (`sum(sizes)` of all-gathered sizes is every rank's total)."""
     text = ast.unparse(arg)
     text += " " + " ".join(assigned.get(n.id, "") for n in ast.walk(arg) if isinstance(n, ast.Name))
+    agreed = set(assigned.get("<agreed>", "").split())
+    names, frontier = set(), {n.id for n in ast.walk(arg) if isinstance(n, ast.Name)}
+    for _ in range(4):  # follow the names back through their assignments
+        names |= frontier
+        frontier = {w for n in frontier for w in re.findall(r"[A-Za-z_]\w*", assigned.get(n, ""))} - names
+    if names & agreed:
+        return False
     return bool(_COUNTED.search(text)) and "world" not in text
