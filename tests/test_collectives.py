@@ -111,7 +111,8 @@ def test_the_dispatchers_collective_operators_are_counted_under_names_of_the_one
 
     assert set(DISPATCHER_OPS.values()) <= COUNTED
     moves_nothing = {"_c10d_functional::wait_tensor", "_c10d_functional::_wrap_tensor_autograd", "c10d::check_for_nan"}
-    present = {n for n in torch._C._dispatch_get_all_op_names() if n.split("::")[0] in ("c10d", "_c10d_functional", "_dtensor")}
+    # (_dtensor's other operators, defined once DTensor is imported, are no collectives)
+    present = {n for n in torch._C._dispatch_get_all_op_names() if n.split("::")[0] in ("c10d", "_c10d_functional")}
     assert present - moves_nothing <= set(DISPATCHER_OPS), sorted(present - moves_nothing - set(DISPATCHER_OPS))
 
 
