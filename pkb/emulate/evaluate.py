@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pkb.emulate import coresidency, patch
-from pkb.emulate.world import TAINTED, EmulationTimeout, StepOutcome, World, WorldAborted
+from pkb.emulate.world import TAINTED, EmulationTimeout, NotEmulated, StepOutcome, World, WorldAborted
 from pkb.taxonomy import DOMINANT_WRONG_RESULT, most_telling, overall_wrong_result, wrong_result_rank
 
 CAVEATS = (
@@ -332,7 +332,7 @@ class _Run:
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
             spec.loader.exec_module(module)
-        except (WorldAborted, EmulationTimeout):
+        except (WorldAborted, EmulationTimeout, NotEmulated):
             raise
         except BaseException as exc:
             outcome, subtype = classify_exception(exc, during_build=getattr(exc, "pkb_during_build", False))
@@ -384,7 +384,7 @@ class _Run:
     def _failure(self, world: World, out: StepOutcome, source: str, phase: str, probe: Any = None) -> dict[str, Any] | None:
         from pkb.eval.classify import classify_exception
 
-        errors = []
+        errors, missing = [], []
         for res in out.results:
             if res is None or res.ok:
                 continue
@@ -405,14 +405,29 @@ class _Run:
                 "message": str(exc)[:4000],
                 "traceback": res.traceback[-8000:],
             }))
+            if isinstance(exc, NotEmulated):
+                missing.append(errors[-1])
         if not errors:
             return self._hang(world, out, phase, probe) if out.timed_out else None
+        if missing:
+            return self._not_emulated(missing, phase)
         if out.timed_out:  # a rank failed while others stayed stuck: the failure is the story
             self.details["stuck_ranks"] = out.stuck
             self.details["native_stuck_ranks"] = out.native_stuck
         for rank, err in errors:
             self.rank_results[rank]["error"] = err
         return self._decide({})
+
+    def _not_emulated(self, missing: list[tuple[int, dict[str, Any]]], phase: str) -> dict[str, Any]:
+        """A rank reached a part of torch.distributed the emulation lacks: the run says nothing
+        about the candidate (status not_run, no outcome), and names what was missing."""
+        rank, err = missing[0]
+        details = dict(self.details)
+        details["not_emulated"] = [{"rank": r, "phase": e["phase"], "source": e["source"], "message": e["message"][:500],
+                                    "traceback": e["traceback"][-2000:]} for r, e in missing]
+        return {"status": "not_run", "outcome": "", "subtype": "", "speedup": None, "correct": False, "details": details,
+                "reason": f"{err['message'].splitlines()[0]} (rank {rank}, {phase}); evaluate it on real ranks",
+                "trials": self._trial_summary(), "ranks": self._rank_summary()}
 
     def _hang(self, world: World, out: StepOutcome, phase: str, probe: Any) -> dict[str, Any]:
         details = dict(self.details)

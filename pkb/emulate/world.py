@@ -38,6 +38,13 @@ class EmulationError(RuntimeError):
     """A misuse the emulation detects (a collective called by a thread that is no rank...)."""
 
 
+class NotEmulated(EmulationError, AttributeError):
+    """A part of torch.distributed that exists on real ranks and that the emulation does not
+    provide (a ProcessGroup method, a reduce op, a rarely used collective). The run cannot say
+    what the candidate would do there: not the candidate's fault. An AttributeError as well, so
+    `hasattr(group, name)` answers False as on a torch without it."""
+
+
 class WorldAborted(RuntimeError):
     """Raised inside a rank when the world gave up on the current step."""
 
