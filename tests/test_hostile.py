@@ -464,6 +464,7 @@ def test_without_a_sandbox_the_record_says_so_and_the_cgroup_still_holds_every_p
     ev = _one(tmp_path, "1_allreduce_setsid_sleeper.py", monkeypatch, PKB_SANDBOX="none")
     box = ev["details"]["sandbox"]
     assert box["kind"] == "none" and box["fallback_reason"] == "PKB_SANDBOX=none"
+    assert box["fallback"].startswith("harness files reachable") and box["harness_proc"].startswith(("closed", "open to a root"))
     pids = [int(p.read_text()) for p in Path(ev["job_dir"]).glob("scratch/rank*/sleeper.pid")]
     named = {s["pid"]: s for s in ev["details"]["stray_processes"]}
     assert pids and all(named[p]["cmdline"] == "sleep 3600" and named[p]["where"] == "cgroup" for p in pids), named
