@@ -50,7 +50,8 @@ END_WAIT_S = 10.0  # for the init to name and kill what is left, after torchrun 
 # What a candidate can still reach under each fallback (said in every record of that kind).
 REACHABLE = {
     "unshare": "harness files reachable: the store, the work folder and other candidates' jobs, by path "
-               "(shared filesystem, same user); not the harness's /proc (own PID namespace)",
+               "(shared filesystem, same user); the harness's /proc/<pid>/fd too once a root candidate "
+               "unmounts its own /proc (unshare runs only as root here: no user namespace)",
     "none": "harness files reachable: the store, the work folder and other candidates' jobs, by path "
             "(same user, same filesystem), and every process of the user by pid",
 }
