@@ -178,6 +178,38 @@ def solution(x):
     assert torch.equal(first, rows0)
     return total
 ''',
+    # the sum through the group's reduce-scatter and all-gather, with its other methods checked on the way
+    "group_methods_more": '''
+def solution(x):
+    group = dist.group.WORLD
+    n, me = group.size(), group.rank()
+    flat = x.reshape(-1)
+    full = torch.cat([flat, flat.new_zeros((-flat.numel()) % n)])
+    chunk = full.numel() // n
+    mine, mine2 = full.new_empty(chunk), full.new_empty(chunk)
+    group._reduce_scatter_base(mine, full).wait()
+    group.reduce_scatter([mine2], [list(full.split(chunk))]).wait()
+    assert torch.equal(mine, mine2)
+    gathered = torch.empty_like(full)
+    group._allgather_base(gathered, mine).wait()
+    out = gathered[:flat.numel()].view_as(x)
+    red = x.clone()
+    opts = dist.ReduceOptions()
+    opts.rootRank = 0
+    group.reduce([red], opts).wait()
+    assert me != 0 or torch.allclose(red, out)
+    swapped = torch.empty_like(full)
+    group.alltoall_base(swapped, full, [], []).wait()
+    assert torch.equal(swapped.view(n, chunk)[0], full.view(n, chunk)[me]) if me == 0 else True
+    outs = [torch.empty(2) for _ in range(n)]
+    group.alltoall(outs, [torch.full((2,), float(10 * me + j)) for j in range(n)]).wait()
+    assert [int(o[0]) for o in outs] == [10 * j + me for j in range(n)]
+    group.send([torch.full((3,), float(me))], (me + 1) % n, 0).wait()
+    got = torch.empty(3)
+    group.recv([got], (me - 1) % n, 0).wait()
+    assert int(got[0]) == (me - 1) % n
+    return out
+''',
     # a ProcessGroup method the emulation cannot honour (its C++ object for torch.ops)
     "group_boxed": '''
 def solution(x):
@@ -332,8 +364,9 @@ def test_a_candidate_exception_is_a_runtime_error_of_that_rank(tmp_path):
     assert rec["details"]["failed_ranks"] == [1]
 
 
-def test_a_group_objects_methods_run_as_the_collectives_they_name(tmp_path):
-    rec = _eval(tmp_path, "group_methods", 3, trials=2)
+@pytest.mark.parametrize("name", ["group_methods", "group_methods_more"])
+def test_a_group_objects_methods_run_as_the_collectives_they_name(tmp_path, name):
+    rec = _eval(tmp_path, name, 3, trials=2)
     assert rec["status"] == "ran" and rec["correct"], rec["reason"]
 
 
