@@ -223,6 +223,16 @@ def solution(x):
     out = torch.ops._c10d_functional.all_reduce(x, "sum", dist.group.WORLD.group_name)
     return torch.ops._c10d_functional.wait_tensor(out)
 ''',
+    # asks for the group's C++ object and takes another road when it is missing
+    "probes_boxed": '''
+def solution(x):
+    out = x.clone()
+    if hasattr(dist.group.WORLD, "boxed"):
+        torch.ops.c10d.allreduce_([out], dist.group.WORLD.boxed(), torch.classes.c10d.ReduceOp(), None, False)[1].wait()
+    else:
+        dist.all_reduce(out)
+    return out
+''',
     # a library call the emulation leaves out
     "coalesced": '''
 def solution(x):
@@ -380,6 +390,14 @@ def test_what_the_emulation_lacks_is_not_run_not_the_candidates_error(tmp_path, 
     assert f"not emulated: {missing}" in rec["reason"] and "evaluate it on real ranks" in rec["reason"]
     assert {e["rank"] for e in rec["details"]["not_emulated"]} == {0, 1}
     assert "without --emulate" in hint(rec["reason"])
+
+
+def test_a_candidate_that_goes_on_past_what_is_not_emulated_is_named(tmp_path):
+    rec = _eval(tmp_path, "probes_boxed", 2, trials=1)
+    assert rec["status"] == "ran" and rec["correct"], rec["reason"]
+    assert rec["details"]["not_emulated_caught"] == ["not emulated: ProcessGroup.boxed"]
+    assert any("real ranks take another path" in c for c in rec["emulation"]["caveats"])
+    assert "not_emulated_caught" not in _eval(tmp_path, "group_methods", 2, trials=1)["details"]
 
 
 def test_the_dispatchers_collectives_are_refused_only_during_a_run(tmp_path):

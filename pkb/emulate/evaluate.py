@@ -174,6 +174,12 @@ def emulated_evaluate(
     record.update(run.execute())
     # reads of hdl.multicast_ptr (always 0 here): the evidence that a run reached a multicast path
     record.setdefault("details", {})["multicast_reads"] = run.multicast_reads
+    if run.not_emulated and record.get("status") == "ran":
+        # the candidate caught what the emulation lacks (or asked hasattr) and went on: real ranks
+        # would have taken the other path, which this run never tried
+        record["details"]["not_emulated_caught"] = run.not_emulated
+        record["emulation"]["caveats"] = [*record["emulation"]["caveats"],
+                                          f"the candidate went on past what the emulation lacks ({', '.join(run.not_emulated)}): real ranks take another path"]
     if keep_rank_results:
         record["rank_results"] = run.rank_results  # the store's trial rows
     record["emulation"]["per_thread_default_stream"] = per_thread_default_stream and dev.type == "cuda"
@@ -224,6 +230,7 @@ class _Run:
                 return self._execute(world, probe)
         finally:
             self.multicast_reads = int(world.shared.get("multicast_reads", 0))
+            self.not_emulated = sorted(world.shared.get("not_emulated", ()))
             world.close()
             torch.set_num_threads(threads)
             for name in self.module_names:
@@ -233,6 +240,7 @@ class _Run:
     build_timeout_s = 900.0
     no_grad = True
     multicast_reads = 0
+    not_emulated: list[str] = []
 
     def _step(self, world: World, fn: Any, args: list[tuple] | None, phase: str, timeout: float | None = None) -> StepOutcome:
         self.phases = [phase] * self.ws
