@@ -224,7 +224,7 @@ def test_static_flags():
     assert {f["flag"] for f in static_flags((HOSTILE / "1_allreduce_imports_reference.py").read_text())} == {"imports_reference"}
     assert "l2_persistence" in {f["flag"] for f in static_flags((HOSTILE / "1_allreduce_l2_persist_cuda.py").read_text())}
     assert "harness_access" in {f["flag"] for f in static_flags((HOSTILE / "1_allreduce_patch_compare_in_call.py").read_text())}
-    for name in ("c10d_op_fallback", "funcol_op_fallback", "funcol_gather_inference"):  # torch.ops.<c10d namespace>.<op>
+    for name in ("c10d_op_fallback", "funcol_op_fallback", "funcol_gather_inference", "dispatch_key_excluded"):  # torch.ops.<c10d namespace>.<op>
         assert "fallback_try_except" in {f["flag"] for f in static_flags((HOSTILE / f"1_allreduce_{name}.py").read_text())}, name
     waits_only = "import torch\ndef solution(x):\n    try:\n        return f(x)\n    except Exception:\n        return torch.ops._c10d_functional.wait_tensor(x)\n"
     assert static_flags(waits_only) == []
@@ -360,6 +360,15 @@ def test_dist_counter_counts_the_dispatchers_collective_operators(tmp_path):
         torch.ops.c10d.allreduce_([torch.ones(4)], group.boxed(), torch.classes.c10d.ReduceOp(), None, False)[1].wait()
         assert c.total == 5
         assert snapshot.changed() == []
+        # past every wrapper and kernel of ours: the group's sequence number still counts it
+        mark = c.mark()
+        dist.all_reduce(torch.ones(4))
+        assert c.uncounted_since(mark) == 0  # seen by the wrappers
+        hidden, t, boxed, op = torch._C.DispatchKeySet(torch._C.DispatchKey.BackendSelect), torch.ones(4), group.boxed(), torch.classes.c10d.ReduceOp()
+        with torch._C._ExcludeDispatchKeyGuard(hidden):  # (factory functions need that key: made outside)
+            work = torch.ops.c10d.allreduce_([t], boxed, op, None, False)[1]
+        work.wait()
+        assert c.total == 5 and c.uncounted_since(mark) == 1  # (inactive: counted by nothing else)
         c._libraries["c10d"]._destroy()  # what a candidate reaching the Library object through gc could do
         assert "dispatcher c10d::allreduce_ (BackendSelect)" in snapshot.changed()
     finally:

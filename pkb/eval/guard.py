@@ -143,18 +143,42 @@ class DistCounter:
     and the methods of c10d's ProcessGroup and Backend classes under them
     (pkb.collectives.PROCESS_GROUP_METHODS), to count calls while `active`. A call is counted once,
     at the outermost wrapper it enters: dist.all_reduce calling ProcessGroup.allreduce is one call,
-    and a candidate calling ProcessGroup.allreduce itself is counted all the same."""
+    and a candidate calling ProcessGroup.allreduce itself is counted all the same. Behind all of
+    them, `mark`/`uncounted_since` compare the backends' own sequence numbers with the calls seen."""
 
     def __init__(self) -> None:
         import threading
 
         self.active = False
         self.counts: dict[str, int] = {}
+        self.seen = 0  # every outermost call, active or not (the reference's and the harness's too)
         self.installed = False
         self._depth = threading.local()  # wrappers entered on this thread
         self._replaced: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
         self._libraries: dict[str, Any] = {}  # torch.library.Library per namespace, holding our kernels
         self.dispatcher_ops: list[str] = []
+
+    def mark(self) -> tuple[dict[Any, int], int]:
+        """The process groups' sequence numbers and the calls seen so far, for `uncounted_since`."""
+        return backend_sequence_numbers(), self.seen
+
+    def uncounted_since(self, mark: tuple[dict[Any, int], int]) -> int:
+        """Collectives the process groups' backends issued since `mark` beyond the calls this
+        counter saw: gloo and NCCL number every collective they run, whatever route led there (a
+        dispatch key excluded around torch.ops.c10d.*, a wrapper put back), so a difference is a
+        collective that passed every wrapper. Counted under BACKEND_SEQUENCE (see add_uncounted).
+        Only around the candidate's own calls: one library call may run several collectives
+        (all_gather_object runs two), so around the reference's calls too the difference would
+        charge the candidate with the reference's; and never inside a timed loop (it costs a few
+        microseconds per call)."""
+        before, seen = mark
+        after = backend_sequence_numbers()
+        issued = sum(n - before.get(g, 0) for g, n in after.items())
+        return max(0, issued - (self.seen - seen))
+
+    def add_uncounted(self, n: int) -> None:
+        if n > 0:
+            self.counts[BACKEND_SEQUENCE] = self.counts.get(BACKEND_SEQUENCE, 0) + n
 
     @property
     def total(self) -> int:
@@ -221,8 +245,10 @@ class DistCounter:
 
         def counted_op(keyset: Any, *args: Any, **kwargs: Any) -> Any:
             level = getattr(depth, "n", 0)
-            if counter.active and level == 0:
-                counter.counts[name] = counter.counts.get(name, 0) + 1
+            if level == 0:
+                counter.seen += 1
+                if counter.active:
+                    counter.counts[name] = counter.counts.get(name, 0) + 1
             depth.n = level + 1
             try:
                 return overload.redispatch(keyset & below, *args, **kwargs)
@@ -264,8 +290,10 @@ class DistCounter:
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             level = getattr(depth, "n", 0)
-            if counter.active and level == 0:
-                counter.counts[name] = counter.counts.get(name, 0) + 1
+            if level == 0:
+                counter.seen += 1
+                if counter.active:
+                    counter.counts[name] = counter.counts.get(name, 0) + 1
             depth.n = level + 1
             try:
                 return fn(*args, **kwargs)
@@ -281,6 +309,28 @@ class DistCounter:
 
 # The dispatch key the counter's kernels sit at (DistCounter._hook_dispatcher says why this one).
 DISPATCH_KEY = "BackendSelect"
+# The name collectives seen only by the backends' sequence numbers are counted under.
+BACKEND_SEQUENCE = "backend_sequence"
+
+
+def backend_sequence_numbers() -> dict[Any, int]:
+    """Each live process group's sequence number (gloo and NCCL add one per collective they run,
+    barriers included; point-to-point may not count); empty without an initialised group."""
+    try:
+        import torch.distributed.distributed_c10d as c10d
+
+        if not c10d.is_initialized():
+            return {}
+        groups = list(getattr(c10d._world, "pg_map", None) or {}) or [c10d._get_default_group()]
+    except Exception:
+        return {}
+    out = {}
+    for group in groups:
+        try:
+            out[group] = int(group._get_sequence_number_for_group())
+        except Exception:
+            continue
+    return out
 
 
 def _has_operator(qualified: str) -> bool:
