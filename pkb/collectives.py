@@ -15,6 +15,10 @@ them it replaces. Reads nothing; plain name sets only (no torch import).
     PROCESS_GROUP_METHODS  the same calls one level down, as methods of c10d's ProcessGroup and
                       Backend objects (what torch.distributed's functions call), each mapped to the
                       torch.distributed name it is counted under
+    DISPATCHER_OPS    the same calls as operators of PyTorch's dispatcher ("c10d::allreduce_",
+                      "_c10d_functional::all_reduce"), each mapped to the torch.distributed name it
+                      is counted under: every ProcessGroup method and functional collective ends in
+                      one of them, and a candidate can call them itself through torch.ops
 """
 
 from __future__ import annotations
@@ -71,4 +75,48 @@ PROCESS_GROUP_METHODS = {
     "recv_anysource": "recv",
     "barrier": "barrier",
     "monitored_barrier": "monitored_barrier",
+}
+
+
+# Operators of the dispatcher that move data or sync ranks (namespace::name -> counted name). The
+# ProcessGroup methods above call the c10d ones; torch.ops.c10d.* and torch.ops._c10d_functional.*
+# reach them with no Python function or method in between. wait_tensor (FUNCOL_WAITS) moves nothing.
+DISPATCHER_OPS = {
+    "c10d::allreduce_": "all_reduce",
+    "c10d::allreduce_coalesced_": "all_reduce_coalesced",
+    "c10d::allgather_": "all_gather",
+    "c10d::allgather_coalesced_": "all_gather",
+    "c10d::_allgather_base_": "all_gather_into_tensor",
+    "c10d::allgather_into_tensor_coalesced_": "all_gather_into_tensor_coalesced",
+    "c10d::reduce_scatter_": "reduce_scatter",
+    "c10d::_reduce_scatter_base_": "reduce_scatter_tensor",
+    "c10d::reduce_scatter_tensor_coalesced_": "reduce_scatter_tensor_coalesced",
+    "c10d::alltoall_": "all_to_all",
+    "c10d::alltoall_base_": "all_to_all_single",
+    "c10d::broadcast_": "broadcast",
+    "c10d::reduce_": "reduce",
+    "c10d::gather_": "gather",
+    "c10d::scatter_": "scatter",
+    "c10d::send": "send",
+    "c10d::recv_": "recv",
+    "c10d::recv_any_source_": "recv",
+    "c10d::barrier": "barrier",
+    "c10d::monitored_barrier_": "monitored_barrier",
+    "_c10d_functional::all_reduce": "all_reduce",
+    "_c10d_functional::all_reduce_": "all_reduce",
+    "_c10d_functional::all_reduce_coalesced": "all_reduce_coalesced",
+    "_c10d_functional::all_reduce_coalesced_": "all_reduce_coalesced",
+    "_c10d_functional::all_gather_into_tensor": "all_gather_into_tensor",
+    "_c10d_functional::all_gather_into_tensor_out": "all_gather_into_tensor",
+    "_c10d_functional::all_gather_into_tensor_coalesced": "all_gather_into_tensor_coalesced",
+    "_c10d_functional::reduce_scatter_tensor": "reduce_scatter_tensor",
+    "_c10d_functional::reduce_scatter_tensor_out": "reduce_scatter_tensor",
+    "_c10d_functional::reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
+    "_c10d_functional::all_to_all_single": "all_to_all_single",
+    "_c10d_functional::broadcast": "broadcast",
+    "_c10d_functional::broadcast_": "broadcast",
+    "_c10d_functional::isend": "isend",
+    "_c10d_functional::irecv": "irecv",
+    "_c10d_functional::batch_p2p_ops": "batch_isend_irecv",
+    "_dtensor::shard_dim_alltoall": "all_to_all",
 }

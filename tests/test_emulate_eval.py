@@ -155,6 +155,98 @@ def solution(x):
         raise ValueError("deliberate")
     return x.clone()
 ''',
+    # the sum through the group object's own methods, every overload style PKB-like code uses
+    "group_methods": '''
+def solution(x):
+    group = dist.group.WORLD
+    n, me = group.size(), group.rank()
+    assert n == dist.get_world_size() and me == dist.get_rank() and isinstance(group.group_name, str)
+    backend = group._get_backend(x.device)
+    total = x.clone()
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = dist.ReduceOp.SUM
+    backend.allreduce([total], opts).wait()
+    rows = [torch.empty_like(x) for _ in range(n)]
+    group.allgather([rows], [x.contiguous()]).wait()
+    flat = torch.empty(n * x.numel(), dtype=x.dtype)
+    group._allgather_base(flat, x.reshape(-1).contiguous()).wait()
+    assert torch.equal(torch.stack(rows).sum(0), flat.view(n, *x.shape).sum(0))
+    first = x.clone()
+    group.broadcast([first], 0).wait()  # rank 0's input everywhere
+    rows0 = rows[0]
+    group.barrier().wait()
+    assert torch.equal(first, rows0)
+    return total
+''',
+    # the sum through the group's reduce-scatter and all-gather, with its other methods checked on the way
+    "group_methods_more": '''
+def solution(x):
+    group = dist.group.WORLD
+    n, me = group.size(), group.rank()
+    flat = x.reshape(-1)
+    full = torch.cat([flat, flat.new_zeros((-flat.numel()) % n)])
+    chunk = full.numel() // n
+    mine, mine2 = full.new_empty(chunk), full.new_empty(chunk)
+    group._reduce_scatter_base(mine, full).wait()
+    group.reduce_scatter([mine2], [list(full.split(chunk))]).wait()
+    assert torch.equal(mine, mine2)
+    gathered = torch.empty_like(full)
+    group._allgather_base(gathered, mine).wait()
+    out = gathered[:flat.numel()].view_as(x)
+    red = x.clone()
+    opts = dist.ReduceOptions()
+    opts.rootRank = 0
+    group.reduce([red], opts).wait()
+    assert me != 0 or torch.allclose(red, out)
+    swapped = torch.empty_like(full)
+    group.alltoall_base(swapped, full, [], []).wait()
+    assert torch.equal(swapped.view(n, chunk)[0], full.view(n, chunk)[me]) if me == 0 else True
+    outs = [torch.empty(2) for _ in range(n)]
+    group.alltoall(outs, [torch.full((2,), float(10 * me + j)) for j in range(n)]).wait()
+    assert [int(o[0]) for o in outs] == [10 * j + me for j in range(n)]
+    group.send([torch.full((3,), float(me))], (me + 1) % n, 0).wait()
+    got = torch.empty(3)
+    group.recv([got], (me - 1) % n, 0).wait()
+    assert int(got[0]) == (me - 1) % n
+    return out
+''',
+    # a ProcessGroup method the emulation cannot honour (its C++ object for torch.ops)
+    "group_boxed": '''
+def solution(x):
+    out = x.clone()
+    torch.ops.c10d.allreduce_([out], dist.group.WORLD.boxed(), torch.classes.c10d.ReduceOp(), None, False)[1].wait()
+    return out
+''',
+    # the functional collective's operator, with the default group's name
+    "funcol_op": '''
+def solution(x):
+    out = torch.ops._c10d_functional.all_reduce(x, "sum", dist.group.WORLD.group_name)
+    return torch.ops._c10d_functional.wait_tensor(out)
+''',
+    # asks for the group's C++ object and takes another road when it is missing
+    "probes_boxed": '''
+def solution(x):
+    out = x.clone()
+    if hasattr(dist.group.WORLD, "boxed"):
+        torch.ops.c10d.allreduce_([out], dist.group.WORLD.boxed(), torch.classes.c10d.ReduceOp(), None, False)[1].wait()
+    else:
+        dist.all_reduce(out)
+    return out
+''',
+    # a library call the emulation leaves out
+    "coalesced": '''
+def solution(x):
+    out = x.clone()
+    dist.all_reduce_coalesced([out])
+    return out
+''',
+    # a method no ProcessGroup has: the candidate's own mistake, as on real ranks
+    "group_typo": '''
+def solution(x):
+    out = x.clone()
+    dist.group.WORLD.allreduse([out]).wait()
+    return out
+''',
 }
 
 
@@ -280,6 +372,45 @@ def test_a_candidate_exception_is_a_runtime_error_of_that_rank(tmp_path):
     rec = _eval(tmp_path, "raises", 4, trials=1)
     assert (rec["outcome"], rec["subtype"]) == ("runtime_error", "python_exception")
     assert rec["details"]["failed_ranks"] == [1]
+
+
+@pytest.mark.parametrize("name", ["group_methods", "group_methods_more"])
+def test_a_group_objects_methods_run_as_the_collectives_they_name(tmp_path, name):
+    rec = _eval(tmp_path, name, 3, trials=2)
+    assert rec["status"] == "ran" and rec["correct"], rec["reason"]
+
+
+@pytest.mark.parametrize("name, missing", [("group_boxed", "ProcessGroup.boxed"), ("coalesced", "torch.distributed.all_reduce_coalesced"),
+                                           ("funcol_op", "torch.ops._c10d_functional.all_reduce")])
+def test_what_the_emulation_lacks_is_not_run_not_the_candidates_error(tmp_path, name, missing):
+    from pkb.eval.not_run import hint
+
+    rec = _eval(tmp_path, name, 2, trials=1)
+    assert (rec["status"], rec["outcome"]) == ("not_run", ""), rec["reason"]
+    assert f"not emulated: {missing}" in rec["reason"] and "evaluate it on real ranks" in rec["reason"]
+    assert {e["rank"] for e in rec["details"]["not_emulated"]} == {0, 1}
+    assert "without --emulate" in hint(rec["reason"])
+
+
+def test_a_candidate_that_goes_on_past_what_is_not_emulated_is_named(tmp_path):
+    rec = _eval(tmp_path, "probes_boxed", 2, trials=1)
+    assert rec["status"] == "ran" and rec["correct"], rec["reason"]
+    assert rec["details"]["not_emulated_caught"] == ["not emulated: ProcessGroup.boxed"]
+    assert any("real ranks take another path" in c for c in rec["emulation"]["caveats"])
+    assert "not_emulated_caught" not in _eval(tmp_path, "group_methods", 2, trials=1)["details"]
+
+
+def test_the_dispatchers_collectives_are_refused_only_during_a_run(tmp_path):
+    import torch
+
+    _eval(tmp_path, "funcol_op", 2, trials=1)
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key("_c10d_functional::all_reduce", "BackendSelect")
+
+
+def test_a_method_no_process_group_has_is_the_candidates_error(tmp_path):
+    rec = _eval(tmp_path, "group_typo", 2, trials=1)
+    assert (rec["status"], rec["outcome"]) == ("ran", "runtime_error"), rec["reason"]
+    assert "allreduse" in rec["reason"]
 
 
 # ---- hangs ---------------------------------------------------------------------------------------

@@ -123,3 +123,62 @@ def test_processes_of_job_finds_by_job_file(tmp_path):
         p.wait()
     assert sandbox.processes_of_job(job) == []
 
+
+
+# The harness side of a plain-process launch, run as a user of its own where we are root (root
+# reads any process's /proc/<pid>/fd, non-dumpable or not): it holds an unnamed file, as the judge
+# holds the ranks' reference outputs, and launches a probe that tries it through /proc/<ppid>/fd.
+HARNESS = r"""
+import importlib.util, json, os, subprocess, sys, tempfile
+spec = importlib.util.spec_from_file_location("sandbox_under_test", sys.argv[1])
+sandbox = sys.modules["sandbox_under_test"] = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sandbox)
+held = tempfile.TemporaryFile()
+held.write(b"the reference output")
+held.flush()
+probe = ("import os, sys\n"
+         "try:\n    print(open(f'/proc/{os.getppid()}/fd/{sys.argv[1]}', 'rb').read().decode())\n"
+         "except OSError as exc:\n    print(type(exc).__name__)\n")
+box = sandbox.for_job([], [], [], "fallback-probe")
+proc = subprocess.Popen(box.wrap([sys.executable, "-c", probe, str(held.fileno())], sys.executable, "/"),
+                        stdout=subprocess.PIPE, text=True, pass_fds=box.pass_fds)
+box.started()
+seen = proc.stdout.read().strip()
+report = box.finish(proc)
+print(json.dumps({"seen": seen, "report": report}))
+"""
+
+
+def test_the_plain_process_fallback_closes_the_harness_descriptors_and_says_what_stays_reachable(tmp_path):
+    import os
+    import shutil
+    import stat
+    import tempfile
+
+    if os.geteuid() == 0 and not shutil.which("setpriv"):
+        pytest.skip("root here and no setpriv to run the harness as another user")
+    folder = Path(tempfile.mkdtemp(prefix="pkb-fallback-"))
+    try:
+        folder.chmod(stat.S_IRWXU | stat.S_IRGRP | stat.S_IXGRP | stat.S_IROTH | stat.S_IXOTH)
+        harness = folder / "harness.py"
+        harness.write_text(HARNESS)
+        harness.chmod(0o644)
+        as_user = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"] if os.geteuid() == 0 else []
+        python = "/usr/bin/python3" if as_user else sys.executable  # one the other user may run
+        env = {**os.environ, "PKB_SANDBOX": "none", "PKB_SANDBOX_CGROUP": "0"}
+        res = subprocess.run([*as_user, python, str(harness), str(REPO / "pkb" / "eval" / "sandbox.py")],
+                             capture_output=True, text=True, timeout=60, cwd=folder, env=env)
+        assert res.returncode == 0, res.stderr[-2000:]
+        out = json.loads(res.stdout.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert out["seen"] == "PermissionError"  # not the held file's text
+    report = out["report"]
+    assert report["kind"] == "none" and report["harness_proc"].startswith("closed")
+    assert report["fallback"].startswith("harness files reachable: the store")
+
+
+def test_each_fallback_says_what_it_leaves_reachable():
+    for kind in ("none", "unshare"):
+        assert sandbox.REACHABLE[kind].startswith("harness files reachable")
+    assert "bwrap" not in sandbox.REACHABLE

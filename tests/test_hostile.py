@@ -224,6 +224,10 @@ def test_static_flags():
     assert {f["flag"] for f in static_flags((HOSTILE / "1_allreduce_imports_reference.py").read_text())} == {"imports_reference"}
     assert "l2_persistence" in {f["flag"] for f in static_flags((HOSTILE / "1_allreduce_l2_persist_cuda.py").read_text())}
     assert "harness_access" in {f["flag"] for f in static_flags((HOSTILE / "1_allreduce_patch_compare_in_call.py").read_text())}
+    for name in ("c10d_op_fallback", "funcol_op_fallback", "funcol_gather_inference", "dispatch_key_excluded"):  # torch.ops.<c10d namespace>.<op>
+        assert "fallback_try_except" in {f["flag"] for f in static_flags((HOSTILE / f"1_allreduce_{name}.py").read_text())}, name
+    waits_only = "import torch\ndef solution(x):\n    try:\n        return f(x)\n    except Exception:\n        return torch.ops._c10d_functional.wait_tensor(x)\n"
+    assert static_flags(waits_only) == []
     plain = "import torch.distributed as dist\ndef solution(x):\n    out = x.clone()\n    dist.all_reduce(out)\n    return out\n"
     assert static_flags(plain) == []
     guarded = "def solution(x):\n    try:\n        return f(x)\n    except ValueError:\n        raise\n"
@@ -290,17 +294,9 @@ def test_dist_counter_counts_process_group_methods_once(tmp_path):
         assert f"c10d.{type(group).__name__}.allreduce" in snapshot.changed()
     finally:
         dist.destroy_process_group()
-        import torch.distributed.distributed_c10d as c10d
-
-        for (cls, name), fn in originals.items():
-            if cls.__dict__.get(name) is not fn:
-                setattr(cls, name, fn)
-        for owner in (dist, c10d):
-            for name in list(vars(owner)):
-                fn = getattr(owner, name)
-                if getattr(fn, "_pkb_counted", False):
-                    setattr(owner, name, fn.__wrapped__)
+        c.uninstall()
         assert dist.all_reduce is real
+        assert all(cls.__dict__.get(name) is fn for (cls, name), fn in originals.items())
 
 
 def test_dist_counter_counts_only_while_active():
@@ -325,13 +321,60 @@ def test_dist_counter_counts_only_while_active():
             pass
         assert c.counts == {"all_reduce": 1}
     finally:
-        import torch.distributed.distributed_c10d as c10d
+        c.uninstall()
+        assert dist.all_reduce is real
 
-        for owner in (dist, c10d):
-            for name in list(vars(owner)):
-                fn = getattr(owner, name)
-                if getattr(fn, "_pkb_counted", False):
-                    setattr(owner, name, fn.__wrapped__)
+
+def test_dist_counter_counts_the_dispatchers_collective_operators(tmp_path):
+    """torch.ops.c10d.* and torch.ops._c10d_functional.* reach NCCL/gloo with no torch.distributed
+    function or ProcessGroup method in between: counted at the dispatcher, inference_mode or not,
+    once per call whatever route led there; a dropped dispatcher kernel is tampering."""
+    import torch.distributed as dist
+
+    from pkb.eval.guard import DistCounter, HarnessSnapshot
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised in this process")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    c = DistCounter()
+    try:
+        c.install()
+        assert "c10d::allreduce_" in c.dispatcher_ops and "_c10d_functional::all_reduce" in c.dispatcher_ops
+        group = dist.distributed_c10d._get_default_group()
+        snapshot = HarnessSnapshot()
+        c.active = True
+        _, work = torch.ops.c10d.allreduce_([torch.ones(4)], group.boxed(), torch.classes.c10d.ReduceOp(), None, False)
+        work.wait()
+        assert c.counts == {"all_reduce": 1}
+        out = torch.ops._c10d_functional.all_reduce(torch.ones(4), "sum", group.group_name)
+        torch.ops._c10d_functional.wait_tensor(out)  # completes a transfer, moves nothing itself
+        assert c.counts == {"all_reduce": 2}
+        with torch.inference_mode():
+            g = torch.ops._c10d_functional.all_gather_into_tensor.default(torch.ones(1, 4), 1, group.group_name)
+            torch.ops._c10d_functional.wait_tensor(g)
+        assert c.counts == {"all_reduce": 2, "all_gather_into_tensor": 1}
+        dist.all_reduce(torch.ones(4))  # function -> group method -> c10d::allreduce_: one call
+        group.allreduce([torch.ones(4)]).wait()
+        assert c.counts == {"all_reduce": 4, "all_gather_into_tensor": 1}
+        c.active = False
+        torch.ops.c10d.allreduce_([torch.ones(4)], group.boxed(), torch.classes.c10d.ReduceOp(), None, False)[1].wait()
+        assert c.total == 5
+        assert snapshot.changed() == []
+        # past every wrapper and kernel of ours: the group's sequence number still counts it
+        mark = c.mark()
+        dist.all_reduce(torch.ones(4))
+        assert c.uncounted_since(mark) == 0  # seen by the wrappers
+        hidden, t, boxed, op = torch._C.DispatchKeySet(torch._C.DispatchKey.BackendSelect), torch.ones(4), group.boxed(), torch.classes.c10d.ReduceOp()
+        with torch._C._ExcludeDispatchKeyGuard(hidden):  # (factory functions need that key: made outside)
+            work = torch.ops.c10d.allreduce_([t], boxed, op, None, False)[1]
+        work.wait()
+        assert c.total == 5 and c.uncounted_since(mark) == 1  # (inactive: counted by nothing else)
+        c._libraries["c10d"]._destroy()  # what a candidate reaching the Library object through gc could do
+        assert "dispatcher c10d::allreduce_ (BackendSelect)" in snapshot.changed()
+    finally:
+        dist.destroy_process_group()
+        c.uninstall()
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key("c10d::allreduce_", "BackendSelect")
 
 
 def test_sweep_kills_a_detached_process_with_the_marker(tmp_path):
@@ -430,6 +473,7 @@ def test_without_a_sandbox_the_record_says_so_and_the_cgroup_still_holds_every_p
     ev = _one(tmp_path, "1_allreduce_setsid_sleeper.py", monkeypatch, PKB_SANDBOX="none")
     box = ev["details"]["sandbox"]
     assert box["kind"] == "none" and box["fallback_reason"] == "PKB_SANDBOX=none"
+    assert box["fallback"].startswith("harness files reachable") and box["harness_proc"].startswith(("closed", "open to a root"))
     pids = [int(p.read_text()) for p in Path(ev["job_dir"]).glob("scratch/rank*/sleeper.pid")]
     named = {s["pid"]: s for s in ev["details"]["stray_processes"]}
     assert pids and all(named[p]["cmdline"] == "sleep 3600" and named[p]["where"] == "cgroup" for p in pids), named

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pkb.emulate import coresidency, patch
-from pkb.emulate.world import TAINTED, EmulationTimeout, StepOutcome, World, WorldAborted
+from pkb.emulate.world import TAINTED, EmulationTimeout, NotEmulated, StepOutcome, World, WorldAborted
 from pkb.taxonomy import DOMINANT_WRONG_RESULT, most_telling, overall_wrong_result, wrong_result_rank
 
 CAVEATS = (
@@ -174,6 +174,12 @@ def emulated_evaluate(
     record.update(run.execute())
     # reads of hdl.multicast_ptr (always 0 here): the evidence that a run reached a multicast path
     record.setdefault("details", {})["multicast_reads"] = run.multicast_reads
+    if run.not_emulated and record.get("status") == "ran":
+        # the candidate caught what the emulation lacks (or asked hasattr) and went on: real ranks
+        # would have taken the other path, which this run never tried
+        record["details"]["not_emulated_caught"] = run.not_emulated
+        record["emulation"]["caveats"] = [*record["emulation"]["caveats"],
+                                          f"the candidate went on past what the emulation lacks ({', '.join(run.not_emulated)}): real ranks take another path"]
     if keep_rank_results:
         record["rank_results"] = run.rank_results  # the store's trial rows
     record["emulation"]["per_thread_default_stream"] = per_thread_default_stream and dev.type == "cuda"
@@ -224,6 +230,7 @@ class _Run:
                 return self._execute(world, probe)
         finally:
             self.multicast_reads = int(world.shared.get("multicast_reads", 0))
+            self.not_emulated = sorted(world.shared.get("not_emulated", ()))
             world.close()
             torch.set_num_threads(threads)
             for name in self.module_names:
@@ -233,6 +240,7 @@ class _Run:
     build_timeout_s = 900.0
     no_grad = True
     multicast_reads = 0
+    not_emulated: list[str] = []
 
     def _step(self, world: World, fn: Any, args: list[tuple] | None, phase: str, timeout: float | None = None) -> StepOutcome:
         self.phases = [phase] * self.ws
@@ -332,7 +340,7 @@ class _Run:
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
             spec.loader.exec_module(module)
-        except (WorldAborted, EmulationTimeout):
+        except (WorldAborted, EmulationTimeout, NotEmulated):
             raise
         except BaseException as exc:
             outcome, subtype = classify_exception(exc, during_build=getattr(exc, "pkb_during_build", False))
@@ -384,7 +392,7 @@ class _Run:
     def _failure(self, world: World, out: StepOutcome, source: str, phase: str, probe: Any = None) -> dict[str, Any] | None:
         from pkb.eval.classify import classify_exception
 
-        errors = []
+        errors, missing = [], []
         for res in out.results:
             if res is None or res.ok:
                 continue
@@ -405,14 +413,29 @@ class _Run:
                 "message": str(exc)[:4000],
                 "traceback": res.traceback[-8000:],
             }))
+            if isinstance(exc, NotEmulated):
+                missing.append(errors[-1])
         if not errors:
             return self._hang(world, out, phase, probe) if out.timed_out else None
+        if missing:
+            return self._not_emulated(missing, phase)
         if out.timed_out:  # a rank failed while others stayed stuck: the failure is the story
             self.details["stuck_ranks"] = out.stuck
             self.details["native_stuck_ranks"] = out.native_stuck
         for rank, err in errors:
             self.rank_results[rank]["error"] = err
         return self._decide({})
+
+    def _not_emulated(self, missing: list[tuple[int, dict[str, Any]]], phase: str) -> dict[str, Any]:
+        """A rank reached a part of torch.distributed the emulation lacks: the run says nothing
+        about the candidate (status not_run, no outcome), and names what was missing."""
+        rank, err = missing[0]
+        details = dict(self.details)
+        details["not_emulated"] = [{"rank": r, "phase": e["phase"], "source": e["source"], "message": e["message"][:500],
+                                    "traceback": e["traceback"][-2000:]} for r, e in missing]
+        return {"status": "not_run", "outcome": "", "subtype": "", "speedup": None, "correct": False, "details": details,
+                "reason": f"{err['message'].splitlines()[0]} (rank {rank}, {phase}); evaluate it on real ranks",
+                "trials": self._trial_summary(), "ranks": self._rank_summary()}
 
     def _hang(self, world: World, out: StepOutcome, phase: str, probe: Any) -> dict[str, Any]:
         details = dict(self.details)

@@ -10,6 +10,11 @@ So the result is exactly what the collective means, computed from the other rank
 rank order (low-precision floats are accumulated in float32). `async_op=True` returns a work
 object that is already complete: the emulation does not model asynchronous completion.
 Point-to-point sends are buffered (a send never waits for its receive).
+
+A group object answers the ProcessGroup methods candidates call on it (size, rank, allreduce,
+allgather, broadcast, barrier, ...) with the same collectives; a method of torch's ProcessGroup
+the emulation cannot honour (boxed, get_group_store, ...) raises NotEmulated, which makes the
+run `not_run` ("not emulated: ..."), not an error of the candidate.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any
 import torch
 
 from pkb.collectives import DATA_COLLECTIVES, HOST_SYNCS, OBJECT_TRANSFERS, P2P, P2P_OP_CLASS
-from pkb.emulate.world import EmulationError, Rendezvous, current, sync_current_stream
+from pkb.emulate.world import EmulationError, NotEmulated, Rendezvous, current, sync_current_stream
 
 WORLD_GROUP_NAME = "0"  # the default group's name in torch
 
@@ -50,8 +55,107 @@ class FakeGroup:
     def _get_backend_name(self) -> str:
         return backend_name(self.world)
 
+    def _get_backend(self, device: Any = None) -> FakeGroup:
+        return self  # the backend object answers the same collective methods
+
+    # ---- ProcessGroup methods (c10d's signatures: a list of tensors and an options object, or
+    # ---- one tensor and a plain op/root); the ranks they name are group ranks.
+
+    def allreduce(self, tensors: Any, opts: Any = None) -> FakeWork:
+        tensors, op = _tensor_list(tensors), _option(opts, "reduceOp")
+        for t in tensors:
+            all_reduce(t, op, self)
+        return FakeWork(tensors)
+
+    def allgather(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> FakeWork:
+        if isinstance(input_tensors, torch.Tensor):  # allgather(list_of_outputs, tensor)
+            output_tensors, input_tensors = [output_tensors], [input_tensors]
+        for outs, t in zip(output_tensors, input_tensors):
+            all_gather(list(outs), t, self)
+        return FakeWork([t for outs in output_tensors for t in outs])
+
+    def _allgather_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> FakeWork:
+        all_gather_into_tensor(output, input, self)
+        return FakeWork([output])
+
+    def reduce_scatter(self, output_tensors: Any, input_tensors: Any, opts: Any = None) -> FakeWork:
+        op = _option(opts, "reduceOp")
+        if isinstance(output_tensors, torch.Tensor):  # reduce_scatter(output, input_list, op)
+            output_tensors, input_tensors = [output_tensors], [input_tensors]
+        for out, ins in zip(output_tensors, input_tensors):
+            reduce_scatter(out, list(ins), op, self)
+        return FakeWork(list(output_tensors))
+
+    def _reduce_scatter_base(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> FakeWork:
+        reduce_scatter_tensor(output, input, _option(opts, "reduceOp"), self)
+        return FakeWork([output])
+
+    def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: Any = None, input_split_sizes: Any = None, opts: Any = None) -> FakeWork:
+        all_to_all_single(output, input, output_split_sizes or None, input_split_sizes or None, self)
+        return FakeWork([output])
+
+    def alltoall(self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor], opts: Any = None) -> FakeWork:
+        all_to_all(output_tensors, input_tensors, self)
+        return FakeWork(list(output_tensors))
+
+    def broadcast(self, tensors: Any, opts: Any = 0) -> FakeWork:
+        tensors, root = _tensor_list(tensors), _option(opts, "rootRank")
+        for t in tensors:
+            broadcast(t, group=self, group_src=int(root or 0))
+        return FakeWork(tensors)
+
+    def reduce(self, tensors: Any, opts: Any = 0, op: Any = None) -> FakeWork:
+        tensors, root = _tensor_list(tensors), _option(opts, "rootRank")
+        op = _option(opts, "reduceOp") if op is None and not isinstance(opts, int) else op
+        for t in tensors:
+            reduce(t, op=op, group=self, group_dst=int(root or 0))
+        return FakeWork(tensors)
+
+    def barrier(self, opts: Any = None) -> FakeWork:
+        barrier(self)
+        return FakeWork()
+
+    def send(self, tensors: Any, dstRank: int, tag: int = 0) -> FakeWork:
+        tensors = _tensor_list(tensors)
+        for t in tensors:
+            send(t, group=self, tag=tag, group_dst=int(dstRank))
+        return FakeWork(tensors)
+
+    def recv(self, tensors: Any, srcRank: int, tag: int = 0) -> FakeWork:
+        tensors = _tensor_list(tensors)
+        return FakeWork(tensors, on_wait=lambda: [recv(t, group=self, tag=tag, group_src=int(srcRank)) for t in tensors])
+
+    def __getattr__(self, name: str) -> Any:
+        # Only what the class lacks comes here: a real ProcessGroup attribute is "not emulated"
+        # (the run cannot say what it would do), any other name is the candidate's own error.
+        if not name.startswith("__") and name in _process_group_attributes():
+            raise NotEmulated(f"not emulated: ProcessGroup.{name} (a method of torch's process group the emulation does not provide)")
+        raise AttributeError(f"'ProcessGroup' object has no attribute {name!r}")
+
     def __repr__(self) -> str:
         return f"FakeGroup(name={self.group_name!r}, ranks={self.ranks})"
+
+
+@functools.lru_cache(maxsize=1)
+def _process_group_attributes() -> frozenset[str]:
+    """The attribute names of torch's ProcessGroup and Backend classes (empty without c10d)."""
+    try:
+        from torch._C import _distributed_c10d as c10d_ext
+    except Exception:
+        return frozenset()
+    return frozenset(n for cls in (getattr(c10d_ext, "ProcessGroup", None), getattr(c10d_ext, "Backend", None)) if cls is not None for n in dir(cls))
+
+
+def _tensor_list(tensors: Any) -> list[torch.Tensor]:
+    return [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+
+
+def _option(opts: Any, field: str) -> Any:
+    """A field of c10d's options object (AllreduceOptions.reduceOp, BroadcastOptions.rootRank), or
+    the plain value passed where torch's other overload takes one (a ReduceOp, a root rank)."""
+    if opts is None or isinstance(opts, (int, str)) or not hasattr(opts, field):
+        return opts
+    return getattr(opts, field)
 
 
 class FakeWork:
@@ -234,6 +338,7 @@ def op_name(op: Any) -> str:
         return "SUM"
     if isinstance(op, str):
         return op.upper()
+    op = getattr(op, "op", op)  # a ReduceOp object (AllreduceOptions.reduceOp) holds its RedOpType
     name = getattr(op, "name", None)
     if isinstance(name, str):
         return name.upper()
@@ -261,7 +366,7 @@ def reduce_tensors(tensors: list[torch.Tensor], op: Any) -> torch.Tensor:
         fn = {"BAND": torch.bitwise_and, "BOR": torch.bitwise_or, "BXOR": torch.bitwise_xor}[name]
         out = functools.reduce(fn, list(stacked))
     else:
-        raise EmulationError(f"reduce op {name} is not emulated")
+        raise NotEmulated(f"not emulated: reduce op {name}")
     return out.to(dtype)
 
 
@@ -582,12 +687,24 @@ def _funcol_group(group: Any) -> Any:
     return group
 
 
-# Library calls (pkb/collectives.py) the emulation leaves to torch: none of PKB's solutions calls
-# one; a candidate that does reaches torch's own function, which finds no process group and raises.
+# Library calls (pkb/collectives.py) the emulation does not provide: none of PKB's solutions calls
+# one; a candidate that does gets NotEmulated (the run is not_run), not torch's own function
+# (which would find no process group and raise as if the candidate had erred).
 NOT_EMULATED = frozenset({
     "all_reduce_coalesced", "all_gather_into_tensor_coalesced", "reduce_scatter_tensor_coalesced",
     "send_object_list", "recv_object_list",
 })
+
+
+def _not_emulated(name: str) -> Any:
+    def not_emulated(*args: Any, **kwargs: Any) -> Any:
+        raise NotEmulated(f"not emulated: torch.distributed.{name}")
+
+    not_emulated.__name__ = name
+    return not_emulated
+
+
+NOT_EMULATED_FUNCTIONS = {name: _not_emulated(name) for name in sorted(NOT_EMULATED)}
 _PRIVATE_SPELLINGS = {"_all_gather_base": all_gather_into_tensor, "_reduce_scatter_base": reduce_scatter_tensor}
 _PROCESS_GROUP_API = (
     "get_rank", "get_world_size", "is_initialized", "is_available", "is_nccl_available", "get_backend",

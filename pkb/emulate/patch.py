@@ -8,6 +8,7 @@ attributes are the fakes while the run lasts. Patched:
   torch.distributed._symmetric_memory.<empty, rendezvous, ..., _SymmetricMemory>
   torch._C._distributed_c10d._SymmetricMemory
   torch.distributed._functional_collectives.<all_reduce, all_gather_tensor, ...> (if importable)
+  torch.ops.c10d.* / torch.ops._c10d_functional.* (a kernel that raises NotEmulated)
   torch.cuda.set_device (every index means the one device)
   torch.utils.cpp_extension.load_inline / load (one build at a time, build errors tagged,
       optionally nvcc --default-stream=per-thread so `<<<...>>>` without a stream is per rank)
@@ -35,6 +36,7 @@ PER_THREAD_STREAM_FLAG = "--default-stream=per-thread"
 class Patcher:
     def __init__(self) -> None:
         self.saved: list[tuple[Any, str, Any]] = []
+        self.cleanups: list[Callable[[], Any]] = []  # what restore() undoes besides attributes
 
     def set(self, obj: Any, name: str, value: Any) -> None:
         self.saved.append((obj, name, getattr(obj, name, _MISSING)))
@@ -50,6 +52,8 @@ class Patcher:
                     pass
             else:
                 setattr(obj, name, old)
+        while self.cleanups:
+            self.cleanups.pop()()
 
 
 def originals() -> dict[str, Any]:
@@ -78,6 +82,10 @@ def installed(world: Any, *, per_thread_default_stream: bool = True, build_log: 
             p.set(dist, name, fn)
             if hasattr(c10d, name):
                 p.set(c10d, name, fn)
+        for name, fn in fake_dist.NOT_EMULATED_FUNCTIONS.items():
+            p.set(dist, name, fn)
+            if hasattr(c10d, name):
+                p.set(c10d, name, fn)
         for name, fn in fake_dist.C10D_PRIVATE.items():
             p.set(c10d, name, fn)
         ns = fake_dist._GroupNamespace(fake_dist.world_group(world))
@@ -100,6 +108,7 @@ def installed(world: Any, *, per_thread_default_stream: bool = True, build_log: 
                     p.set(funcol, name, fn)
         except Exception:
             pass
+        _refuse_dispatcher_collectives(p)
         if world.device.type == "cuda":
             real_set_device = torch.cuda.set_device
             p.set(torch.cuda, "set_device", lambda device=None: real_set_device(world.device))
@@ -108,6 +117,37 @@ def installed(world: Any, *, per_thread_default_stream: bool = True, build_log: 
     finally:
         p.restore()
         _ACTIVE.release()
+
+
+def _refuse_dispatcher_collectives(p: Patcher) -> None:
+    """torch.ops.c10d.* and torch.ops._c10d_functional.* take torch's own process groups (boxed,
+    or by name from its registry), which the emulated world does not have: a kernel at the
+    operators' BackendSelect key raises NotEmulated instead of letting torch fail as if the
+    candidate had erred. Dropped when the run ends."""
+    import torch
+
+    from pkb.collectives import DISPATCHER_OPS
+    from pkb.emulate.world import NotEmulated
+
+    libraries: dict[str, Any] = {}
+
+    def refuse(qualified: str) -> Callable[..., Any]:
+        def not_emulated(*args: Any, **kwargs: Any) -> Any:
+            raise NotEmulated(f"not emulated: torch.ops.{qualified.replace('::', '.')} (the emulated ranks have no torch process group)")
+
+        return not_emulated
+
+    for qualified in DISPATCHER_OPS:
+        namespace, op_name = qualified.split("::")
+        try:
+            packet = getattr(getattr(torch.ops, namespace), op_name)
+            lib = libraries.get(namespace) or torch.library.Library(namespace, "IMPL")
+            libraries[namespace] = lib
+            for overload_name in packet.overloads():
+                lib.impl(op_name if overload_name == "default" else f"{op_name}.{overload_name}", refuse(qualified), "BackendSelect")
+        except Exception:
+            continue  # an operator this torch lacks
+    p.cleanups.extend(lib._destroy for lib in libraries.values())
 
 
 def _patch_builds(p: Patcher, per_thread: bool, build_log: list[dict[str, Any]] | None) -> None:

@@ -38,6 +38,21 @@ class EmulationError(RuntimeError):
     """A misuse the emulation detects (a collective called by a thread that is no rank...)."""
 
 
+class NotEmulated(EmulationError, AttributeError):
+    """A part of torch.distributed that exists on real ranks and that the emulation does not
+    provide (a ProcessGroup method, a reduce op, a rarely used collective). The run cannot say
+    what the candidate would do there: not the candidate's fault. An AttributeError as well, so
+    `hasattr(group, name)` answers False as on a torch without it. Each one made inside a rank is
+    noted in its world (shared["not_emulated"]), so a candidate that caught it and went on is
+    still named in the record."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        ctx = current_or_none()
+        if ctx is not None:
+            ctx.world.shared.setdefault("not_emulated", set()).add(message.split(" (")[0])
+
+
 class WorldAborted(RuntimeError):
     """Raised inside a rank when the world gave up on the current step."""
 

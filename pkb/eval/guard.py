@@ -5,7 +5,9 @@
                       and after calls; a replaced one is `suspect/harness_tamper`
     DistCounter       counts torch.distributed collectives (and functional collectives) while the
                       candidate's calls run, so a library collective on the timed path is seen;
-                      barriers are counted apart (a host sync moves no data)
+                      barriers are counted apart (a host sync moves no data); also at the
+                      dispatcher (torch.ops.c10d.*, torch.ops._c10d_functional.*), which every
+                      route to NCCL or gloo but a Backend's own methods goes through
     ReferenceWatch    a profile hook during the correctness calls that notices the candidate
                       running code from the reference's file (`suspect/calls_reference`)
     Watchdog          a thread that holds the per-phase and per-call deadlines and marks the
@@ -27,7 +29,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable
 
-from pkb.collectives import COUNTED, HOST_SYNCS, PROCESS_GROUP_METHODS
+from pkb.collectives import COUNTED, DISPATCHER_OPS, HOST_SYNCS, PROCESS_GROUP_METHODS
 
 _TORCH_FUNCS = (
     "allclose", "isclose", "equal", "eq", "ne", "isnan", "isfinite", "isinf", "where", "abs", "all", "any",
@@ -84,6 +86,9 @@ class HarnessSnapshot:
             self._add(importlib.import_module(modname), modname, name)  # imported here where no one had yet
         # Methods set on torch.Tensor itself (Tensor.__eq__ = ... lands in this dict).
         self.tensor_dict = dict(vars(torch.Tensor))
+        # The counter's kernels at the dispatcher: a candidate that drops or overrides one
+        # (torch.library, the Library object's _destroy) would hide its collectives.
+        self.dispatcher_hooks = dispatcher_hook_lines()
 
     def _add(self, owner: Any, owner_name: str, name: str) -> None:
         if hasattr(owner, name):
@@ -103,6 +108,9 @@ class HarnessSnapshot:
                 continue
             if current.get(name) is not self.tensor_dict.get(name):
                 out.append(f"torch.Tensor.{name}")
+        if self.dispatcher_hooks:
+            now_hooks = dispatcher_hook_lines()
+            out += [f"dispatcher {op} ({DISPATCH_KEY})" for op, line in self.dispatcher_hooks.items() if now_hooks.get(op) != line]
         return sorted(out)
 
     def restore(self) -> None:
@@ -133,15 +141,42 @@ class DistCounter:
     and the methods of c10d's ProcessGroup and Backend classes under them
     (pkb.collectives.PROCESS_GROUP_METHODS), to count calls while `active`. A call is counted once,
     at the outermost wrapper it enters: dist.all_reduce calling ProcessGroup.allreduce is one call,
-    and a candidate calling ProcessGroup.allreduce itself is counted all the same."""
+    and a candidate calling ProcessGroup.allreduce itself is counted all the same. Behind all of
+    them, `mark`/`uncounted_since` compare the backends' own sequence numbers with the calls seen."""
 
     def __init__(self) -> None:
         import threading
 
         self.active = False
         self.counts: dict[str, int] = {}
+        self.seen = 0  # every outermost call, active or not (the reference's and the harness's too)
         self.installed = False
         self._depth = threading.local()  # wrappers entered on this thread
+        self._replaced: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
+        self._libraries: dict[str, Any] = {}  # torch.library.Library per namespace, holding our kernels
+        self.dispatcher_ops: list[str] = []
+
+    def mark(self) -> tuple[dict[Any, int], int]:
+        """The process groups' sequence numbers and the calls seen so far, for `uncounted_since`."""
+        return backend_sequence_numbers(), self.seen
+
+    def uncounted_since(self, mark: tuple[dict[Any, int], int]) -> int:
+        """Collectives the process groups' backends issued since `mark` beyond the calls this
+        counter saw: gloo and NCCL number every collective they run, whatever route led there (a
+        dispatch key excluded around torch.ops.c10d.*, a wrapper put back), so a difference is a
+        collective that passed every wrapper. Counted under BACKEND_SEQUENCE (see add_uncounted).
+        Only around the candidate's own calls: one library call may run several collectives
+        (all_gather_object runs two), so around the reference's calls too the difference would
+        charge the candidate with the reference's; and never inside a timed loop (it costs a few
+        microseconds per call)."""
+        before, seen = mark
+        after = backend_sequence_numbers()
+        issued = sum(n - before.get(g, 0) for g, n in after.items())
+        return max(0, issued - (self.seen - seen))
+
+    def add_uncounted(self, n: int) -> None:
+        if n > 0:
+            self.counts[BACKEND_SEQUENCE] = self.counts.get(BACKEND_SEQUENCE, 0) + n
 
     @property
     def total(self) -> int:
@@ -170,7 +205,55 @@ class DistCounter:
         for cls in process_group_classes():
             for method, name in PROCESS_GROUP_METHODS.items():
                 self._replace(cls, method, name, wrapped)
+        self.dispatcher_ops = self._hook_dispatcher()
         self.installed = True
+
+    def _hook_dispatcher(self) -> list[str]:
+        """A kernel of ours at the BackendSelect key of every operator in DISPATCHER_OPS: it counts
+        the call and hands it on, with the same arguments, to the kernels below (CPU, CUDA, Meta).
+        BackendSelect is in every call's key set (inference_mode and no_grad leave it), so the
+        c10d operators are seen whether torch.distributed, a ProcessGroup method or torch.ops
+        called them. Operators this torch lacks are left out; the names hooked are returned."""
+        import torch
+
+        try:
+            below = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
+        except Exception:
+            return []
+        hooked = []
+        for qualified, name in sorted(DISPATCHER_OPS.items()):
+            namespace, op_name = qualified.split("::")
+            if not _has_operator(qualified) or torch._C._dispatch_has_kernel_for_dispatch_key(qualified, DISPATCH_KEY):
+                continue  # absent from this torch, or someone's kernel already there: not ours to replace
+            try:
+                packet = getattr(getattr(torch.ops, namespace), op_name)
+                lib = self._libraries.get(namespace) or torch.library.Library(namespace, "IMPL")
+                self._libraries[namespace] = lib
+                for overload_name in packet.overloads():
+                    overload = getattr(packet, overload_name)
+                    schema_name = op_name if overload_name == "default" else f"{op_name}.{overload_name}"
+                    lib.impl(schema_name, self._dispatcher_kernel(overload, name, below), DISPATCH_KEY, with_keyset=True)
+            except Exception:
+                continue
+            hooked.append(qualified)
+        return hooked
+
+    def _dispatcher_kernel(self, overload: Any, name: str, below: Any) -> Callable[..., Any]:
+        counter, depth = self, self._depth
+
+        def counted_op(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+            level = getattr(depth, "n", 0)
+            if level == 0:
+                counter.seen += 1
+                if counter.active:
+                    counter.counts[name] = counter.counts.get(name, 0) + 1
+            depth.n = level + 1
+            try:
+                return overload.redispatch(keyset & below, *args, **kwargs)
+            finally:
+                depth.n = level
+
+        return counted_op
 
     def _replace(self, owner: Any, attr: str, name: str, wrapped: dict[int, Callable[..., Any]]) -> None:
         fn = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
@@ -182,15 +265,33 @@ class DistCounter:
         try:
             setattr(owner, attr, w)
         except Exception:
-            pass
+            return
+        self._replaced.append((owner, attr, fn))
+
+    def uninstall(self) -> None:
+        """Put every original back and drop the dispatcher kernels (for a process that goes on
+        after counting, such as a test's)."""
+        for owner, attr, fn in reversed(self._replaced):
+            try:
+                setattr(owner, attr, fn)
+            except Exception:
+                pass
+        self._replaced.clear()
+        for lib in self._libraries.values():
+            lib._destroy()
+        self._libraries.clear()
+        self.dispatcher_ops = []
+        self.installed = False
 
     def _wrap(self, fn: Callable[..., Any], name: str) -> Callable[..., Any]:
         counter, depth = self, self._depth
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             level = getattr(depth, "n", 0)
-            if counter.active and level == 0:
-                counter.counts[name] = counter.counts.get(name, 0) + 1
+            if level == 0:
+                counter.seen += 1
+                if counter.active:
+                    counter.counts[name] = counter.counts.get(name, 0) + 1
             depth.n = level + 1
             try:
                 return fn(*args, **kwargs)
@@ -202,6 +303,59 @@ class DistCounter:
         counted.__name__ = getattr(fn, "__name__", name)
         counted.__doc__ = getattr(fn, "__doc__", None)
         return counted
+
+
+# The dispatch key the counter's kernels sit at (DistCounter._hook_dispatcher says why this one).
+DISPATCH_KEY = "BackendSelect"
+# The name collectives seen only by the backends' sequence numbers are counted under.
+BACKEND_SEQUENCE = "backend_sequence"
+
+
+def backend_sequence_numbers() -> dict[Any, int]:
+    """Each live process group's sequence number (gloo and NCCL add one per collective they run,
+    barriers included; point-to-point may not count); empty without an initialised group."""
+    try:
+        import torch.distributed.distributed_c10d as c10d
+
+        if not c10d.is_initialized():
+            return {}
+        groups = list(getattr(c10d._world, "pg_map", None) or {}) or [c10d._get_default_group()]
+    except Exception:
+        return {}
+    out = {}
+    for group in groups:
+        try:
+            out[group] = int(group._get_sequence_number_for_group())
+        except Exception:
+            continue
+    return out
+
+
+def _has_operator(qualified: str) -> bool:
+    import torch
+
+    try:
+        return bool(torch._C._dispatch_dump(qualified))
+    except Exception:
+        return False
+
+
+def dispatcher_hook_lines() -> dict[str, str]:
+    """For every operator of DISPATCHER_OPS with a kernel at DISPATCH_KEY: the dispatcher's line
+    for that kernel (where it was registered). Equal lines before and after a call: the same
+    kernel is there."""
+    import torch
+
+    out = {}
+    for qualified in DISPATCHER_OPS:
+        try:
+            if not torch._C._dispatch_has_kernel_for_dispatch_key(qualified, DISPATCH_KEY):
+                continue
+            dump = torch._C._dispatch_dump(qualified)
+        except Exception:
+            continue
+        out[qualified] = next((line for line in dump.splitlines() if line.startswith(f"{DISPATCH_KEY}:")), "")
+    return out
 
 
 def process_group_classes() -> list[type]:

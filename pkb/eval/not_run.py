@@ -23,6 +23,7 @@ _HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"no CUDA device"), "run it where a CUDA GPU is present; on CPU only pure-PyTorch candidates run"),
     (re.compile(r"needs \d+ GPUs; \d+ visible"), "lower `--world-size` to the GPUs visible, or run on a larger machine"),
     (re.compile(r"no source to run"), "the file could not be read as Python; see its parse status in static.jsonl"),
+    (re.compile(r"not emulated: "), "the emulated ranks lack that part of torch.distributed: evaluate it on real ranks (without --emulate)"),
     (re.compile(r"evaluation failed"), "a harness error: please report it with this line"),
 )
 

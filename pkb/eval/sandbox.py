@@ -17,7 +17,11 @@ evidence that a SIGKILL came from the OOM killer, and every process in it is kil
 
 Where bubblewrap is missing or refused, `unshare` (util-linux) gives the PID namespace alone; where
 that fails too, the plain process runs as before. The record says which (details.sandbox), and
-PKB_SANDBOX=bwrap|unshare|none forces one.
+PKB_SANDBOX=bwrap|unshare|none forces one. Under either fallback the store, the work folder and
+the other candidates' jobs stay reachable by path (same user, same filesystem): the record says so
+(`fallback`). Under `none` the harness also makes itself non-dumpable before the launch, which
+closes its /proc/<pid>/fd (the open store, the judge's unnamed reference copies), its memory and
+its environment to the candidate's processes, unless they run as root (`harness_proc`).
 """
 
 from __future__ import annotations
@@ -43,6 +47,14 @@ ISOLATES = {
     "none": "no namespaces: the launcher's process groups, its sweep and the launch cgroup where one is made",
 }
 END_WAIT_S = 10.0  # for the init to name and kill what is left, after torchrun exited
+# What a candidate can still reach under each fallback (said in every record of that kind).
+REACHABLE = {
+    "unshare": "harness files reachable: the store, the work folder and other candidates' jobs, by path "
+               "(shared filesystem, same user); the harness's /proc/<pid>/fd too once a root candidate "
+               "unmounts its own /proc (unshare runs only as root here: no user namespace)",
+    "none": "harness files reachable: the store, the work folder and other candidates' jobs, by path "
+            "(same user, same filesystem), and every process of the user by pid",
+}
 
 
 def choose() -> tuple[str, str]:
@@ -100,14 +112,17 @@ class Sandbox:
     cgroup: LaunchCgroup | None = None
     _report: tuple[int, int] | None = None
     _oom_before: int | None = None
+    harness_proc: str = ""
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
         return (self._report[1],) if self._report else ()
 
     def wrap(self, cmd: list[str], python: str, cwd: str) -> list[str]:
-        """The command that runs `cmd` inside this sandbox (unchanged for kind none)."""
+        """The command that runs `cmd` inside this sandbox (unchanged for kind none, where the
+        harness closes its own /proc entries first)."""
         if self.kind == "none":
+            self.harness_proc = close_harness_proc()
             return cmd
         self._report = os.pipe()
         os.set_inheritable(self._report[1], True)
@@ -171,6 +186,10 @@ class Sandbox:
         out: dict[str, Any] = {"kind": self.kind, "isolates": ISOLATES[self.kind]}
         if self.reason:
             out["fallback_reason" if self.kind != "bwrap" else "note"] = self.reason
+        if self.kind in REACHABLE:
+            out["fallback"] = REACHABLE[self.kind]
+        if self.harness_proc:
+            out["harness_proc"] = self.harness_proc
         if self.kind != "none":
             try:
                 proc.wait(timeout=END_WAIT_S)
@@ -265,6 +284,28 @@ def _ns_pid(pid: int) -> int:
     except (OSError, ValueError):
         pass
     return 1 << 30
+
+
+PR_SET_DUMPABLE, PR_GET_DUMPABLE = 4, 3
+
+
+def close_harness_proc() -> str:
+    """Makes this process non-dumpable (prctl PR_SET_DUMPABLE 0; its children get the flag back at
+    exec): the kernel then refuses its /proc/<pid>/fd, mem and environ to other processes of the
+    same user that lack CAP_SYS_PTRACE, while this process still reads its own /proc/self. Without
+    a sandbox that is what keeps a candidate from opening the store or the judge's reference copies
+    through this process's descriptors. Returns the record's words for what it achieved."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 or libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0:
+            return "open: the harness could not make itself non-dumpable"
+    except (OSError, AttributeError):
+        return "open: no prctl here"
+    if os.geteuid() == 0:
+        return "open to a root candidate: the harness is non-dumpable, but root reads any process's /proc/<pid>/fd"
+    return "closed: the harness is non-dumpable (its /proc/<pid>/fd, mem and environ refused to the candidate's user)"
 
 
 def _die_with_parent() -> None:

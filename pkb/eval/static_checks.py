@@ -7,8 +7,10 @@ rest become notes in the evaluation's details.
 
     fallback_try_except   a try/except whose handler calls a data-moving torch.distributed
                           collective (or a process group's own method for one, such as
-                          group.allreduce) or reaches the reference (a custom kernel that quietly
-                          falls back); a barrier there moves nothing and is no fallback
+                          group.allreduce, or the dispatcher's operator for one, such as
+                          torch.ops._c10d_functional.all_reduce) or reaches the reference (a custom
+                          kernel that quietly falls back); a barrier there moves nothing and is no
+                          fallback
     imports_reference     imports the problem's reference module or opens/runs a reference file
     harness_access        names the harness's own files or modules (result_rank*.json, pkb.eval)
     introspection         gc.get_objects / sys._getframe / inspect.stack: a way to reach the
@@ -23,12 +25,14 @@ import ast
 import re
 from typing import Any
 
-from pkb.collectives import HOST_SYNCS, MOVES_DATA, PROCESS_GROUP_METHODS
+from pkb.collectives import DISPATCHER_OPS, HOST_SYNCS, MOVES_DATA, PROCESS_GROUP_METHODS
 
 _DIST_OWNERS = ("dist", "distributed", "funcol", "_functional_collectives", "c10d", "distributed_c10d")
 # ProcessGroup methods spelled unlike any tensor or Python method (allreduce, alltoall_base...):
 # a call of one moves data whatever the object is named (group, pg, WORLD).
 _PG_ONLY_METHODS = frozenset(m for m, name in PROCESS_GROUP_METHODS.items() if m not in MOVES_DATA and name not in HOST_SYNCS)
+# torch.ops.<namespace>.<operator> of a data-moving collective, by (namespace, operator).
+_DISPATCHER_MOVES = frozenset(tuple(q.split("::")) for q, name in DISPATCHER_OPS.items() if name not in HOST_SYNCS)
 _REFERENCE_MODULES = re.compile(r"^(problems(\.|$)|reference(\.|$)|pkb_reference$|pkb_problem_)")
 _REFERENCE_TEXT = re.compile(r"(^|[/\\])(reference|problems)([/\\]|$)|p\d+_[a-z0-9_]+\.py|^\d+_[a-z0-9_]+\.py$")
 _HARNESS_TEXT = re.compile(r"result_rank|status_rank|verdict_rank|\.key_rank|job\.json|torchrun\.log|pkb\.eval|TORCHELASTIC_ERROR_FILE")
@@ -83,11 +87,25 @@ def _is_collective_call(node: ast.AST) -> bool:
     func = node.func
     if isinstance(func, ast.Attribute) and func.attr in _PG_ONLY_METHODS:
         return True
+    chain = _attribute_chain(func)  # torch.ops.c10d.allreduce_(...), ops._c10d_functional.all_reduce.default(...)
+    if any(chain[i] == "ops" and (chain[i + 1], chain[i + 2]) in _DISPATCHER_MOVES for i in range(len(chain) - 2)):
+        return True
     if isinstance(func, ast.Attribute) and func.attr in MOVES_DATA:  # a barrier in a handler moves nothing
         owner = func.value
         name = owner.attr if isinstance(owner, ast.Attribute) else owner.id if isinstance(owner, ast.Name) else ""
         return name in _DIST_OWNERS
     return False
+
+
+def _attribute_chain(node: ast.AST) -> list[str]:
+    """The names of a dotted expression, outermost first (`torch.ops.c10d.x` -> torch, ops, c10d, x)."""
+    names: list[str] = []
+    while isinstance(node, ast.Attribute):
+        names.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        names.append(node.id)
+    return names[::-1]
 
 
 def _reaches_reference(node: ast.AST) -> bool:

@@ -320,6 +320,7 @@ class Rank(RankTiming):
         wd, counter = self.watchdog, self.counter
         before = counter.total if counter is not None else 0
         syncs_before = counter.host_syncs if counter is not None else 0
+        mark = counter.mark() if counter is not None else None
         self.hand(inputs)
         try:
             if wd is not None:
@@ -339,6 +340,7 @@ class Rank(RankTiming):
             if wd is not None:
                 wd.call_end()
         if counter is not None:
+            counter.add_uncounted(counter.uncounted_since(mark))  # type: ignore[arg-type]
             self.dist_calls[count] += counter.total - before
             self.dist_calls["host_syncs"][count] += counter.host_syncs - syncs_before
             self.dist_calls["names"] = dict(counter.counts)
