@@ -476,3 +476,19 @@ def test_split_size_helpers_nested_fast_paths_and_function_attribute_caches():
     assert paths(f, "torch.cuda.synchronize") == ["fallback"]
     assert paths(f, "_symmetric_memory.empty") == ["setup"]
     assert paths(f, "torch.distributed.reduce") == ["fallback"]
+
+
+def test_a_helper_called_only_from_an_untaken_conditional_expression_is_fallback():
+    # `_reduce(x, grp) if grp is not None else x` with grp left at None on the run: what the
+    # helper calls runs only on the branch the run skips. The same helper called plainly is timed.
+    src = '''
+        import torch.distributed as dist
+        def _reduce(v, grp):
+            dist.all_reduce(v, group=grp)
+            return v
+        def solution(x, fsdp_group=None):
+            return _reduce(x, fsdp_group) if fsdp_group is not None else x
+    '''
+    assert paths(facts(src), "all_reduce") == ["fallback"]
+    taken = src.replace("if fsdp_group is not None else x", "if x.is_cuda else x")
+    assert paths(facts(taken), "all_reduce") == ["timed"]
