@@ -85,6 +85,10 @@ class PointerKinds:
             return "unknown"
         if isinstance(node, ast.BinOp):
             return stronger(self.kind_of(node.left, scope), self.kind_of(node.right, scope))
+        if isinstance(node, ast.IfExp):
+            # `int(hdl.buffer_ptrs[rank - 1]) if rank > 0 else 0`: a peer address on the ranks that
+            # have the neighbour, a null the kernel skips on the edge ranks.
+            return stronger(self.kind_of(node.body, scope), self.kind_of(node.orelse, scope))
         if isinstance(node, (ast.List, ast.Tuple, ast.ListComp)):
             elts = node.elts if not isinstance(node, ast.ListComp) else [node.elt]
             best = "unknown"

@@ -112,6 +112,23 @@ def test_own_rank_buffer_is_not_a_peer():
     assert kinds == ["symm_local", "peer_ptr"]
 
 
+def test_a_neighbour_address_chosen_by_a_conditional_expression_is_a_peer():
+    # `int(hdl.buffer_ptrs[rank - 1]) if rank > 0 else 0`: the edge rank passes a null the kernel
+    # skips; every other rank passes its neighbour's buffer. A local address either way stays local.
+    f = facts('''
+        import torch.distributed as dist
+        from torch.utils.cpp_extension import load_inline
+        ext = load_inline(name="a", cpp_sources="", cuda_sources="", functions=["k"])
+        def solution(x):
+            rank = dist.get_rank()
+            prev_ptr = int(hdl.buffer_ptrs[rank - 1]) if rank > 0 else 0
+            own = int(hdl.buffer_ptrs[rank]) if rank > 0 else 0
+            ext.k(prev_ptr, own)
+    ''')
+    call = next(c for c in f.calls if c.category == "ext_kernel")
+    assert [a.pointer_kind for a in call.args] == ["peer_ptr", "symm_local"]
+
+
 def test_uncached_setup_is_timed():
     f = facts('''
         import torch.distributed._symmetric_memory as symm_mem
