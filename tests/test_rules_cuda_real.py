@@ -471,3 +471,69 @@ def test_pkb004_points_at_the_data_push_not_at_a_later_flag_only_launch(tmp_path
     src = src.replace(publish + "\n", "    " + wait + "\n" + flags_in_buf + "\n")
     rec = analyze(tmp_path, src, "2_allgather_cuda.py")
     assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.run(x, torch.tensor(hdl.buffer_ptrs")]
+
+
+TWO_BUFFERS = r'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+#include <torch/extension.h>
+__global__ void gather(const int64_t* ptrs, float* out, int64_t n, int world_size) {
+    for (int p = 0; p < world_size; ++p) {
+        const float* src = reinterpret_cast<const float*>(ptrs[p]);
+        for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[p * n + i] = src[i];
+    }
+}
+void pull(torch::Tensor ptrs, torch::Tensor out, int64_t n, int64_t world_size) {
+    gather<<<1, 256>>>(ptrs.data_ptr<int64_t>(), out.data_ptr<float>(), n, world_size);
+}
+"""
+
+_ext = load_inline("ext", cpp_sources="", cuda_sources=CUDA, functions=["pull"])
+_cache = {}
+
+
+def _resources(group, n, device):
+    key = (id(group), n)
+    got = _cache.get(key)
+    if got is not None:
+        return got
+    buf = symm_mem.empty(n, device=device, dtype=torch.float32)
+    hdl = symm_mem.rendezvous(buf, group)
+    got = (buf, hdl, torch.tensor(hdl.buffer_ptrs, device=device))
+    _cache[key] = got
+    return got
+
+
+def solution(x: torch.Tensor, group=None) -> torch.Tensor:
+    group = group or dist.group.WORLD
+    ws = dist.get_world_size(group)
+    meta, meta_hdl, meta_ptrs = _resources(group, 1, x.device)
+    meta.copy_(x[:1])
+    meta_hdl.barrier(channel=0)
+    sizes = torch.empty(ws, device=x.device)
+    _ext.pull(meta_ptrs, sizes, 1, ws)
+    data, data_hdl, data_ptrs = _resources(DATA_GROUP, x.numel(), x.device)
+    data.copy_(x)
+    data_hdl.barrier(channel=0)
+    out = torch.empty(ws * x.numel(), device=x.device)
+    _ext.pull(data_ptrs, out, x.numel(), ws)
+    return out
+'''
+
+
+def test_pkb004_data_buffer_rewritten_only_behind_a_barrier_of_its_group_is_safe(tmp_path):
+    # `meta` is written before any barrier, but the unclosed gather reads `data`, which the next
+    # call rewrites only after meta_hdl.barrier on the same group: every peer finished its gather.
+    rec = analyze(tmp_path, TWO_BUFFERS.replace("DATA_GROUP", "group"), "36_ulysses_all_gather_variable_primitive_cuda.py")
+    assert lines_of(rec, "PKB004") == []
+
+
+def test_pkb004_data_buffer_of_another_group_is_not_ordered_by_the_first_barrier(tmp_path):
+    # The data buffer lives on another group: meta_hdl's barrier does not wait for its readers.
+    src = TWO_BUFFERS.replace("DATA_GROUP", "tp_group").replace("group=None)", "group=None, tp_group=None)")
+    rec = analyze(tmp_path, src, "36_ulysses_all_gather_variable_primitive_cuda.py")
+    assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.pull(data_ptrs")]

@@ -39,7 +39,10 @@ class PeerBufferReuseWithoutBarrier(Rule):
     ```
     or alternate between two buffers and two signal channels. A closing barrier may be split
     over two launches (publish a ready flag or an ack to the peers, then wait for theirs); a
-    launch that only signals or waits is no peer access of the buffer.
+    launch that only signals or waits is no peer access of the buffer. A buffer the next call
+    rewrites only after a barrier of a buffer set up on the same process group (a metadata
+    buffer's barrier before the data buffer is restaged) is ordered by that barrier; a barrier
+    of another group (the CP pair's before the TP buffer's rewrite) is not.
     """
 
     id = "PKB004"
@@ -88,6 +91,8 @@ class PeerBufferReuseWithoutBarrier(Rule):
         first_write = min((position(c.function, c.line) for c in writers), default=None)
         if first_write is not None and any(is_barrier(c) and position(c.function, c.line) < first_write for c in calls):
             return
+        if _entry_barrier_per_buffer(ctx, calls, peer_calls, writers, position, is_barrier):
+            return
         if _double_buffered(ctx, last):
             return
         # A kernel that ends with its own wait (a spin after its last peer access) closes itself.
@@ -123,6 +128,76 @@ class PeerBufferReuseWithoutBarrier(Rule):
             if any(a.function in kernels and a.pointer_kind in PEER_KINDS for a in cuda.accesses):
                 return True
         return False
+
+
+def _entry_barrier_per_buffer(ctx, calls, peer_calls, writers, position, is_barrier) -> bool:
+    """The next call's entry barrier, buffer by buffer: every buffer read by a peer access after
+    the call's last barrier is first rewritten behind a barrier of the handle of a buffer set up on
+    the same process group. (`meta` is written before any barrier, but `data_buf`, which the
+    unclosed gather reads, only after `meta_hdl.barrier()`: on the same group, so every peer has
+    finished the previous gather.) A barrier of another group (the CP pair's before the TP
+    buffer's rewrite) orders nothing for these readers."""
+    bundles = _unpacked_bundles(ctx)
+    barrier_pos = [position(c.function, c.line) for c in calls if is_barrier(c)]
+    if not barrier_pos:
+        return False
+    unclosed = [c for c in peer_calls if position(c.function, c.line) > max(barrier_pos)]
+    read = set()
+    for c in unclosed:
+        for a in c.args:
+            if a.pointer_kind in _PEER_ARGS and a.pointer_kind != "symm_local":
+                bundle = bundles.get((c.function, a.text))
+                if bundle is None or not bundle[1]:
+                    return False  # not a buffer of a known process group: keep the finding
+                read.add(bundle)
+    if not read:
+        return False
+    for names, group in read:
+        rewrites = [position(c.function, c.line) for c in writers
+                    if any(a.pointer_kind == "symm_local" and a.text in names and bundles.get((c.function, a.text), (None,))[0] == names
+                           for a in c.args)]
+        if not rewrites:
+            return False  # rewritten through a name we do not follow
+        ordered = False
+        for c in calls:
+            if c.qualname != "handle.barrier" or position(c.function, c.line) >= min(rewrites):
+                continue
+            receiver = c.snippet.split(".barrier", 1)[0].strip()
+            handle = bundles.get((c.function, receiver))
+            if handle is not None and handle[1] == group:
+                ordered = True
+        if not ordered:
+            return False
+    return True
+
+
+def _unpacked_bundles(ctx) -> dict[tuple[str, str], tuple[frozenset, str]]:
+    """(function, name) -> (the names unpacked with it, the process group its set-up helper was
+    given): `data_buf, data_hdl, data_ptrs = _get_data_resources(group, ...)` makes the buffer,
+    its handle and its peer addresses one bundle on `group`. A name unpacked twice is left out."""
+    tree = ctx.rec.syntax_tree()
+    out: dict[tuple[str, str], tuple[frozenset, str]] = {}
+    if tree is None:
+        return out
+    seen: set[tuple[str, str]] = set()
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for n in ast.walk(fn):
+            if not (isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Tuple)
+                    and isinstance(n.value, ast.Call) and all(isinstance(e, ast.Name) for e in n.targets[0].elts)):
+                continue
+            names = frozenset(e.id for e in n.targets[0].elts)
+            group = next((ast.unparse(a) for a in [*n.value.args, *(k.value for k in n.value.keywords)]
+                          if re.search(r"(^|_)(group|pg)$", ast.unparse(a))), "")
+            for name in names:
+                key = (fn.name, name)
+                if key in seen:
+                    out.pop(key, None)
+                    continue
+                seen.add(key)
+                out[key] = (names, group)
+    return out
 
 
 def _only_flags(ctx, call) -> bool:
