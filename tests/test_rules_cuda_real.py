@@ -536,4 +536,14 @@ def test_pkb004_data_buffer_of_another_group_is_not_ordered_by_the_first_barrier
     # The data buffer lives on another group: meta_hdl's barrier does not wait for its readers.
     src = TWO_BUFFERS.replace("DATA_GROUP", "tp_group").replace("group=None)", "group=None, tp_group=None)")
     rec = analyze(tmp_path, src, "36_ulysses_all_gather_variable_primitive_cuda.py")
+    # and the meta gather's only later barrier is the data buffer's, on the other group, while
+    # the next call rewrites meta before any barrier of its own group
+    assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.pull(meta_ptrs"), line_of(rec, "_ext.pull(data_ptrs")]
+
+
+def test_pkb004_a_gather_closed_by_a_barrier_of_its_own_group_is_safe(tmp_path):
+    src = TWO_BUFFERS.replace("DATA_GROUP", "tp_group").replace("group=None)", "group=None, tp_group=None)")
+    src = src.replace("    _ext.pull(meta_ptrs, sizes, 1, ws)\n", "    _ext.pull(meta_ptrs, sizes, 1, ws)\n    meta_hdl.barrier(channel=1)\n")
+    rec = analyze(tmp_path, src, "36_ulysses_all_gather_variable_primitive_cuda.py")
+    assert "meta_hdl.barrier(channel=1)" in rec.source
     assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.pull(data_ptrs")]

@@ -42,7 +42,9 @@ class PeerBufferReuseWithoutBarrier(Rule):
     launch that only signals or waits is no peer access of the buffer. A buffer the next call
     rewrites only after a barrier of a buffer set up on the same process group (a metadata
     buffer's barrier before the data buffer is restaged) is ordered by that barrier; a barrier
-    of another group (the CP pair's before the TP buffer's rewrite) is not.
+    of another group (the CP pair's before the TP buffer's rewrite) is not. With buffers on
+    several groups, each peer access is checked on its own: a CP gather whose only later barrier
+    is the TP pair's is not closed, however many barriers follow it.
     """
 
     id = "PKB004"
@@ -52,6 +54,21 @@ class PeerBufferReuseWithoutBarrier(Rule):
     fix = "add hdl.barrier() (or a device-side barrier) after the last kernel that touches peer memory, or double-buffer"
 
     def check(self, ctx):
+        found = list(self._check_last(ctx))
+        yield from found
+        flagged = {f.line for f in found}
+        for call in _unclosed_on_their_group(ctx, self._is_barrier):
+            if call.line not in flagged:
+                flagged.add(call.line)
+                yield self.finding(ctx, call.line, f"no barrier of its group follows {call.qualname}, which reads "
+                                                   "peers' buffers; a barrier of another group does not wait for them")
+
+    def _is_barrier(self, ctx, c) -> bool:
+        tells = any(a.pointer_kind in ("signal_ptr_array", "peer_ptr_array") for a in c.args) or self._ext_accesses_peers(ctx, c)
+        return (c.qualname in ("handle.barrier", "handle.wait_signal") or c.category in ("host_sync", "collective")
+                or (c.category == "ext_kernel" and self._ext_waits(ctx, c) and tells))
+
+    def _check_last(self, ctx):
         calls = [c for c in ctx.py.calls if c.path == "timed"]
         peer_calls = [
             c for c in calls
@@ -128,6 +145,51 @@ class PeerBufferReuseWithoutBarrier(Rule):
             if any(a.function in kernels and a.pointer_kind in PEER_KINDS for a in cuda.accesses):
                 return True
         return False
+
+
+def _unclosed_on_their_group(ctx, is_barrier):
+    """Peer accesses of a buffer set up on one process group (`cp_buf, cp_hdl, cp_ptrs =
+    _get(cp_group, ...)`) that no later barrier of that group closes (the only later barrier is
+    another group's, `tp_hdl.barrier()`), whose buffer the next call rewrites before any barrier
+    of its group. Buffers the file does not bundle with a group are left to the main check."""
+    calls = [c for c in ctx.py.calls if c.path == "timed"]
+    bundles = _unpacked_bundles(ctx)
+    groups = {g for _, g in bundles.values() if g}
+    if len(groups) < 2:
+        return  # one group: any barrier waits for every reader
+    position = _call_positions(ctx)
+    writers = [c for c in calls if c.category in ("tensor_copy", "ext_kernel", "triton_launch", "cupy_launch")]
+
+    def group_of_barrier(c) -> str | None:
+        # None: a barrier whose group is not known (a host sync, a collective, a device barrier)
+        if c.qualname != "handle.barrier":
+            return None
+        handle = bundles.get((c.function, c.snippet.split(".barrier", 1)[0].strip()))
+        return handle[1] if handle is not None and handle[1] else None
+
+    for c in calls:
+        if c.category not in ("ext_kernel", "triton_launch", "cupy_launch", "tensor_copy", "cudart_copy") \
+                or _only_flags(ctx, c):
+            continue
+        peer = [a for a in c.args if a.pointer_kind in _PEER_ARGS and a.pointer_kind != "symm_local"]
+        read = {bundles.get((c.function, a.text)) for a in peer}
+        if not peer or None in read or len({g for _, g in read}) != 1 or not next(iter(read))[1]:
+            continue
+        names, group = next(iter(read))
+        here = position(c.function, c.line)
+        later = [b for b in calls if is_barrier(ctx, b) and position(b.function, b.line) > here]
+        if not later or any(group_of_barrier(b) in (None, group) for b in later):
+            continue  # closed by its group's barrier (or by one we cannot place), or left to the main check
+        rewrites = [position(w.function, w.line) for w in writers
+                    if any(a.pointer_kind == "symm_local" and a.text in names for a in w.args)]
+        if not rewrites:
+            continue
+        if any(group_of_barrier(b) in (None, group) and position(b.function, b.line) < min(rewrites)
+               for b in calls if is_barrier(ctx, b)):
+            continue  # the next call's entry barrier of that group comes before the rewrite
+        if _double_buffered(ctx, c):
+            continue
+        yield c
 
 
 def _entry_barrier_per_buffer(ctx, calls, peer_calls, writers, position, is_barrier) -> bool:
