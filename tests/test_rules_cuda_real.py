@@ -547,3 +547,39 @@ def test_pkb004_a_gather_closed_by_a_barrier_of_its_own_group_is_safe(tmp_path):
     rec = analyze(tmp_path, src, "36_ulysses_all_gather_variable_primitive_cuda.py")
     assert "meta_hdl.barrier(channel=1)" in rec.source
     assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.pull(data_ptrs")]
+
+
+CAS_BARRIER = r"""
+__device__ void cas_barrier(const uint64_t* signal_pad_ptrs, int rank, int world_size) {
+    int t = threadIdx.x;
+    if (t < world_size) {
+        uint32_t* remote = reinterpret_cast<uint32_t*>(signal_pad_ptrs[t]) + rank;
+        uint32_t* local = reinterpret_cast<uint32_t*>(signal_pad_ptrs[rank]) + t;
+        uint32_t tmp;
+        SEND
+        RECEIVE
+    }
+    __syncthreads();
+}
+"""
+CAS_SEND = 'do { asm volatile("atom.global.sys.relaxed.cas.b32 %0, [%1], 0, 1;" : "=r"(tmp) : "l"(remote) : "memory"); } while (tmp != 0u);'
+CAS_WAIT = 'do { asm volatile("atom.global.sys.relaxed.cas.b32 %0, [%1], 1, 0;" : "=r"(tmp) : "l"(local) : "memory"); } while (tmp != 1u);'
+
+
+def test_pkb004_push_closed_by_a_relaxed_cas_barrier_is_safe(tmp_path):
+    # torch's own barrier retries a relaxed compare-and-swap until the peer's flag is there: a
+    # wait, whatever its memory order (the order is PKB001's business)
+    barrier = CAS_BARRIER.replace("SEND", CAS_SEND).replace("RECEIVE", CAS_WAIT)
+    cuda = PUSH.replace("__global__ void push", barrier + "\n__global__ void push").replace(
+        "BARRIER_AT_END", "cas_barrier(signal_pad_ptrs, rank, world_size);")
+    rec = analyze(tmp_path, candidate(cuda, PUSH_LAUNCH), "2_allgather_cuda.py")
+    assert lines_of(rec, "PKB004") == []
+
+
+def test_pkb004_a_one_shot_cas_that_waits_for_nothing_does_not_close_the_push(tmp_path):
+    one_shot = 'asm volatile("atom.global.sys.relaxed.cas.b32 %0, [%1], 0, 1;" : "=r"(tmp) : "l"(remote) : "memory");'
+    barrier = CAS_BARRIER.replace("SEND", one_shot).replace("RECEIVE", "")
+    cuda = PUSH.replace("__global__ void push", barrier + "\n__global__ void push").replace(
+        "BARRIER_AT_END", "cas_barrier(signal_pad_ptrs, rank, world_size);")
+    rec = analyze(tmp_path, candidate(cuda, PUSH_LAUNCH), "2_allgather_cuda.py")
+    assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.run(x, torch.tensor(hdl.buffer_ptrs")]
