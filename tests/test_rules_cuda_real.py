@@ -583,3 +583,42 @@ def test_pkb004_a_one_shot_cas_that_waits_for_nothing_does_not_close_the_push(tm
         "BARRIER_AT_END", "cas_barrier(signal_pad_ptrs, rank, world_size);")
     rec = analyze(tmp_path, candidate(cuda, PUSH_LAUNCH), "2_allgather_cuda.py")
     assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.run(x, torch.tensor(hdl.buffer_ptrs")]
+
+
+ONE_BUNDLE = TWO_BUFFERS.replace('''def _resources(group, n, device):
+    key = (id(group), n)
+    got = _cache.get(key)
+    if got is not None:
+        return got
+    buf = symm_mem.empty(n, device=device, dtype=torch.float32)
+    hdl = symm_mem.rendezvous(buf, group)
+    got = (buf, hdl, torch.tensor(hdl.buffer_ptrs, device=device))
+    _cache[key] = got
+    return got
+''', '''def _all_resources(n, device):
+    if "res" in _cache:
+        return _cache["res"]
+    meta = symm_mem.empty(1, device=device, dtype=torch.float32)
+    meta_hdl = symm_mem.rendezvous(meta, dist.group.WORLD)
+    meta_ptrs = torch.tensor(meta_hdl.buffer_ptrs, device=device)
+    data = symm_mem.empty(n, device=device, dtype=torch.float32)
+    data_hdl = symm_mem.rendezvous(data, dist.group.WORLD)
+    data_ptrs = torch.tensor(data_hdl.buffer_ptrs, device=device)
+    res = (meta, meta_hdl, meta_ptrs, data, data_hdl, data_ptrs)
+    _cache["res"] = res
+    return res
+''').replace("    meta, meta_hdl, meta_ptrs = _resources(group, 1, x.device)\n",
+             "    meta, meta_hdl, meta_ptrs, data, data_hdl, data_ptrs = _all_resources(x.numel(), x.device)\n").replace(
+    "    data, data_hdl, data_ptrs = _resources(DATA_GROUP, x.numel(), x.device)\n", "")
+
+
+def test_pkb004_buffers_of_one_set_up_tuple_are_told_apart_by_their_rendezvous(tmp_path):
+    # One helper returns both buffers; `data_ptrs` comes from data_hdl, the handle of `data`, which
+    # the next call rewrites only after meta_hdl's barrier: the early write goes to `meta` alone.
+    rec = analyze(tmp_path, ONE_BUNDLE, "36_ulysses_all_gather_variable_primitive_cuda.py")
+    assert "_all_resources(x.numel()" in rec.source and "_resources(DATA_GROUP" not in rec.source
+    assert lines_of(rec, "PKB004") == []
+    # rewriting `data` before any barrier is the reuse again
+    early = ONE_BUNDLE.replace("    meta.copy_(x[:1])\n", "    meta.copy_(x[:1])\n    data.zero_()\n    data.copy_(x)\n", 1)
+    rec = analyze(tmp_path, early, "36_ulysses_all_gather_variable_primitive_cuda.py")
+    assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.pull(data_ptrs")]

@@ -209,7 +209,7 @@ def _entry_barrier_per_buffer(ctx, calls, peer_calls, writers, position, is_barr
         for a in c.args:
             if a.pointer_kind in _PEER_ARGS and a.pointer_kind != "symm_local":
                 bundle = bundles.get((c.function, a.text))
-                if bundle is None or not bundle[1]:
+                if bundle is None or not bundle[1] and any(g for _, g in bundles.values()):
                     return False  # not a buffer of a known process group: keep the finding
                 read.add(bundle)
     if not read:
@@ -242,6 +242,7 @@ def _unpacked_bundles(ctx) -> dict[tuple[str, str], tuple[frozenset, str]]:
     if tree is None:
         return out
     seen: set[tuple[str, str]] = set()
+    helpers = {f.name: f for f in tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
     for fn in ast.walk(tree):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
@@ -249,17 +250,58 @@ def _unpacked_bundles(ctx) -> dict[tuple[str, str], tuple[frozenset, str]]:
             if not (isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Tuple)
                     and isinstance(n.value, ast.Call) and all(isinstance(e, ast.Name) for e in n.targets[0].elts)):
                 continue
-            names = frozenset(e.id for e in n.targets[0].elts)
+            elts = [e.id for e in n.targets[0].elts]
             group = next((ast.unparse(a) for a in [*n.value.args, *(k.value for k in n.value.keywords)]
                           if re.search(r"(^|_)(group|pg)$", ast.unparse(a))), "")
-            for name in names:
+            helper = helpers.get(n.value.func.id) if isinstance(n.value.func, ast.Name) else None
+            roots = _returned_roots(helper) if helper is not None else None
+            if roots is None or len(roots) != len(elts):
+                roots = ["*"] * len(elts)  # one bundle: the helper's tuple is not followed
+            for name, root in zip(elts, roots):
                 key = (fn.name, name)
                 if key in seen:
                     out.pop(key, None)
                     continue
                 seen.add(key)
-                out[key] = (names, group)
+                out[key] = (frozenset(e for e, r in zip(elts, roots) if r == root), group)
     return out
+
+
+def _returned_roots(helper: ast.AST) -> list[str] | None:
+    """For each element of the tuple a set-up helper returns, the symmetric buffer it stands for:
+    `hdl = rendezvous(buf, g)` and `ptrs = torch.tensor(hdl.buffer_ptrs)` both stand for `buf`, so
+    `(buf, hdl, grad, grad_hdl, ptrs, grad_ptrs)` is two buffers. None when the return is no tuple
+    of names."""
+    assigned: dict[str, ast.AST] = {}
+    tuples: dict[str, ast.Tuple] = {}
+    returned = None
+    for n in ast.walk(helper):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+            assigned[n.targets[0].id] = n.value
+            if isinstance(n.value, ast.Tuple):
+                tuples[n.targets[0].id] = n.value
+        elif isinstance(n, ast.Return) and n.value is not None:
+            value = tuples.get(n.value.id) if isinstance(n.value, ast.Name) else n.value
+            if isinstance(value, ast.Tuple):
+                returned = value
+    if returned is None or not all(isinstance(e, ast.Name) for e in returned.elts):
+        return None
+
+    def root(name: str, depth: int = 0) -> str:
+        value = assigned.get(name)
+        if value is None or depth > 4:
+            return name
+        for sub in ast.walk(value):
+            if isinstance(sub, ast.Call) and isinstance(sub.func, (ast.Name, ast.Attribute)) \
+                    and (sub.func.id if isinstance(sub.func, ast.Name) else sub.func.attr) == "rendezvous" \
+                    and sub.args and isinstance(sub.args[0], ast.Name):
+                return root(sub.args[0].id, depth + 1)
+            if isinstance(sub, ast.Attribute) and sub.attr in ("buffer_ptrs", "buffer_ptrs_dev", "signal_pad_ptrs",
+                                                               "signal_pad_ptrs_dev") and isinstance(sub.value, ast.Name):
+                return root(sub.value.id, depth + 1)
+        return name
+
+    return [root(e.id) for e in returned.elts]
 
 
 def _only_flags(ctx, call) -> bool:
