@@ -175,21 +175,23 @@ def _unclosed_on_their_group(ctx, is_barrier):
         read = {bundles.get((c.function, a.text)) for a in peer}
         if not peer or None in read or len({g for _, g in read}) != 1 or not next(iter(read))[1]:
             continue
-        names, group = next(iter(read))
+        group = next(iter(read))[1]
         here = position(c.function, c.line)
         later = [b for b in calls if is_barrier(ctx, b) and position(b.function, b.line) > here]
         if not later or any(group_of_barrier(b) in (None, group) for b in later):
             continue  # closed by its group's barrier (or by one we cannot place), or left to the main check
-        rewrites = [position(w.function, w.line) for w in writers
-                    if any(a.pointer_kind == "symm_local" and a.text in names for a in w.args)]
-        if not rewrites:
-            continue
-        if any(group_of_barrier(b) in (None, group) and position(b.function, b.line) < min(rewrites)
-               for b in calls if is_barrier(ctx, b)):
-            continue  # the next call's entry barrier of that group comes before the rewrite
-        if _double_buffered(ctx, c):
-            continue
-        yield c
+
+        def reused(names: frozenset) -> bool:
+            # rewritten by the next call before any barrier of the group
+            rewrites = [position(w.function, w.line) for w in writers
+                        if any(a.pointer_kind == "symm_local" and a.text in names for a in w.args)]
+            return bool(rewrites) and not any(
+                group_of_barrier(b) in (None, group) and position(b.function, b.line) < min(rewrites)
+                for b in calls if is_barrier(ctx, b))
+
+        # every buffer the access reads, in a fixed order (sets of names hash differently per run)
+        if any(reused(names) for names in sorted((n for n, _ in read), key=sorted)) and not _double_buffered(ctx, c):
+            yield c
 
 
 def _entry_barrier_per_buffer(ctx, calls, peer_calls, writers, position, is_barrier) -> bool:
