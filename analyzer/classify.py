@@ -666,7 +666,8 @@ _COMPUTE_RE = re.compile(
     r"\bfmaf?\s*\(|__fmaf?_|__fmul|__hmul|__hfma|rsqrtf?\s*\(|sqrtf?\s*\(|\bexpf?\s*\(|__expf|exp2f\s*\(|\blogf?\s*\(|__logf"
     r"|\btanhf?\s*\(|\b(sin|cos)f?\s*\(|__(sin|cos)f|wmma|mma\.sync|wgmma|\bmma\b|cublas"
 )
-_INDEX_WORDS = re.compile(r"blockIdx|blockDim|threadIdx|gridDim|sizeof|stride|offset|\bidx\b|\btid\b|lane|warp|"
+_INDEX_WORDS = re.compile(r"blockIdx|blockDim|threadIdx|gridDim|sizeof|stride|offset|\bidx\b|_idx\b|\btid\b|lane|warp|"
+                          r"\.(batch|depth|rows|cols)\(\)|"
                           r"\b(int|int64_t|int32_t|uint32_t|uint64_t|size_t|long|unsigned)\b|_ptrs?\b|\bptr\b|\bn_|num_|rank|world|"
                           r"\bpid|BLOCK|program_id|arange|_SIZE|\bstart\b|\bbase\b")
 _VALUE_PRODUCT = re.compile(r"[\w\])]\s*[*/]\s*[\w(]")

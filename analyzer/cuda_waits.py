@@ -15,6 +15,13 @@ from pkb.facts import CudaFacts, CudaSource
 _LOOP = re.compile(r"\bwhile\s*\(")
 
 
+_CAS = re.compile(r"\bcas\b|\.cas\.|atomicCAS", re.IGNORECASE)
+
+
+def _is_cas(access) -> bool:
+    return access.kind == "atomic" and bool(_CAS.search(access.snippet or ""))
+
+
 def waiting_functions(cuda: CudaFacts, src: CudaSource) -> set[str]:
     """Names of the functions that wait, directly or through a callee (ThunderKittens'
     barrier_all and signal waits included)."""
@@ -28,7 +35,9 @@ def waiting_functions(cuda: CudaFacts, src: CudaSource) -> set[str]:
             continue
         if a.via == "library" and a.pointer_kind in ("signal_ptr", "signal_ptr_array"):
             out.add(fn.name)  # a library barrier waits for every peer
-        elif a.kind in ("load", "atomic") and a.order in ("acquire", "acq_rel", "volatile"):
+        elif a.kind in ("load", "atomic") and a.order in ("acquire", "acq_rel", "volatile") or _is_cas(a):
+            # a compare-and-swap retried until the peer's flag is there (torch's own barrier,
+            # `atom.relaxed.sys.cas` in a do/while) waits whatever its order; PKB001 judges the order
             readers.add(fn.name)
             if _LOOP.search("\n".join(lines[fn.text_line - 1 : fn.text_end_line])):
                 out.add(fn.name)

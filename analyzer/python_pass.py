@@ -89,6 +89,8 @@ class PythonPass(CallCategories, PointerKinds, HostTensors, Reachability, CacheS
         self._imports()
         self._definitions()
         self.enclosing = self._enclosing_functions()
+        # reachability reads parents too (a helper called in a conditional expression's branch)
+        self.parents = {id(child): parent for parent in ast.walk(self.tree) for child in ast.iter_child_nodes(parent)}
         self._pointer_kinds()
         self._host_tensor_flow()
         self._reachability()
@@ -178,7 +180,6 @@ class PythonPass(CallCategories, PointerKinds, HostTensors, Reachability, CacheS
 
     def _walk_calls(self) -> None:
         enclosing = self.enclosing
-        self.parents = {id(child): parent for parent in ast.walk(self.tree) for child in ast.iter_child_nodes(parent)}
         self._extension_bindings()
 
         for node in ast.walk(self.tree):

@@ -85,6 +85,10 @@ class PointerKinds:
             return "unknown"
         if isinstance(node, ast.BinOp):
             return stronger(self.kind_of(node.left, scope), self.kind_of(node.right, scope))
+        if isinstance(node, ast.IfExp):
+            # `int(hdl.buffer_ptrs[rank - 1]) if rank > 0 else 0`: a peer address on the ranks that
+            # have the neighbour, a null the kernel skips on the edge ranks.
+            return stronger(self.kind_of(node.body, scope), self.kind_of(node.orelse, scope))
         if isinstance(node, (ast.List, ast.Tuple, ast.ListComp)):
             elts = node.elts if not isinstance(node, ast.ListComp) else [node.elt]
             best = "unknown"
@@ -135,6 +139,9 @@ class PointerKinds:
                 key = self._slot(t)
                 if key:
                     self.tuples[key] = [self.kind_of(v, scope) for v in value.elts]
+            elif isinstance(value, ast.Name) and value.id in self.tuples and self._slot(t):
+                # `_cache[key] = res` of `res = (buf, hdl, ptrs)`: the cache slot holds that tuple
+                self.tuples[self._slot(t)] = self.tuples[value.id]
             if isinstance(t, ast.Tuple):
                 kinds = self._tuple_kinds(value)
                 for te, k in zip(t.elts, kinds):
@@ -245,7 +252,9 @@ class PointerKinds:
                             if len(vals) == 1 and stored:
                                 kinds = stored
                             old = self.returns.get(fn.name)  # type: ignore[union-attr]
-                            if old is None or len(old) != len(kinds):
+                            if old is not None and len(old) != len(kinds) and kinds == ["unknown"]:
+                                continue  # `return _cache[key]` beside `return (buf, hdl, ptrs)`: keep the tuple
+                            if old is None or len(old) != len(kinds) or old == ["unknown"]:
                                 self.returns[fn.name] = kinds  # type: ignore[union-attr]
                             else:
                                 self.returns[fn.name] = [stronger(a, b) for a, b in zip(old, kinds)]  # type: ignore[union-attr]

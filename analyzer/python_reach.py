@@ -203,7 +203,10 @@ class Reachability:
                 self._set_ctx(sub, ctx)
                 callee = self._local_callee(sub, fn)
                 if callee is not None:
-                    self._visit_function(callee, ctx.path, ctx.rank_conditional, stack)
+                    # `helper(x, grp) if grp is not None else x` with grp None on the run: the
+                    # helper runs only on the branch the run skips, so all it reaches is fallback.
+                    path = "fallback" if ctx.path != "fallback" and self.in_untaken_ifexp(sub) else ctx.path
+                    self._visit_function(callee, path, ctx.rank_conditional, stack)
             elif isinstance(sub, ast.Attribute) and sub.attr in SYMM_HANDLE_ATTRS:
                 self._set_ctx(sub, ctx)
 

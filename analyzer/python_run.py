@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from analyzer.python_api import WORLD_NAMES
 
 
+_HANDLE_MULTICAST_ATTRS = ("multicast_ptr", "mc_ptr", "multicast_addr")
+
+
 _FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 
@@ -100,7 +103,9 @@ class RunBranches:
             value = self._single_assignment(test.id, fn)
             if self._nonempty_input_list(test.id, value, fn):
                 return True
-            return self.run_value(value, fn, depth + 1) if value is not None else None
+            if value is None:
+                return self._flag_on_run(test, fn, depth)
+            return self.run_value(value, fn, depth + 1)
         if isinstance(test, ast.Attribute):
             if test.attr in ("is_cuda",):
                 return True
@@ -109,6 +114,10 @@ class RunBranches:
             return None
         if isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute) and test.func.attr == "is_contiguous" and not test.args:
             return True
+        if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "hasattr" \
+                and len(test.args) == 2 and isinstance(test.args[1], ast.Constant) \
+                and test.args[1].value in _HANDLE_MULTICAST_ATTRS:
+            return True  # every symmetric-memory handle has the attribute (0 where multicast is absent)
         if isinstance(test, ast.Call) and self.qualname(test.func) in (
                 "torch.distributed.is_initialized", "torch.distributed.is_available", "torch.cuda.is_available"):
             return True  # PKB runs every candidate under an initialised process group on GPUs
@@ -185,6 +194,35 @@ class RunBranches:
             cache[id(fn)] = found
         return found
 
+    def _flag_on_run(self, test: ast.Name, fn: ast.AST, depth: int) -> bool | None:
+        """`use_mc = True` then `if not hasattr(h, "multicast_ptr") or n % 8: use_mc = False`: a
+        constant flag set in the function's own body before `test`, whose other assignments all sit
+        in branches the run skips, keeps its constant on the run. A global or nonlocal flag, or one
+        reassigned anywhere the run may go (a loop, an undecided branch), is left undecided."""
+        body = getattr(fn, "body", [])
+        if any(isinstance(n, (ast.Global, ast.Nonlocal)) and test.id in n.names for n in ast.walk(fn)):
+            return None
+        top = [st for st in body if isinstance(st, ast.Assign) and len(st.targets) == 1
+               and isinstance(st.targets[0], ast.Name) and st.targets[0].id == test.id]
+        if len(top) != 1 or not isinstance(top[0].value, ast.Constant) or not isinstance(top[0].value.value, bool) \
+                or top[0].lineno >= test.lineno:
+            return None
+        for value in self.name_assignments(fn).get(test.id, []):
+            if value is not top[0].value and not self._in_skipped_branch(value, fn, depth):
+                return None
+        return top[0].value.value
+
+    def _in_skipped_branch(self, node: ast.AST, fn: ast.AST, depth: int) -> bool:
+        """`node` sits in a branch of an `if` inside `fn` that the run does not take."""
+        child, parent = node, self.parents.get(id(node))
+        while parent is not None and parent is not fn:
+            if isinstance(parent, ast.If) and child is not parent.test:
+                taken = self.run_value(parent.test, fn, depth + 1)
+                if taken is not None and (child in parent.body) != taken:
+                    return True
+            child, parent = parent, self.parents.get(id(parent))
+        return False
+
     def _single_assignment(self, name: str, fn: ast.AST) -> ast.AST | None:
         found = self.name_assignments(fn).get(name, [])
         return found[0] if len(found) == 1 else None
@@ -193,7 +231,7 @@ class RunBranches:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("int", "bool") and node.args:
             return self._is_multicast_expr(node.args[0], fn)
         if isinstance(node, ast.Attribute):
-            return node.attr in ("multicast_ptr", "mc_ptr", "multicast_addr")
+            return node.attr in _HANDLE_MULTICAST_ATTRS
         if isinstance(node, ast.Name):
             low = node.id.lower()
             if "multicast" in low or low in ("mc_ptr", "mc_addr", "mc"):

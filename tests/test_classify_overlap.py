@@ -33,6 +33,15 @@ def test_a_collectives_own_reduction_is_not_computation():
     assert _kernel_computes([gemv])
 
 
+def test_a_quotient_of_indices_or_layout_sizes_is_addressing_not_computation():
+    # ThunderKittens all-to-all: which device a tile goes to is a quotient of an index by a
+    # layout's size, `dst_dev_idx = batch_idx / G.output.batch();`; scaling a value stays compute.
+    routing = ["    dst_dev_idx = batch_idx / G.output.batch();",
+               "    row = tile_idx * G.output.rows();"]
+    assert not _kernel_computes(routing)
+    assert _kernel_computes(["    acc = x_val * scale;"])
+
+
 @pytest.mark.parametrize(("path", "name", "pid", "expected"), [
     ("solutions_x/1_allreduce_cuda.py", "allreduce", 1, False),
     # PKB's files numbered 34 and up answer problem id - 1: 37 is ulysses_gather_seq_scatter_heads (36)

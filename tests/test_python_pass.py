@@ -112,6 +112,51 @@ def test_own_rank_buffer_is_not_a_peer():
     assert kinds == ["symm_local", "peer_ptr"]
 
 
+def test_a_neighbour_address_chosen_by_a_conditional_expression_is_a_peer():
+    # `int(hdl.buffer_ptrs[rank - 1]) if rank > 0 else 0`: the edge rank passes a null the kernel
+    # skips; every other rank passes its neighbour's buffer. A local address either way stays local.
+    f = facts('''
+        import torch.distributed as dist
+        from torch.utils.cpp_extension import load_inline
+        ext = load_inline(name="a", cpp_sources="", cuda_sources="", functions=["k"])
+        def solution(x):
+            rank = dist.get_rank()
+            prev_ptr = int(hdl.buffer_ptrs[rank - 1]) if rank > 0 else 0
+            own = int(hdl.buffer_ptrs[rank]) if rank > 0 else 0
+            ext.k(prev_ptr, own)
+    ''')
+    call = next(c for c in f.calls if c.category == "ext_kernel")
+    assert [a.pointer_kind for a in call.args] == ["peer_ptr", "symm_local"]
+
+
+def test_peer_addresses_unpacked_from_a_helper_that_returns_its_cache_entry_first():
+    # `if key in _cache: return _cache[key]` before `res = (buf, hdl, ptrs); _cache[key] = res;
+    # return res`: both returns are the same tuple, so the unpacked `ptrs` holds peer addresses.
+    f = facts('''
+        import torch
+        import torch.distributed as dist
+        import torch.distributed._symmetric_memory as symm_mem
+        from torch.utils.cpp_extension import load_inline
+        ext = load_inline(name="a", cpp_sources="", cuda_sources="", functions=["k"])
+        _cache = {}
+        def _state(n, device):
+            key = (n, device)
+            if key in _cache:
+                return _cache[key]
+            buf = symm_mem.empty(n, device=device)
+            hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+            ptrs = torch.tensor(hdl.buffer_ptrs, device=device, dtype=torch.int64)
+            res = (buf, hdl, ptrs)
+            _cache[key] = res
+            return res
+        def solution(x):
+            buf, hdl, ptrs = _state(x.numel(), x.device)
+            ext.k(ptrs, buf)
+    ''')
+    call = next(c for c in f.calls if c.category == "ext_kernel")
+    assert [a.pointer_kind for a in call.args] == ["peer_ptr_array", "symm_local"]
+
+
 def test_uncached_setup_is_timed():
     f = facts('''
         import torch.distributed._symmetric_memory as symm_mem

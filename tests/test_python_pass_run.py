@@ -476,3 +476,43 @@ def test_split_size_helpers_nested_fast_paths_and_function_attribute_caches():
     assert paths(f, "torch.cuda.synchronize") == ["fallback"]
     assert paths(f, "_symmetric_memory.empty") == ["setup"]
     assert paths(f, "torch.distributed.reduce") == ["fallback"]
+
+
+def test_a_helper_called_only_from_an_untaken_conditional_expression_is_fallback():
+    # `_reduce(x, grp) if grp is not None else x` with grp left at None on the run: what the
+    # helper calls runs only on the branch the run skips. The same helper called plainly is timed.
+    src = '''
+        import torch.distributed as dist
+        def _reduce(v, grp):
+            dist.all_reduce(v, group=grp)
+            return v
+        def solution(x, fsdp_group=None):
+            return _reduce(x, fsdp_group) if fsdp_group is not None else x
+    '''
+    assert paths(facts(src), "all_reduce") == ["fallback"]
+    taken = src.replace("if fsdp_group is not None else x", "if x.is_cuda else x")
+    assert paths(facts(taken), "all_reduce") == ["timed"]
+
+
+def test_a_flag_cleared_only_on_a_branch_the_run_skips_keeps_its_value():
+    # `use_mc = True; if not hasattr(hdl, "multicast_ptr") or n % 8 != 0: use_mc = False`: every
+    # handle has the attribute and PKB's sizes are aligned, so the run takes the multicast path.
+    src = '''
+        import torch
+        def solution(x, hdl, n):
+            use_mc = True
+            if not hasattr(hdl, "multicast_ptr") or n % 8 != 0:
+                use_mc = False
+            if use_mc:
+                y = x + 1
+            else:
+                torch.cuda.synchronize()
+            return x
+    '''
+    assert paths(facts(src), "synchronize") == ["fallback"]
+    # cleared where the run may go (an undecided test): the flag is not known, both branches kept
+    undecided = src.replace('if not hasattr(hdl, "multicast_ptr") or n % 8 != 0:', "if x.shape[0] > 3:")
+    assert paths(facts(undecided), "synchronize") == ["timed"]
+    # a global flag may be changed by another call: left undecided too
+    shared = src.replace("use_mc = True\n", "global use_mc\n            use_mc = True\n", 1)
+    assert "global use_mc" in shared and paths(facts(shared), "synchronize") == ["timed"]

@@ -471,3 +471,154 @@ def test_pkb004_points_at_the_data_push_not_at_a_later_flag_only_launch(tmp_path
     src = src.replace(publish + "\n", "    " + wait + "\n" + flags_in_buf + "\n")
     rec = analyze(tmp_path, src, "2_allgather_cuda.py")
     assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.run(x, torch.tensor(hdl.buffer_ptrs")]
+
+
+TWO_BUFFERS = r'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+#include <torch/extension.h>
+__global__ void gather(const int64_t* ptrs, float* out, int64_t n, int world_size) {
+    for (int p = 0; p < world_size; ++p) {
+        const float* src = reinterpret_cast<const float*>(ptrs[p]);
+        for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[p * n + i] = src[i];
+    }
+}
+void pull(torch::Tensor ptrs, torch::Tensor out, int64_t n, int64_t world_size) {
+    gather<<<1, 256>>>(ptrs.data_ptr<int64_t>(), out.data_ptr<float>(), n, world_size);
+}
+"""
+
+_ext = load_inline("ext", cpp_sources="", cuda_sources=CUDA, functions=["pull"])
+_cache = {}
+
+
+def _resources(group, n, device):
+    key = (id(group), n)
+    got = _cache.get(key)
+    if got is not None:
+        return got
+    buf = symm_mem.empty(n, device=device, dtype=torch.float32)
+    hdl = symm_mem.rendezvous(buf, group)
+    got = (buf, hdl, torch.tensor(hdl.buffer_ptrs, device=device))
+    _cache[key] = got
+    return got
+
+
+def solution(x: torch.Tensor, group=None) -> torch.Tensor:
+    group = group or dist.group.WORLD
+    ws = dist.get_world_size(group)
+    meta, meta_hdl, meta_ptrs = _resources(group, 1, x.device)
+    meta.copy_(x[:1])
+    meta_hdl.barrier(channel=0)
+    sizes = torch.empty(ws, device=x.device)
+    _ext.pull(meta_ptrs, sizes, 1, ws)
+    data, data_hdl, data_ptrs = _resources(DATA_GROUP, x.numel(), x.device)
+    data.copy_(x)
+    data_hdl.barrier(channel=0)
+    out = torch.empty(ws * x.numel(), device=x.device)
+    _ext.pull(data_ptrs, out, x.numel(), ws)
+    return out
+'''
+
+
+def test_pkb004_data_buffer_rewritten_only_behind_a_barrier_of_its_group_is_safe(tmp_path):
+    # `meta` is written before any barrier, but the unclosed gather reads `data`, which the next
+    # call rewrites only after meta_hdl.barrier on the same group: every peer finished its gather.
+    rec = analyze(tmp_path, TWO_BUFFERS.replace("DATA_GROUP", "group"), "36_ulysses_all_gather_variable_primitive_cuda.py")
+    assert lines_of(rec, "PKB004") == []
+
+
+def test_pkb004_data_buffer_of_another_group_is_not_ordered_by_the_first_barrier(tmp_path):
+    # The data buffer lives on another group: meta_hdl's barrier does not wait for its readers.
+    src = TWO_BUFFERS.replace("DATA_GROUP", "tp_group").replace("group=None)", "group=None, tp_group=None)")
+    rec = analyze(tmp_path, src, "36_ulysses_all_gather_variable_primitive_cuda.py")
+    # and the meta gather's only later barrier is the data buffer's, on the other group, while
+    # the next call rewrites meta before any barrier of its own group
+    assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.pull(meta_ptrs"), line_of(rec, "_ext.pull(data_ptrs")]
+
+
+def test_pkb004_a_gather_closed_by_a_barrier_of_its_own_group_is_safe(tmp_path):
+    src = TWO_BUFFERS.replace("DATA_GROUP", "tp_group").replace("group=None)", "group=None, tp_group=None)")
+    src = src.replace("    _ext.pull(meta_ptrs, sizes, 1, ws)\n", "    _ext.pull(meta_ptrs, sizes, 1, ws)\n    meta_hdl.barrier(channel=1)\n")
+    rec = analyze(tmp_path, src, "36_ulysses_all_gather_variable_primitive_cuda.py")
+    assert "meta_hdl.barrier(channel=1)" in rec.source
+    assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.pull(data_ptrs")]
+
+
+CAS_BARRIER = r"""
+__device__ void cas_barrier(const uint64_t* signal_pad_ptrs, int rank, int world_size) {
+    int t = threadIdx.x;
+    if (t < world_size) {
+        uint32_t* remote = reinterpret_cast<uint32_t*>(signal_pad_ptrs[t]) + rank;
+        uint32_t* local = reinterpret_cast<uint32_t*>(signal_pad_ptrs[rank]) + t;
+        uint32_t tmp;
+        SEND
+        RECEIVE
+    }
+    __syncthreads();
+}
+"""
+CAS_SEND = 'do { asm volatile("atom.global.sys.relaxed.cas.b32 %0, [%1], 0, 1;" : "=r"(tmp) : "l"(remote) : "memory"); } while (tmp != 0u);'
+CAS_WAIT = 'do { asm volatile("atom.global.sys.relaxed.cas.b32 %0, [%1], 1, 0;" : "=r"(tmp) : "l"(local) : "memory"); } while (tmp != 1u);'
+
+
+def test_pkb004_push_closed_by_a_relaxed_cas_barrier_is_safe(tmp_path):
+    # torch's own barrier retries a relaxed compare-and-swap until the peer's flag is there: a
+    # wait, whatever its memory order (the order is PKB001's business)
+    barrier = CAS_BARRIER.replace("SEND", CAS_SEND).replace("RECEIVE", CAS_WAIT)
+    cuda = PUSH.replace("__global__ void push", barrier + "\n__global__ void push").replace(
+        "BARRIER_AT_END", "cas_barrier(signal_pad_ptrs, rank, world_size);")
+    rec = analyze(tmp_path, candidate(cuda, PUSH_LAUNCH), "2_allgather_cuda.py")
+    assert lines_of(rec, "PKB004") == []
+
+
+def test_pkb004_a_one_shot_cas_that_waits_for_nothing_does_not_close_the_push(tmp_path):
+    one_shot = 'asm volatile("atom.global.sys.relaxed.cas.b32 %0, [%1], 0, 1;" : "=r"(tmp) : "l"(remote) : "memory");'
+    barrier = CAS_BARRIER.replace("SEND", one_shot).replace("RECEIVE", "")
+    cuda = PUSH.replace("__global__ void push", barrier + "\n__global__ void push").replace(
+        "BARRIER_AT_END", "cas_barrier(signal_pad_ptrs, rank, world_size);")
+    rec = analyze(tmp_path, candidate(cuda, PUSH_LAUNCH), "2_allgather_cuda.py")
+    assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.run(x, torch.tensor(hdl.buffer_ptrs")]
+
+
+ONE_BUNDLE = TWO_BUFFERS.replace('''def _resources(group, n, device):
+    key = (id(group), n)
+    got = _cache.get(key)
+    if got is not None:
+        return got
+    buf = symm_mem.empty(n, device=device, dtype=torch.float32)
+    hdl = symm_mem.rendezvous(buf, group)
+    got = (buf, hdl, torch.tensor(hdl.buffer_ptrs, device=device))
+    _cache[key] = got
+    return got
+''', '''def _all_resources(n, device):
+    if "res" in _cache:
+        return _cache["res"]
+    meta = symm_mem.empty(1, device=device, dtype=torch.float32)
+    meta_hdl = symm_mem.rendezvous(meta, dist.group.WORLD)
+    meta_ptrs = torch.tensor(meta_hdl.buffer_ptrs, device=device)
+    data = symm_mem.empty(n, device=device, dtype=torch.float32)
+    data_hdl = symm_mem.rendezvous(data, dist.group.WORLD)
+    data_ptrs = torch.tensor(data_hdl.buffer_ptrs, device=device)
+    res = (meta, meta_hdl, meta_ptrs, data, data_hdl, data_ptrs)
+    _cache["res"] = res
+    return res
+''').replace("    meta, meta_hdl, meta_ptrs = _resources(group, 1, x.device)\n",
+             "    meta, meta_hdl, meta_ptrs, data, data_hdl, data_ptrs = _all_resources(x.numel(), x.device)\n").replace(
+    "    data, data_hdl, data_ptrs = _resources(DATA_GROUP, x.numel(), x.device)\n", "")
+
+
+def test_pkb004_buffers_of_one_set_up_tuple_are_told_apart_by_their_rendezvous(tmp_path):
+    # One helper returns both buffers; `data_ptrs` comes from data_hdl, the handle of `data`, which
+    # the next call rewrites only after meta_hdl's barrier: the early write goes to `meta` alone.
+    rec = analyze(tmp_path, ONE_BUNDLE, "36_ulysses_all_gather_variable_primitive_cuda.py")
+    assert "_all_resources(x.numel()" in rec.source and "_resources(DATA_GROUP" not in rec.source
+    assert lines_of(rec, "PKB004") == []
+    # rewriting `data` before any barrier is the reuse again
+    early = ONE_BUNDLE.replace("    meta.copy_(x[:1])\n", "    meta.copy_(x[:1])\n    data.zero_()\n    data.copy_(x)\n", 1)
+    rec = analyze(tmp_path, early, "36_ulysses_all_gather_variable_primitive_cuda.py")
+    assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.pull(data_ptrs")]

@@ -39,7 +39,12 @@ class PeerBufferReuseWithoutBarrier(Rule):
     ```
     or alternate between two buffers and two signal channels. A closing barrier may be split
     over two launches (publish a ready flag or an ack to the peers, then wait for theirs); a
-    launch that only signals or waits is no peer access of the buffer.
+    launch that only signals or waits is no peer access of the buffer. A buffer the next call
+    rewrites only after a barrier of a buffer set up on the same process group (a metadata
+    buffer's barrier before the data buffer is restaged) is ordered by that barrier; a barrier
+    of another group (the CP pair's before the TP buffer's rewrite) is not. With buffers on
+    several groups, each peer access is checked on its own: a CP gather whose only later barrier
+    is the TP pair's is not closed, however many barriers follow it.
     """
 
     id = "PKB004"
@@ -49,6 +54,21 @@ class PeerBufferReuseWithoutBarrier(Rule):
     fix = "add hdl.barrier() (or a device-side barrier) after the last kernel that touches peer memory, or double-buffer"
 
     def check(self, ctx):
+        found = list(self._check_last(ctx))
+        yield from found
+        flagged = {f.line for f in found}
+        for call in _unclosed_on_their_group(ctx, self._is_barrier):
+            if call.line not in flagged:
+                flagged.add(call.line)
+                yield self.finding(ctx, call.line, f"no barrier of its group follows {call.qualname}, which reads "
+                                                   "peers' buffers; a barrier of another group does not wait for them")
+
+    def _is_barrier(self, ctx, c) -> bool:
+        tells = any(a.pointer_kind in ("signal_ptr_array", "peer_ptr_array") for a in c.args) or self._ext_accesses_peers(ctx, c)
+        return (c.qualname in ("handle.barrier", "handle.wait_signal") or c.category in ("host_sync", "collective")
+                or (c.category == "ext_kernel" and self._ext_waits(ctx, c) and tells))
+
+    def _check_last(self, ctx):
         calls = [c for c in ctx.py.calls if c.path == "timed"]
         peer_calls = [
             c for c in calls
@@ -88,6 +108,8 @@ class PeerBufferReuseWithoutBarrier(Rule):
         first_write = min((position(c.function, c.line) for c in writers), default=None)
         if first_write is not None and any(is_barrier(c) and position(c.function, c.line) < first_write for c in calls):
             return
+        if _entry_barrier_per_buffer(ctx, calls, peer_calls, writers, position, is_barrier):
+            return
         if _double_buffered(ctx, last):
             return
         # A kernel that ends with its own wait (a spin after its last peer access) closes itself.
@@ -123,6 +145,165 @@ class PeerBufferReuseWithoutBarrier(Rule):
             if any(a.function in kernels and a.pointer_kind in PEER_KINDS for a in cuda.accesses):
                 return True
         return False
+
+
+def _unclosed_on_their_group(ctx, is_barrier):
+    """Peer accesses of a buffer set up on one process group (`cp_buf, cp_hdl, cp_ptrs =
+    _get(cp_group, ...)`) that no later barrier of that group closes (the only later barrier is
+    another group's, `tp_hdl.barrier()`), whose buffer the next call rewrites before any barrier
+    of its group. Buffers the file does not bundle with a group are left to the main check."""
+    calls = [c for c in ctx.py.calls if c.path == "timed"]
+    bundles = _unpacked_bundles(ctx)
+    groups = {g for _, g in bundles.values() if g}
+    if len(groups) < 2:
+        return  # one group: any barrier waits for every reader
+    position = _call_positions(ctx)
+    writers = [c for c in calls if c.category in ("tensor_copy", "ext_kernel", "triton_launch", "cupy_launch")]
+
+    def group_of_barrier(c) -> str | None:
+        # None: a barrier whose group is not known (a host sync, a collective, a device barrier)
+        if c.qualname != "handle.barrier":
+            return None
+        handle = bundles.get((c.function, c.snippet.split(".barrier", 1)[0].strip()))
+        return handle[1] if handle is not None and handle[1] else None
+
+    for c in calls:
+        if c.category not in ("ext_kernel", "triton_launch", "cupy_launch", "tensor_copy", "cudart_copy") \
+                or _only_flags(ctx, c):
+            continue
+        peer = [a for a in c.args if a.pointer_kind in _PEER_ARGS and a.pointer_kind != "symm_local"]
+        read = {bundles.get((c.function, a.text)) for a in peer}
+        if not peer or None in read or len({g for _, g in read}) != 1 or not next(iter(read))[1]:
+            continue
+        group = next(iter(read))[1]
+        here = position(c.function, c.line)
+        later = [b for b in calls if is_barrier(ctx, b) and position(b.function, b.line) > here]
+        if not later or any(group_of_barrier(b) in (None, group) for b in later):
+            continue  # closed by its group's barrier (or by one we cannot place), or left to the main check
+
+        def reused(names: frozenset) -> bool:
+            # rewritten by the next call before any barrier of the group
+            rewrites = [position(w.function, w.line) for w in writers
+                        if any(a.pointer_kind == "symm_local" and a.text in names for a in w.args)]
+            return bool(rewrites) and not any(
+                group_of_barrier(b) in (None, group) and position(b.function, b.line) < min(rewrites)
+                for b in calls if is_barrier(ctx, b))
+
+        # every buffer the access reads, in a fixed order (sets of names hash differently per run)
+        if any(reused(names) for names in sorted((n for n, _ in read), key=sorted)) and not _double_buffered(ctx, c):
+            yield c
+
+
+def _entry_barrier_per_buffer(ctx, calls, peer_calls, writers, position, is_barrier) -> bool:
+    """The next call's entry barrier, buffer by buffer: every buffer read by a peer access after
+    the call's last barrier is first rewritten behind a barrier of the handle of a buffer set up on
+    the same process group. (`meta` is written before any barrier, but `data_buf`, which the
+    unclosed gather reads, only after `meta_hdl.barrier()`: on the same group, so every peer has
+    finished the previous gather.) A barrier of another group (the CP pair's before the TP
+    buffer's rewrite) orders nothing for these readers."""
+    bundles = _unpacked_bundles(ctx)
+    barrier_pos = [position(c.function, c.line) for c in calls if is_barrier(c)]
+    if not barrier_pos:
+        return False
+    unclosed = [c for c in peer_calls if position(c.function, c.line) > max(barrier_pos)]
+    read = set()
+    for c in unclosed:
+        for a in c.args:
+            if a.pointer_kind in _PEER_ARGS and a.pointer_kind != "symm_local":
+                bundle = bundles.get((c.function, a.text))
+                if bundle is None or not bundle[1] and any(g for _, g in bundles.values()):
+                    return False  # not a buffer of a known process group: keep the finding
+                read.add(bundle)
+    if not read:
+        return False
+    for names, group in read:
+        rewrites = [position(c.function, c.line) for c in writers
+                    if any(a.pointer_kind == "symm_local" and a.text in names and bundles.get((c.function, a.text), (None,))[0] == names
+                           for a in c.args)]
+        if not rewrites:
+            return False  # rewritten through a name we do not follow
+        ordered = False
+        for c in calls:
+            if c.qualname != "handle.barrier" or position(c.function, c.line) >= min(rewrites):
+                continue
+            receiver = c.snippet.split(".barrier", 1)[0].strip()
+            handle = bundles.get((c.function, receiver))
+            if handle is not None and handle[1] == group:
+                ordered = True
+        if not ordered:
+            return False
+    return True
+
+
+def _unpacked_bundles(ctx) -> dict[tuple[str, str], tuple[frozenset, str]]:
+    """(function, name) -> (the names unpacked with it, the process group its set-up helper was
+    given): `data_buf, data_hdl, data_ptrs = _get_data_resources(group, ...)` makes the buffer,
+    its handle and its peer addresses one bundle on `group`. A name unpacked twice is left out."""
+    tree = ctx.rec.syntax_tree()
+    out: dict[tuple[str, str], tuple[frozenset, str]] = {}
+    if tree is None:
+        return out
+    seen: set[tuple[str, str]] = set()
+    helpers = {f.name: f for f in tree.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for n in ast.walk(fn):
+            if not (isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Tuple)
+                    and isinstance(n.value, ast.Call) and all(isinstance(e, ast.Name) for e in n.targets[0].elts)):
+                continue
+            elts = [e.id for e in n.targets[0].elts]
+            group = next((ast.unparse(a) for a in [*n.value.args, *(k.value for k in n.value.keywords)]
+                          if re.search(r"(^|_)(group|pg)$", ast.unparse(a))), "")
+            helper = helpers.get(n.value.func.id) if isinstance(n.value.func, ast.Name) else None
+            roots = _returned_roots(helper) if helper is not None else None
+            if roots is None or len(roots) != len(elts):
+                roots = ["*"] * len(elts)  # one bundle: the helper's tuple is not followed
+            for name, root in zip(elts, roots):
+                key = (fn.name, name)
+                if key in seen:
+                    out.pop(key, None)
+                    continue
+                seen.add(key)
+                out[key] = (frozenset(e for e, r in zip(elts, roots) if r == root), group)
+    return out
+
+
+def _returned_roots(helper: ast.AST) -> list[str] | None:
+    """For each element of the tuple a set-up helper returns, the symmetric buffer it stands for:
+    `hdl = rendezvous(buf, g)` and `ptrs = torch.tensor(hdl.buffer_ptrs)` both stand for `buf`, so
+    `(buf, hdl, grad, grad_hdl, ptrs, grad_ptrs)` is two buffers. None when the return is no tuple
+    of names."""
+    assigned: dict[str, ast.AST] = {}
+    tuples: dict[str, ast.Tuple] = {}
+    returned = None
+    for n in ast.walk(helper):
+        if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name):
+            assigned[n.targets[0].id] = n.value
+            if isinstance(n.value, ast.Tuple):
+                tuples[n.targets[0].id] = n.value
+        elif isinstance(n, ast.Return) and n.value is not None:
+            value = tuples.get(n.value.id) if isinstance(n.value, ast.Name) else n.value
+            if isinstance(value, ast.Tuple):
+                returned = value
+    if returned is None or not all(isinstance(e, ast.Name) for e in returned.elts):
+        return None
+
+    def root(name: str, depth: int = 0) -> str:
+        value = assigned.get(name)
+        if value is None or depth > 4:
+            return name
+        for sub in ast.walk(value):
+            if isinstance(sub, ast.Call) and isinstance(sub.func, (ast.Name, ast.Attribute)) \
+                    and (sub.func.id if isinstance(sub.func, ast.Name) else sub.func.attr) == "rendezvous" \
+                    and sub.args and isinstance(sub.args[0], ast.Name):
+                return root(sub.args[0].id, depth + 1)
+            if isinstance(sub, ast.Attribute) and sub.attr in ("buffer_ptrs", "buffer_ptrs_dev", "signal_pad_ptrs",
+                                                               "signal_pad_ptrs_dev") and isinstance(sub.value, ast.Name):
+                return root(sub.value.id, depth + 1)
+        return name
+
+    return [root(e.id) for e in returned.elts]
 
 
 def _only_flags(ctx, call) -> bool:
