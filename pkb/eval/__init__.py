@@ -66,9 +66,10 @@ def evaluate(records: Iterable[Any], options: EvalOptions | None = None, on_resu
     launch's clock includes nvcc. Then the launches, `plan_slots` at a time: each slot its own
     CUDA_VISIBLE_DEVICES. Untimed (or shared-timing) launches, the screening ones included, start
     as their own build lands, beside the builds still running; a launch timed alone on the node
-    waits for the last build (a compile beside it would disturb the clock). This thread is the only writer of the store; each launch's rows are
-    committed as soon as it returns, so a killed run resumes where it stopped. `on_result(rec,
-    evaluation, rank_results)` is called as each lands.
+    waits for the last build (a compile beside it would disturb the clock). This thread is the
+    only writer of the store; each launch's rows are committed as soon as it returns, so a killed
+    run resumes where it stopped. `on_result(rec, evaluation, rank_results)` is called as each
+    lands.
     """
     from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
