@@ -89,6 +89,11 @@ def dotted(node: ast.AST) -> str:
 _INT_DTYPES = {"int32", "int64", "int", "long", "int16", "int8", "uint8", "short"}
 
 
+
+def _non_blocking(call: ast.Call) -> bool:
+    """`non_blocking=True` among a call's keywords (`.to("cpu", non_blocking=True)`)."""
+    return any(k.arg == "non_blocking" and isinstance(k.value, ast.Constant) and k.value.value is True for k in call.keywords)
+
 class CallCategories:
     """How the Python pass names and sorts the calls it finds (a mixin of PythonPass)."""
 
@@ -220,6 +225,10 @@ class CallCategories:
                 return "", ""
             name = "tensor.to(cpu)" if to_cpu else f"tensor.{last}"
             if self._is_metadata(node):
+                if to_cpu and _non_blocking(node):
+                    # an asynchronous copy into pinned memory: the host waits only where it later
+                    # synchronizes or reads the numbers, and that is the sync found there
+                    return "", ""
                 return "cuda_sync", name  # the host waits for a few numbers; the payload stays on the GPU
             return "host_transfer", name
         if last == "pin_memory" or (last in ALLOC_FUNCS and any(k.arg == "pin_memory" for k in node.keywords)):

@@ -182,6 +182,26 @@ def test_host_tensors_and_metadata_copies():
     assert (11, "tensor.tolist") not in cats and (12, "tensor.item") not in cats
 
 
+def test_a_non_blocking_copy_of_metadata_is_no_sync():
+    # `.to("cpu", non_blocking=True)` copies into pinned memory and returns at once: the host
+    # waits at the synchronize after it, which is the sync (four such copies in a row were four
+    # false PKB008 findings on a real MoE preprocessing file)
+    f = facts('''
+        import torch
+        def solution(x, splits):
+            in_cpu = splits.to("cpu", non_blocking=True)
+            counts_cpu = splits.sum(dim=0).to("cpu")
+            torch.cuda.current_stream().synchronize()
+            payload = x.to("cpu", non_blocking=True)
+            return in_cpu.tolist(), counts_cpu.tolist(), payload
+    ''')
+    cats = {(c.line, c.qualname): c.category for c in f.calls if c.category in ("cuda_sync", "host_transfer")}
+    assert (4, "tensor.to(cpu)") not in cats
+    assert cats[(5, "tensor.to(cpu)")] == "cuda_sync"
+    assert cats[(6, "torch.cuda.current_stream().synchronize")] == "cuda_sync"
+    assert cats[(7, "tensor.to(cpu)")] == "host_transfer"  # the payload still crosses host memory
+
+
 def test_host_copies_followed_into_helpers_derived_tensors_and_returns():
     f = facts('''
         import torch
