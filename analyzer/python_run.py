@@ -77,6 +77,13 @@ def _is_size_expr(node: ast.AST) -> bool:
     return isinstance(node, ast.Name) and bool(_SIZE_NAME.search(node.id))
 
 
+def _is_world_group(node: ast.AST) -> bool:
+    """`dist.group.WORLD`, `torch.distributed.group.WORLD`, `group.WORLD`."""
+    return isinstance(node, ast.Attribute) and node.attr == "WORLD" and isinstance(node.value, ast.Attribute) \
+        and node.value.attr == "group" or isinstance(node, ast.Attribute) and node.attr == "WORLD" \
+        and isinstance(node.value, ast.Name) and node.value.id == "group"
+
+
 class RunBranches:
     """Decides the candidate's tests on PKB's run (a mixin of PythonPass)."""
 
@@ -299,12 +306,18 @@ class RunBranches:
             results = {_cmp(c, op, w) if flipped else _cmp(w, op, c) for w in sizes}
             return results.pop() if len(results) == 1 and None not in results else None
         # `W = dist.get_world_size(group)` then `if W == 1:`: a size-one shortcut never runs on
-        # PKB's multi-GPU run (other sizes are left undecided: W may be a subgroup's size).
+        # PKB's multi-GPU run (other sizes are left undecided: W may be a subgroup's size), unless
+        # the group is the whole world on the run (`group = group or dist.group.WORLD` with the
+        # parameter left at None): then W is the run's world size.
         for a, b, ops in ((left, right, (ast.Eq, ast.NotEq, ast.LtE, ast.Gt)), (right, left, (ast.Eq, ast.NotEq))):
-            if isinstance(a, ast.Name) and fn is not None and isinstance(b, ast.Constant) and b.value == 1 \
+            if isinstance(a, ast.Name) and fn is not None and isinstance(b, ast.Constant) and isinstance(b.value, int) \
                     and isinstance(op, ops):
                 value = self._single_assignment(a.id, fn)
-                if value is not None and self._is_world_expr(value):
+                if value is None or not self._is_world_expr(value):
+                    continue
+                if run.world_size and self._whole_world_size(value, fn):
+                    return _cmp(run.world_size, op, b.value) if a is left else _cmp(b.value, op, run.world_size)
+                if b.value == 1:
                     sizes_one = isinstance(op, (ast.Eq, ast.LtE))
                     return not sizes_one
         # multicast: `hdl.multicast_ptr != 0`, `mc_ptr is None`
@@ -329,6 +342,34 @@ class RunBranches:
             if isinstance(op, (ast.Gt, ast.NotEq)):
                 return True
         return None
+
+    def _whole_world_size(self, value: ast.AST, fn: ast.AST) -> bool:
+        """`dist.get_world_size()`, or of a group that is the whole world on the run: the default
+        group (`dist.group.WORLD`), or a name bound once to `group or dist.group.WORLD` where
+        `group` is solution()'s group parameter that the run leaves at None."""
+        if not isinstance(value, ast.Call) or not self.qualname(value.func).endswith("get_world_size"):
+            return False
+        arg = value.args[0] if value.args else next((k.value for k in value.keywords if k.arg == "group"), None)
+        if arg is None or _is_world_group(arg):
+            return True
+        if not isinstance(arg, ast.Name):
+            return False
+        bound = self._single_assignment(arg.id, fn)
+        if not (isinstance(bound, ast.BoolOp) and isinstance(bound.op, ast.Or) and len(bound.values) == 2
+                and _is_world_group(bound.values[1]) and isinstance(bound.values[0], ast.Name)):
+            return False
+        return self._group_param_left_unset(bound.values[0].id, fn)
+
+    def _group_param_left_unset(self, name: str, fn: ast.AST) -> bool:
+        """solution()'s parameter `name`, a group defaulting to None that PKB's inputs do not fill."""
+        sol = self.functions.get("solution")
+        if fn is not sol or sol is None or not re.search(r"(^|_)(group|pg)$", name) or name in self.run_ctx.group_args:
+            return False
+        params = sol.args.args + sol.args.kwonlyargs
+        defaults = dict(zip([a.arg for a in sol.args.args[len(sol.args.args) - len(sol.args.defaults):]], sol.args.defaults))
+        defaults.update(zip([a.arg for a in sol.args.kwonlyargs], sol.args.kw_defaults))
+        default = defaults.get(name)
+        return any(a.arg == name for a in params) and isinstance(default, ast.Constant) and default.value is None
 
     def _isinstance_value(self, call: ast.Call, fn: ast.AST | None) -> bool | None:
         """`isinstance(x, (list, tuple))` / `isinstance(x, torch.Tensor)` on the run: a parameter of

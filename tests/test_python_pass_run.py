@@ -383,6 +383,28 @@ def test_untaken_conditional_expression_and_size_one_shortcut_through_a_local():
     assert by_line == {7: "fallback", 8: "timed", 10: "fallback", 11: "timed"}
 
 
+def test_world_size_of_the_whole_world_group_is_the_runs():
+    # `group = group or dist.group.WORLD` with solution()'s group left at None: W is the run's 8,
+    # so a library path for other sizes is a fallback (175 files of the corpus bind the group so)
+    src = '''
+        import torch
+        import torch.distributed as dist
+        def solution(x, group=None):
+            group = group or dist.group.WORLD
+            W = dist.get_world_size(group)
+            if W != 8 or x.numel() % W != 0:
+                dist.all_reduce(x, group=group)
+                return x
+            return x * 2
+    '''
+    assert paths(facts(src), "all_reduce") == ["fallback"]
+    # a group the run passes (its input factory fills it): W may be a subgroup's, undecided
+    filled = facts(src, RunContext(dtype="bfloat16", world_size=8, multicast=True, group_args=("group",)))
+    assert paths(filled, "all_reduce") == ["timed"]
+    # a tree that does not give the world size decides nothing
+    assert paths(facts(src, RunContext(dtype="bfloat16")), "all_reduce") == ["timed"]
+
+
 def test_empty_input_list_branch_never_runs():
     f = facts('''
         import torch
