@@ -174,17 +174,9 @@ class RunBranches:
         """A `group=None` parameter of solution(): PKB's inputs are tensors and scalars, and a process
         group only for the parameters its input factory fills (the run's `group_args`), so on
         the run it stays None."""
-        sol = self.functions.get("solution")
-        if fn is not sol or sol is None or not isinstance(node, ast.Name) or not re.search(r"(^|_)(group|pg)$", node.id):
+        if not isinstance(node, ast.Name) or not self._group_param_left_unset(node.id, fn):
             return False
-        args = sol.args.args
-        defaults = dict(zip([a.arg for a in args[len(args) - len(sol.args.defaults):]], sol.args.defaults))
-        default = defaults.get(node.id)
-        if default is None:
-            kw = dict(zip([a.arg for a in sol.args.kwonlyargs], sol.args.kw_defaults))
-            default = kw.get(node.id)
-        if not (isinstance(default, ast.Constant) and default.value is None) or node.id in self.run_ctx.group_args:
-            return False
+        sol = self.functions["solution"]
         # Rebound before the test (`group = group or dist.group.WORLD`): no longer the parameter.
         return not any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)
                        for n in ast.walk(sol))
@@ -365,11 +357,10 @@ class RunBranches:
         sol = self.functions.get("solution")
         if fn is not sol or sol is None or not re.search(r"(^|_)(group|pg)$", name) or name in self.run_ctx.group_args:
             return False
-        params = sol.args.args + sol.args.kwonlyargs
         defaults = dict(zip([a.arg for a in sol.args.args[len(sol.args.args) - len(sol.args.defaults):]], sol.args.defaults))
         defaults.update(zip([a.arg for a in sol.args.kwonlyargs], sol.args.kw_defaults))
-        default = defaults.get(name)
-        return any(a.arg == name for a in params) and isinstance(default, ast.Constant) and default.value is None
+        default = defaults.get(name)  # None for a name that is no parameter with a default
+        return isinstance(default, ast.Constant) and default.value is None
 
     def _isinstance_value(self, call: ast.Call, fn: ast.AST | None) -> bool | None:
         """`isinstance(x, (list, tuple))` / `isinstance(x, torch.Tensor)` on the run: a parameter of
