@@ -72,15 +72,21 @@ def host_copy(out: Any) -> Any:
     return None
 
 
-def serialize(out: Any) -> bytes | None:
+def write_serialized(out: Any, fh: Any) -> bool:
+    """torch.save of the output's host copy into the file object `fh`; False (nothing written)
+    for an output type the channel does not carry."""
     import torch
 
     copy = host_copy(out)
     if copy is None and out is not None:
-        return None
+        return False
+    torch.save(copy, fh)
+    return True
+
+
+def serialize(out: Any) -> bytes | None:
     buf = io.BytesIO()
-    torch.save(copy, buf)
-    return buf.getvalue()
+    return buf.getvalue() if write_serialized(out, buf) else None
 
 
 def scrub(out: Any) -> None:
@@ -161,20 +167,16 @@ def save_output(job_dir: str, rank: int, trial: int, out: Any, cap_bytes: int) -
     if size > cap_bytes:
         return "too large"
     try:
-        import torch
-
-        copy = host_copy(out)
-        if copy is None and out is not None:
-            return f"output type {type(out).__name__}"
         path = output_path(job_dir, rank, trial)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f".{path.name}.tmp")
         try:
             # Straight to the file (an output may be hundreds of MiB: no second copy in memory),
-            # through a file object as serialize's buffer is (the same bytes as the channel's),
-            # under a name the judge does not read until the file is whole.
+            # the same bytes as the channel's, under a name the judge does not read until whole.
             with partial.open("wb") as fh:
-                torch.save(copy, fh)
+                written = write_serialized(out, fh)
+            if not written:
+                return f"output type {type(out).__name__}"
             os.replace(partial, path)
         finally:
             partial.unlink(missing_ok=True)
