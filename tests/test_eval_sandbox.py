@@ -163,10 +163,15 @@ def test_the_plain_process_fallback_closes_the_harness_descriptors_and_says_what
         harness = folder / "harness.py"
         harness.write_text(HARNESS)
         harness.chmod(0o644)
+        # a copy the other user can read: the checkout may sit in a folder only we may enter
+        # (a clone under mktemp -d is 0700); sandbox.py imports nothing of the project
+        module = folder / "sandbox.py"
+        shutil.copyfile(REPO / "pkb" / "eval" / "sandbox.py", module)
+        module.chmod(0o644)
         as_user = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"] if os.geteuid() == 0 else []
         python = "/usr/bin/python3" if as_user else sys.executable  # one the other user may run
         env = {**os.environ, "PKB_SANDBOX": "none", "PKB_SANDBOX_CGROUP": "0"}
-        res = subprocess.run([*as_user, python, str(harness), str(REPO / "pkb" / "eval" / "sandbox.py")],
+        res = subprocess.run([*as_user, python, str(harness), str(module)],
                              capture_output=True, text=True, timeout=60, cwd=folder, env=env)
         assert res.returncode == 0, res.stderr[-2000:]
         out = json.loads(res.stdout.strip().splitlines()[-1])
