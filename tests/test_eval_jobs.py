@@ -146,3 +146,88 @@ def test_untimed_launches_start_while_other_builds_run(tmp_path, monkeypatch):
     assert all(r.evaluation.get("correct") for r in records), [r.evaluation.get("reason") for r in records]
     assert landed_at["1_allreduce_plain.py"] < built_at[0] < landed_at["1_allreduce_lazy.py"]
     assert records[1].evaluation["details"]["prebuild"]["ok"]
+
+
+def test_cpu_split_keeps_cores_for_a_timed_launch(monkeypatch):
+    from pkb.eval import schedule
+
+    monkeypatch.setattr(schedule.os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert schedule.cpu_split("cuda", 1) == (tuple(range(14)), (14, 15))
+    assert schedule.cpu_split("cuda", 2) == (tuple(range(12)), (12, 13, 14, 15))
+    assert schedule.cpu_split("cuda", 8) == ((), ())  # 16 cores for 8 ranks: the builds keep them all
+    assert schedule.cpu_split("cpu", 1) == ((), ())
+
+
+class _Feed:
+    """Stands in for schedule.BuildFeed: `first` ready at once, `second` once `release` is set (or
+    after about three seconds of waiting), one build outstanding until then."""
+
+    def __init__(self, first, second, release):
+        self.items, self.release, self.outstanding = (first, second), release, 1
+
+    def __iter__(self):
+        yield self.items[0]
+        for _ in range(30):
+            if self.release.is_set():
+                break
+            self.release.wait(0.1)
+            yield None
+        self.outstanding = 0
+        yield self.items[1]
+
+
+def _screened_run(monkeypatch, timed_cpus):
+    import threading
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    import pkb.eval.outcome as outcome
+    from pkb.eval import Pending, schedule
+    from pkb.eval.job import JobSpec
+
+    monkeypatch.setattr(outcome, "decide", lambda result, job: {"correct": result.correct})
+    job = JobSpec(job_dir="j", candidate_path="c.py", candidate_sha256="", problem={}, world_size=1, backend="nccl",
+                  device="cuda", dtype="bfloat16", trials=1, iters=10)
+    pendings = {name: Pending(replace(job, job_dir=name), {}, name, "key", 1, 0.0) for name in ("a", "b")}
+    release = threading.Event()
+    events: list[tuple] = []
+
+    def launch(p):
+        timed = p.job.iters > 0
+        events.append((p.job.job_dir, "timed" if timed else "screen", feed.outstanding, list(p.job.cpus)))
+        if timed:
+            release.set()
+        return SimpleNamespace(ranks=[], correct=p.job.job_dir.startswith("a"))
+
+    feed = _Feed(("rec-a", pendings["a"]), ("rec-b", pendings["b"]), release)
+    decided = {}
+    schedule.run_screened(feed, ["0", "0"], "0", timed_cpus, launch,
+                          lambda p, result, rec: {"timed": p.job.iters > 0, **p.evaluation.get("details", {})},
+                          lambda rec, ev, ranks: decided.__setitem__(rec, ev))
+    return events, decided
+
+
+def test_a_timed_launch_runs_beside_the_builds_on_cores_of_its_own(monkeypatch):
+    events, decided = _screened_run(monkeypatch, (14, 15))
+    # a was screened correct and timed while b's build was still running, on the kept cores
+    assert events[:2] == [("a-screen", "screen", 1, []), ("a", "timed", 1, [14, 15])], events
+    assert events[2][:2] == ("b-screen", "screen")
+    assert decided["rec-a"]["timed"] and decided["rec-a"]["timed_beside_builds"] == {"builds": 1, "cores": [14, 15]}
+    assert "screened" in decided["rec-b"] and not decided["rec-b"]["timed"]
+
+
+def test_without_cores_to_keep_a_timed_launch_waits_for_the_last_build(monkeypatch):
+    events, decided = _screened_run(monkeypatch, ())
+    assert [e[:2] for e in events] == [("a-screen", "screen"), ("b-screen", "screen"), ("a", "timed")], events
+    assert events[2][2] == 0 and "timed_beside_builds" not in decided["rec-a"]
+
+
+def test_builds_run_on_the_cores_they_are_given(tmp_path, monkeypatch):
+    from pkb.eval.build import BuildOptions, prebuild
+
+    seen = tmp_path / "cores.txt"
+    monkeypatch.setenv("PKB_TEST_CORES_FILE", str(seen))
+    cand = write_candidate(tmp_path / "c", "1_allreduce_cores.py",
+                           'import os\nopen(os.environ["PKB_TEST_CORES_FILE"], "w").write(repr(sorted(os.sched_getaffinity(0))))\n')
+    prebuild(cand, BuildOptions(root=tmp_path / "builds", cpus=(0,)))
+    assert seen.read_text() == "[0]"

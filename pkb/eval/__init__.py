@@ -22,7 +22,7 @@ import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 from pkb.eval.options import EvalOptions, config_key
 
@@ -65,14 +65,13 @@ def evaluate(records: Iterable[Any], options: EvalOptions | None = None, on_resu
     not runnable). Then every candidate's JIT builds run in a CPU pool (pkb.eval.build), so no
     launch's clock includes nvcc. Then the launches, `plan_slots` at a time: each slot its own
     CUDA_VISIBLE_DEVICES. Untimed (or shared-timing) launches, the screening ones included, start
-    as their own build lands, beside the builds still running; a launch timed alone on the node
-    waits for the last build (a compile beside it would disturb the clock). This thread is the
+    as their own build lands, beside the builds still running; a launch timed alone on the GPUs
+    runs beside the builds only on cores of its own (pkb.eval.schedule), else after the last
+    build (a compile on its cores would disturb the clock). This thread is the
     only writer of the store; each launch's rows are committed as soon as it returns, so a killed
     run resumes where it stopped. `on_result(rec, evaluation, rank_results)` is called as each
     lands.
     """
-    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-
     from pkb.store import Store
 
     options = options or EvalOptions()
@@ -98,53 +97,70 @@ def evaluate(records: Iterable[Any], options: EvalOptions | None = None, on_resu
             else:
                 seen[(pending.sha256, pending.config_key)] = pending
                 queue.append((rec, pending))
-        screens = _screens(options, env)
-        items: Iterable[tuple[Any, Pending] | None]
-        if screens or options.iters <= 0 or options.timing_mode == "shared":
-            # The first launches are untimed (or shared): each may start as soon as its own build
-            # lands, while the others still build. Exclusive timed launches start after the last.
-            items = _as_builds_land(queue, options, env)
+
+        from pkb.eval.schedule import BuildFeed, cpu_split, prebuild_all, run_screened
+
+        if _screens(options, env):
+            # Screens as builds land; timed launches alone on the GPUs, beside the builds on cores
+            # of their own where the node has them (pkb.eval.schedule).
+            build_cpus, timed_cpus = cpu_split(env.device, env.world_size)
+            run_screened(BuildFeed(queue, options, env, cpus=build_cpus), plan_slots(replace(options, iters=0), env), slots[0],
+                         timed_cpus, lambda p: _launch(p, options), lambda p, result, rec: finish(p, result, store, rec), landed)
         else:
-            prebuild_all([p for _, p in queue], options, env)
-            # Candidates whose build failed are over within seconds of their launch (compile_error):
-            # launch them first, so a run cut short still holds every verdict its builds decided.
-            queue.sort(key=lambda item: _prebuild_failed(item[1]), reverse=True)
-            items = queue
-        if screens:
-            items = screen(queue, items, options, env, store, landed)
-        with ThreadPoolExecutor(max_workers=len(slots)) as pool:
-            free = list(slots)
-            running: dict[Any, tuple[Any, Pending, str]] = {}
-
-            def drain(block: bool) -> None:
-                if not running:
-                    return
-                done, _ = wait(list(running), return_when=FIRST_COMPLETED, timeout=None if block else 0)
-                for fut in done:
-                    rec, pending, slot = running.pop(fut)
-                    free.append(slot)
-                    result = fut.result()
-                    landed(rec, finish(pending, result, store, rec), [r.result for r in result.ranks])
-
-            for item in items:
-                if item is None:  # builds still running: collect what has finished meanwhile
-                    drain(block=False)
-                    continue
-                rec, pending = item
-                while not free:
-                    drain(block=True)
-                slot = free.pop(0)
-                pending.job.visible_devices = slot
-                fut = pool.submit(_launch, pending, options)
-                running[fut] = (rec, pending, slot)
-                drain(block=False)
-            while running:
-                drain(block=True)
+            items: Iterable[tuple[Any, Pending] | None]
+            if options.iters <= 0 or options.timing_mode == "shared":
+                # Untimed (or shared) launches: each starts as soon as its own build lands, while
+                # the others still build.
+                items = BuildFeed(queue, options, env)
+            else:
+                # Timed launches alone on the node without screens: after the last build.
+                prebuild_all([p for _, p in queue], options, env)
+                # Candidates whose build failed are over within seconds of their launch
+                # (compile_error): launch them first, so a run cut short still holds every verdict
+                # its builds decided.
+                queue.sort(key=lambda item: _prebuild_failed(item[1]), reverse=True)
+                items = queue
+            _run_in_slots(items, slots, options, store, landed)
         for rec, _ in later:  # the first copy's result is in the store now
             again = prepare(rec, options, env, store)
             landed(rec, again if isinstance(again, dict) else evaluate_one(rec, options, env, store), [])
     finally:
         store.close()
+
+
+def _run_in_slots(items: Iterable[tuple[Any, Pending] | None], slots: list[str], options: EvalOptions, store: Any,
+                  landed: Callable[[Any, dict[str, Any], list[Any]], None]) -> None:
+    """Each launch in the first free slot (its CUDA_VISIBLE_DEVICES); None from `items` while builds
+    still run: collect what has finished meanwhile."""
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    with ThreadPoolExecutor(max_workers=len(slots)) as pool:
+        free = list(slots)
+        running: dict[Any, tuple[Any, Pending, str]] = {}
+
+        def drain(block: bool) -> None:
+            if not running:
+                return
+            done, _ = wait(list(running), return_when=FIRST_COMPLETED, timeout=None if block else 0)
+            for fut in done:
+                rec, pending, slot = running.pop(fut)
+                free.append(slot)
+                result = fut.result()
+                landed(rec, finish(pending, result, store, rec), [r.result for r in result.ranks])
+
+        for item in items:
+            if item is None:
+                drain(block=False)
+                continue
+            rec, pending = item
+            while not free:
+                drain(block=True)
+            slot = free.pop(0)
+            pending.job.visible_devices = slot
+            running[pool.submit(_launch, pending, options)] = (rec, pending, slot)
+            drain(block=False)
+        while running:
+            drain(block=True)
 
 
 def _screens(options: EvalOptions, env: Environment) -> bool:
@@ -154,55 +170,6 @@ def _screens(options: EvalOptions, env: Environment) -> bool:
     return len(plan_slots(replace(options, iters=0), env)) > len(plan_slots(options, env))
 
 
-def screen(queue: list[tuple[Any, Pending]], items: Iterable[tuple[Any, Pending] | None], options: EvalOptions,
-           env: Environment, store: Any, landed: Callable[[Any, dict[str, Any], list[Any]], None]) -> list[tuple[Any, Pending]]:
-    """Correctness-only launches (no timing), packed in every untimed slot; a candidate that is
-    not correct there is decided (stored under the timed configuration, marked `screened`);
-    the correct ones are returned for their timed launch alone on the node, which checks
-    correctness again and then times. Most candidates of a real corpus are not correct, so most
-    never wait for the node. `items` gives the queue's launches as they become ready (None while
-    waiting on builds); the correct ones come back in the queue's order."""
-    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-
-    from pkb.eval.outcome import decide
-
-    untimed = replace(options, iters=0)
-    slots = plan_slots(untimed, env)
-    keep: list[tuple[Any, Pending]] = []
-    with ThreadPoolExecutor(max_workers=len(slots)) as pool:
-        free = list(slots)
-        running: dict[Any, tuple[Any, Pending, Pending, str]] = {}
-
-        def drain(block: bool) -> None:
-            done, _ = wait(list(running), return_when=FIRST_COMPLETED, timeout=None if block else 0)
-            for fut in done:
-                rec, pending, probe, slot = running.pop(fut)
-                free.append(slot)
-                result = fut.result()
-                if decide(result, probe.job).get("correct"):
-                    keep.append((rec, pending))
-                    continue
-                probe.evaluation.setdefault("details", {})["screened"] = "a correctness-only launch (no timing): not correct, so not timed"
-                landed(rec, finish(probe, result, store, rec), [r.result for r in result.ranks])
-
-        for item in items:
-            if item is None:  # builds still running: collect what has finished meanwhile
-                if running:
-                    drain(block=False)
-                continue
-            rec, pending = item
-            while not free:
-                drain(block=True)
-            slot = free.pop(0)
-            job = replace(pending.job, iters=0, job_dir=pending.job.job_dir + "-screen", visible_devices=slot)
-            probe = replace(pending, job=job, evaluation={**pending.evaluation, "details": dict(pending.evaluation.get("details") or {}), "timing_mode": ""})
-            running[pool.submit(_launch, probe, options)] = (rec, pending, probe, slot)
-        while running:
-            drain(block=True)
-    order = {id(rec): i for i, (rec, _) in enumerate(queue)}
-    return sorted(keep, key=lambda item: order[id(item[0])])
-
-
 def build_root_for(options: EvalOptions) -> Path:
     """Where this run's extensions are built: --build-dir, else our shared build folder."""
     from pkb.eval.build import build_root
@@ -210,84 +177,9 @@ def build_root_for(options: EvalOptions) -> Path:
     return Path(options.build_dir).resolve() if options.build_dir else build_root()
 
 
-def _uses_builds(path: str) -> bool:
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    return any(s in text for s in ("load_inline", "compile_cuda_extension", "cpp_extension"))
-
-
 def _prebuild_failed(pending: Pending) -> bool:
     pre = (pending.evaluation.get("details") or {}).get("prebuild")
     return bool(pre) and not pre.get("ok")
-
-
-def _as_builds_land(queue: list[tuple[Any, Pending]], options: EvalOptions, env: Environment) -> Iterator[tuple[Any, Pending] | None]:
-    """The queue's launches as each becomes ready: those without a JIT build at once, the others
-    as their builds land (prebuild_all in a background thread); None every half second while
-    waiting, so the caller can collect finished launches meanwhile."""
-    import queue as queues
-    import threading
-
-    needs = [item for item in queue if _uses_builds(item[1].job.candidate_path)]
-    by_pending = {id(pending): (rec, pending) for rec, pending in needs}
-    ready: queues.Queue = queues.Queue()
-    done = object()
-
-    def build() -> None:
-        try:
-            prebuild_all([p for _, p in needs], options, env, on_built=lambda p: ready.put(by_pending[id(p)]))
-        finally:
-            ready.put(done)
-
-    if needs:
-        threading.Thread(target=build, name="pkb-prebuild", daemon=True).start()
-    needed = {id(p) for _, p in needs}
-    yield from (item for item in queue if id(item[1]) not in needed)
-    announced: set[int] = set()
-    while needs:
-        try:
-            item = ready.get(timeout=0.5)
-        except queues.Empty:
-            yield None
-            continue
-        if item is done:
-            break
-        announced.add(id(item[1]))
-        yield item
-    # a build thread that failed before announcing some: they launch anyway (the rank builds)
-    yield from (item for item in needs if id(item[1]) not in announced)
-
-
-def prebuild_all(pendings: list[Pending], options: EvalOptions, env: Environment,
-                 on_built: Callable[[Pending], None] | None = None) -> None:
-    """Every candidate's JIT builds, in a pool sized to cores and memory, before its launch: each
-    launch then finds its build done. The result is noted in the evaluation's details (then
-    `on_built(pending)` is called, as each lands); a failed build is the launch's compile_error
-    (the build directory remembers the failure)."""
-    from pkb.eval.build import BuildOptions, prebuild_many
-
-    root = build_root_for(options)
-    todo = [p for p in pendings if _uses_builds(p.job.candidate_path)]
-    if not todo:
-        return
-    groups: dict[tuple[str, ...], list[Pending]] = {}
-    for p in todo:
-        groups.setdefault(tuple(p.job.extra_sys_path), []).append(p)
-    for extra, group in groups.items():
-        opts = BuildOptions(root=root, extra_sys_path=list(extra), arch_list=env.arch_list, python=options.python)
-        by_path = {Path(p.job.candidate_path): p for p in group}
-
-        def note(path: Path, res: Any) -> None:
-            by_path[path].evaluation.setdefault("details", {})["prebuild"] = {
-                "ok": res.ok, "seconds": round(res.seconds, 2), "cached": res.cached, "error": res.error[:1000],
-                "builds": [b.get("key") for b in res.builds], "log": res.log_path,
-            }
-            if on_built is not None:
-                on_built(by_path[path])
-
-        prebuild_many(list(by_path), opts, jobs=options.build_jobs or None, timeout_s=options.compile_timeout_s, on_result=note)
 
 
 def evaluate_one(rec: Any, options: EvalOptions, env: Environment, store: Any) -> dict[str, Any]:

@@ -44,6 +44,7 @@ class JobSpec:
     repo_root: str = ""
     extra_sys_path: list[str] = field(default_factory=list)
     visible_devices: str = ""  # CUDA_VISIBLE_DEVICES for this launch ('' leaves it alone)
+    cpus: list[int] = field(default_factory=list)  # cores its processes run on ([]: any)
     # Per-phase limits (the whole job has timeout_s): the candidate's import, one JIT build, and
     # one call of the candidate or the reference. A rank past one is killed by the launcher.
     import_timeout_s: float = 300.0

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +153,14 @@ def launch(job: JobSpec, python: str | None = None, retries_on_port_clash: int =
     return result
 
 
+def _start_rank_tree(box: Any, cpus: tuple[int, ...]) -> None:
+    """In the launched process, before exec: the sandbox's set-up, then the launch's cores (every
+    process and thread it starts inherits them)."""
+    box.preexec()
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+
+
 def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResult:
     prepare_job_dir(job_dir)
     if job.profile:
@@ -215,7 +224,7 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
         stderr=subprocess.STDOUT,
         start_new_session=True,
         pass_fds=box.pass_fds,
-        preexec_fn=box.preexec if sys.platform.startswith("linux") else None,
+        preexec_fn=partial(_start_rank_tree, box, tuple(job.cpus)) if sys.platform.startswith("linux") else None,
     )
     box.started()
     log.close()
