@@ -175,6 +175,9 @@ def eval_part(pkb_root: Path, files: list[Path], args: argparse.Namespace, tmp: 
     if args.ours:
         wall = ours_eval(pkb_root, files, args, tmp)
         result.update(ours_wall_s=wall, ours_per_hour=len(files) / wall * 3600)
+        if args.check_timing:
+            ours_eval(pkb_root, files, args, tmp, out_name="eval_out_warm")
+            result["timing_check"] = timing_check(tmp / "eval_out" / "eval.jsonl", tmp / "eval_out_warm" / "eval.jsonl")
     if args.pkb_files > 0:
         ws = args.world_size or 1
         runnable = [f for f in files if pkb_finds(pkb_root, f)]
@@ -204,9 +207,41 @@ def eval_part(pkb_root: Path, files: list[Path], args: argparse.Namespace, tmp: 
     return result
 
 
-def ours_eval(pkb_root: Path, files: list[Path], args: argparse.Namespace, tmp: Path) -> float:
-    tree = copy_tree(files, tmp / "eval_tree")
-    out = tmp / "eval_out"
+def speedups(jsonl: Path) -> dict[str, tuple[float, bool]]:
+    """Each correct, timed candidate's speedup and whether it was timed beside builds."""
+    out = {}
+    for line in jsonl.read_text(encoding="utf-8").splitlines() if jsonl.exists() else []:
+        rec = json.loads(line)
+        ev = rec.get("evaluation") or {}
+        if ev.get("correct") and ev.get("speedup"):
+            out[rec["path"]] = (float(ev["speedup"]), bool((ev.get("details") or {}).get("timed_beside_builds")))
+    return out
+
+
+def timing_check(cold: Path, warm: Path) -> dict:
+    """The cold run's speedups (some timed beside builds, on cores of their own) against a second
+    run on warm builds (no build beside any timed launch): the ratio per candidate. Run-to-run
+    spread is part of it; a disturbance by the builds shows as the beside-builds ratios drifting
+    one way."""
+    a, b = speedups(cold), speedups(warm)
+    rows = [(p, a[p][0], b[p][0], a[p][1]) for p in sorted(a.keys() & b.keys())]
+    for p, x, y, beside in rows:
+        print(f"  {Path(p).name[:58]:58s} cold {x:7.3f}x  warm {y:7.3f}x  ratio {x / y:5.3f}{'  (timed beside builds)' if beside else ''}")
+    beside = [x / y for _, x, y, was in rows if was]
+    quiet = [x / y for _, x, y, was in rows if not was]
+    for name, rs in (("timed beside builds", beside), ("timed after the builds", quiet)):
+        if rs:
+            print(f"timing check, {name}: {len(rs)} candidates, cold/warm speedup median {statistics.median(rs):.3f} "
+                  f"(min {min(rs):.3f}, max {max(rs):.3f})", flush=True)
+    return {"rows": rows, "beside_median": statistics.median(beside) if beside else None,
+            "quiet_median": statistics.median(quiet) if quiet else None}
+
+
+def ours_eval(pkb_root: Path, files: list[Path], args: argparse.Namespace, tmp: Path, out_name: str = "eval_out") -> float:
+    tree = tmp / "eval_tree"
+    if not tree.exists():
+        copy_tree(files, tree)
+    out = tmp / out_name
     env = {"PKB_BUILD_DIR": str(tmp / "builds")}  # cold build caches
     cmd = ["eval", str(tree), "--pkb-root", str(pkb_root), "--jobs", args.jobs, "-o", str(out), "-q", "--timing", args.timing]
     if args.world_size:
@@ -239,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pkb-files", type=int, default=3, help="files PKB's loop is measured on (0: skip PKB)")
     ap.add_argument("--no-ours", dest="ours", action="store_false", help="eval: measure PKB's loop only")
     ap.add_argument("--timeout", type=float, default=1800.0, help="PKB: seconds per file")
+    ap.add_argument("--check-timing", action="store_true",
+                    help="eval: run ours again on the warm builds and compare each correct candidate's speedup")
     ap.add_argument("--keep", type=Path, default=None, help="scratch folder to keep (default: a temporary one)")
     args = ap.parse_args(argv)
     if not (args.static or args.eval):
