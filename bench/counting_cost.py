@@ -13,6 +13,7 @@ candidate that moves data itself looks faster. This prints the cost per call and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -26,22 +27,20 @@ if str(REPO) not in sys.path:
 
 
 def per_call_us(fn, calls: int, sync) -> float:
-    """The median over five rounds of the host time per call (the device finishing each round)."""
-    rounds = []
-    for _ in range(5):
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        rounds.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(rounds)
+    """The host time per call of one round (the device finishing the round)."""
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync()
+    return (time.perf_counter() - t0) / calls * 1e6
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--numel", type=int, default=1024)
+    ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args(argv)
 
     import torch
@@ -57,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     x = torch.ones(args.numel, device=device)
     group = dist.group.WORLD
     sync = torch.cuda.synchronize if cuda else (lambda: None)
+    # Names resolved at each call: through the counter's wrappers while it is installed.
     calls = {
         "dist.all_reduce": lambda: dist.all_reduce(x),
         "ProcessGroup.allreduce": lambda: group.allreduce([x]).wait(),
@@ -64,21 +64,28 @@ def main(argv: list[str] | None = None) -> int:
     for fn in calls.values():  # warm up: NCCL's communicator, the allocator
         for _ in range(50):
             fn()
-    plain = {name: per_call_us(fn, args.calls, sync) for name, fn in calls.items()}
     counter = DistCounter()
-    counter.install()
-    calls = {  # rebound: the names resolve through the counter's wrappers now
-        "dist.all_reduce": lambda: dist.all_reduce(x),
-        "ProcessGroup.allreduce": lambda: group.allreduce([x]).wait(),
-    }
-    counted = {name: per_call_us(fn, args.calls, sync) for name, fn in calls.items()}
+    modes = ("plain", "counted", "wrappers only")
+    times: dict[str, dict[str, list[float]]] = {m: {n: [] for n in calls} for m in modes}
+    # The modes alternate round by round, so a machine's changing load falls on all of them.
+    for _ in range(args.rounds):
+        for mode in modes:
+            if mode == "plain":
+                counter.uninstall()
+            elif not counter.installed:
+                counter.install()
+            suspended = counter.dispatcher_suspended() if mode == "wrappers only" else contextlib.nullcontext()
+            with suspended:
+                for name, fn in calls.items():
+                    times[mode][name].append(per_call_us(fn, args.calls, sync))
     counter.uninstall()
     dist.destroy_process_group()
     os.unlink(store)
-    print(f"{backend} on {device}, world size 1, {args.numel} elements, {args.calls} calls x 5 rounds (median)")
-    for name in plain:
-        print(f"  {name:24s} plain {plain[name]:7.2f} us   counted {counted[name]:7.2f} us   "
-              f"+{counted[name] - plain[name]:6.2f} us per call   ratio {counted[name] / plain[name]:.2f}")
+    print(f"{backend} on {device}, world size 1, {args.numel} elements, {args.calls} calls per round, {args.rounds} rounds "
+          "per mode (median us per call; ratio to plain)")
+    for name in calls:
+        med = {m: statistics.median(times[m][name]) for m in modes}
+        print(f"  {name:24s} " + "   ".join(f"{m} {med[m]:7.2f}" + ("" if m == "plain" else f" ({med[m] / med['plain']:.2f})") for m in modes))
     return 0
 
 

@@ -377,6 +377,47 @@ def test_dist_counter_counts_the_dispatchers_collective_operators(tmp_path):
     assert not torch._C._dispatch_has_kernel_for_dispatch_key("c10d::allreduce_", "BackendSelect")
 
 
+def test_dist_counter_suspends_its_dispatcher_kernels_for_the_timed_loops(tmp_path):
+    """In the timed loops the dispatcher kernels are away (their cost would fall on a launch-bound
+    reference); a c10d operator called meanwhile shows in the sequence numbers; the kernels come
+    back after, except where someone else registered one at that key meanwhile."""
+    import torch.distributed as dist
+
+    from pkb.eval.guard import DISPATCH_KEY, DistCounter
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised in this process")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    c = DistCounter()
+    lib = None
+    try:
+        c.install()
+        hooked = set(c.dispatcher_ops)
+        group = dist.distributed_c10d._get_default_group()
+
+        def c10d_allreduce():
+            torch.ops.c10d.allreduce_([torch.ones(4)], group.boxed(), torch.classes.c10d.ReduceOp(), None, False)[1].wait()
+
+        c.active = True
+        with c.dispatcher_suspended():
+            assert c.dispatcher_ops == [] and not torch._C._dispatch_has_kernel_for_dispatch_key("c10d::allreduce_", DISPATCH_KEY)
+            mark = c.mark()
+            c10d_allreduce()
+            assert c.total == 0 and c.uncounted_since(mark) == 1
+        assert set(c.dispatcher_ops) == hooked
+        c10d_allreduce()
+        assert c.counts == {"all_reduce": 1}
+        with c.dispatcher_suspended():  # a kernel of someone else's at that key meanwhile
+            lib = torch.library.Library("c10d", "IMPL")
+            lib.impl("allreduce_", lambda *a, **k: None, DISPATCH_KEY)
+        assert "c10d::allreduce_" in hooked - set(c.dispatcher_ops)
+    finally:
+        if lib is not None:
+            lib._destroy()
+        dist.destroy_process_group()
+        c.uninstall()
+
+
 def test_sweep_kills_a_detached_process_with_the_marker(tmp_path):
     from pkb.eval.launcher import MARKER_ENV, sweep_strays
 

@@ -21,13 +21,14 @@ launcher's process-level limits and signed result files are what cannot be talke
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 import threading
 import time
 import types
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from pkb.collectives import COUNTED, DISPATCHER_OPS, HOST_SYNCS, PROCESS_GROUP_METHODS
 
@@ -254,6 +255,25 @@ class DistCounter:
                 depth.n = level
 
         return counted_op
+
+    @contextlib.contextmanager
+    def dispatcher_suspended(self) -> Iterator[None]:
+        """Without the dispatcher kernels for a while (the timed loops): a Python kernel at
+        BackendSelect costs a call about 20 us on NCCL (bench/counting_cost.py), which a launch-
+        bound reference would pay in its timed calls. The torch.distributed wrappers stay; a
+        collective that bypasses them meanwhile still shows in the backends' sequence numbers
+        (`mark`/`uncounted_since` around the candidate's timed rounds)."""
+        if not self.dispatcher_ops:
+            yield
+            return
+        for lib in self._libraries.values():
+            lib._destroy()
+        self._libraries.clear()
+        self.dispatcher_ops = []
+        try:
+            yield
+        finally:
+            self.dispatcher_ops = self._hook_dispatcher()
 
     def _replace(self, owner: Any, attr: str, name: str, wrapped: dict[int, Callable[..., Any]]) -> None:
         fn = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)

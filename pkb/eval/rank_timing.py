@@ -6,9 +6,11 @@ watchdog and counter."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+from pkb.eval.guard import dispatcher_hook_lines
 from pkb.eval.rank_report import CandidateFailure
 from pkb.eval.tensors import bitwise_equal, clone_tree, copy_into, overlaps_any, shared_output_groups, storage_ptrs
 
@@ -30,6 +32,27 @@ NVLINK_BYTES_PER_S = 450e9
 
 class RankTiming:
     """Timing and its checks; the rest of the rank is pkb.eval.worker.Rank."""
+
+    @contextlib.contextmanager
+    def _dispatcher_suspended(self) -> Iterator[None]:
+        """The counter's dispatcher kernels away for the timed loops (DistCounter.
+        dispatcher_suspended), the tamper snapshot not expecting them meanwhile. Put back, they
+        must sit on every operator they sat on before: a kernel a candidate registered at that key
+        meanwhile would keep ours off and hide its collectives from every later call."""
+        counter, snapshot = self.counter, getattr(self, "snapshot", None)
+        hooked = set(counter.dispatcher_ops)
+        if snapshot is not None:
+            snapshot.dispatcher_hooks = {}
+        try:
+            with counter.dispatcher_suspended():
+                yield
+        finally:
+            if snapshot is not None:
+                snapshot.dispatcher_hooks = dispatcher_hook_lines()
+        lost = sorted(hooked - set(counter.dispatcher_ops))
+        if lost:
+            raise CandidateFailure("suspect", "harness_tamper", RuntimeError(
+                f"after the timed calls of the candidate, the harness's dispatcher kernels could not be put back on {', '.join(lost[:6])}"))
 
     def timing(self, n_groups: int) -> None:
         """Interleaved timed rounds over fresh input groups (new contents at new addresses), then
@@ -72,7 +95,19 @@ class RankTiming:
         dist_before, syncs_before = counter.total, counter.host_syncs
         reset_l2 = _l2_persisting_reset(self.device)
 
+        # The dispatcher kernels are suspended in the timed loops (their cost would fall on a
+        # launch-bound reference's calls); what bypasses the wrappers meanwhile shows in the
+        # backends' sequence numbers, checked around each round of the candidate's.
+        round_mark: list[Any] = []
+
+        def close_round() -> None:
+            if round_mark:
+                counter.add_uncounted(counter.uncounted_since(round_mark.pop()))
+
         def before(side: str) -> None:
+            close_round()
+            if side == "candidate":
+                round_mark.append(counter.mark())
             self.check_tamper("timed calls of the candidate")
             if reset_l2 is not None:
                 reset_l2()  # lines a candidate marked persisting do not carry over between rounds
@@ -82,11 +117,13 @@ class RankTiming:
         # An exception in this loop is charged to the candidate: the reference ran on trial
         # inputs of the same shapes already.
         try:
-            timed = time_interleaved(
-                {"reference": guarded(self.source.reference, "reference"), "candidate": guarded(self.solution, "candidate")},  # type: ignore[arg-type]
-                groups, warmup=job.warmup, iters=job.iters, rounds=TIMING_ROUNDS, device=self.device, barrier=barrier,
-                keep={"candidate"}, before=before,
-            )
+            with self._dispatcher_suspended():
+                timed = time_interleaved(
+                    {"reference": guarded(self.source.reference, "reference"), "candidate": guarded(self.solution, "candidate")},  # type: ignore[arg-type]
+                    groups, warmup=job.warmup, iters=job.iters, rounds=TIMING_ROUNDS, device=self.device, barrier=barrier,
+                    keep={"candidate"}, before=before,
+                )
+                close_round()
         except BaseException as exc:
             if isinstance(exc, CandidateFailure):
                 raise
