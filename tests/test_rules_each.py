@@ -149,7 +149,11 @@ def _edit(src: str, old: str, new: str) -> str:
 # rule: (the bug, the text of the line the finding must point at, the correct idiom)
 CASES = {
     "PKB001": (FLAGS_BUG, "while (*(volatile int*)&flags[rank][threadIdx.x] == 0) {}", FLAGS_OK),
-    "PKB003": (FLAGS_BUG, "while (*(volatile int*)&flags[rank][threadIdx.x] == 0) {}", FLAGS_OK),
+    "PKB003": (
+        _edit(FLAGS_BUG, "while (*(volatile int*)&flags[rank][threadIdx.x] == 0) {}", "while (flags[rank][threadIdx.x] == 0) {}"),
+        "while (flags[rank][threadIdx.x] == 0) {}",  # a plain load: nvcc may hoist it out of the loop
+        FLAGS_OK,
+    ),
     "PKB008": (
         _edit(PULL, "    hdl.barrier(channel=0)\n    return out", "    torch.cuda.synchronize()\n    return out"),
         "torch.cuda.synchronize()",
@@ -249,6 +253,17 @@ def test_rule_is_quiet_on_the_correct_idiom(analyzer, tmp_path, rule):
 
 def test_the_correct_pull_fires_no_rule(analyzer, tmp_path):
     assert findings(analyzer, tmp_path, PULL) == {}
+
+
+def test_pkb003_volatile_spin_ends_on_a_known_run_and_is_reported_elsewhere(analyzer, tmp_path):
+    """A volatile poll reads memory on every test, so on a PKB run (every rank signals) it ends: no
+    PKB003 there. With no run tree the peers' behaviour is unknown and the missing bound is reported."""
+    spin = "while (*(volatile int*)&flags[rank][threadIdx.x] == 0) {}"
+    assert "PKB003" not in findings(analyzer, tmp_path, FLAGS_BUG)
+    loose = tmp_path / "loose_push.py"
+    loose.write_text(textwrap.dedent(FLAGS_BUG).lstrip("\n"))
+    rec = analyzer.analyze(read_candidate(loose, tmp_path))
+    assert [f.line for f in rec.findings if f.rule == "PKB003"] == [line_of(FLAGS_BUG, spin)]
 
 
 def test_every_rule_has_its_own_cases():
