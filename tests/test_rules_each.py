@@ -266,6 +266,39 @@ def test_pkb003_volatile_spin_ends_on_a_known_run_and_is_reported_elsewhere(anal
     assert [f.line for f in rec.findings if f.rule == "PKB003"] == [line_of(FLAGS_BUG, spin)]
 
 
+# The push's flag stored after a system fence in one kernel; a second kernel only polls the flags
+# with a volatile load before its block goes on.
+FLAGS_POLL_KERNEL = _edit(
+    _edit(
+        FLAGS_BUG,
+        """        if (threadIdx.x == 0) flags[p][rank] = 1;
+    }
+    if (threadIdx.x < world) {
+        while (*(volatile int*)&flags[rank][threadIdx.x] == 0) {}
+    }
+}""",
+        """        if (threadIdx.x == 0) { __threadfence_system(); flags[p][rank] = 1; }
+    }
+}
+__global__ void wait_peers(int* const* flags, int rank, int world) {
+    if (threadIdx.x < world) {
+        while (*(volatile int*)&flags[rank][threadIdx.x] == 0) {}
+    }
+    __syncthreads();
+}""",
+    ),
+    "x.data_ptr<float>(), rank, world, x.numel());",
+    "x.data_ptr<float>(), rank, world, x.numel());\n    wait_peers<<<1, 32>>>(reinterpret_cast<int* const*>(flags), rank, world);",
+)
+
+
+def test_pkb001_a_kernel_that_only_polls_with_volatile_loads_is_not_reported(analyzer, tmp_path):
+    """The reader's volatile poll acquires in practice; the release is the writer's, and it is fenced."""
+    assert "PKB001" not in findings(analyzer, tmp_path, FLAGS_POLL_KERNEL)
+    unfenced = _edit(FLAGS_POLL_KERNEL, "{ __threadfence_system(); flags[p][rank] = 1; }", "flags[p][rank] = 1;")
+    assert findings(analyzer, tmp_path, unfenced).get("PKB001") == [line_of(unfenced, "flags[p][rank] = 1;")]  # the writer's
+
+
 def test_every_rule_has_its_own_cases():
     ids = {r.id for r in all_rules()}
     assert ids == set(CASES) | set(CASES_ELSEWHERE), "a rule needs a bug file and a correct file here, or in CASES_ELSEWHERE"
