@@ -299,6 +299,17 @@ def test_pkb001_a_kernel_that_only_polls_with_volatile_loads_is_not_reported(ana
     assert findings(analyzer, tmp_path, unfenced).get("PKB001") == [line_of(unfenced, "flags[p][rank] = 1;")]  # the writer's
 
 
+def test_pkb008_a_burst_of_host_syncs_is_one_finding(analyzer, tmp_path):
+    """Syncs within five lines of the first of a burst wait for one drain: one finding there; a
+    sync further on is another."""
+    burst = _edit(PULL, "    hdl.barrier(channel=0)\n    return out",
+                  "    torch.cuda.synchronize()\n    total = out.sum().item()\n    sizes = out[:4].tolist()\n"
+                  "    hdl.barrier(channel=0)\n    x.add_(1)\n    x.mul_(2)\n    x.sub_(1)\n    x.div_(2)\n"
+                  "    later = x.max().item()\n    return out")
+    assert findings(analyzer, tmp_path, burst).get("PKB008") == [line_of(burst, "torch.cuda.synchronize()"),
+                                                                  line_of(burst, "later = x.max().item()")]
+
+
 def test_every_rule_has_its_own_cases():
     ids = {r.id for r in all_rules()}
     assert ids == set(CASES) | set(CASES_ELSEWHERE), "a rule needs a bug file and a correct file here, or in CASES_ELSEWHERE"
