@@ -619,11 +619,16 @@ def _is_flag_access(a) -> bool:
     """A release/acquire atomic, store or load on a peer pointer is a hand-written flag in the
     candidate's own symmetric buffer (data moves with plain or relaxed accesses), and so is a
     system-scope atomic on a pointer named as a flag (sync_ptrs, flags, ...) or in a device helper
-    named as one (`send_signal(uint32_t* addr)`: helpers take the slot as a plain `addr`)."""
+    named as one (`send_signal(uint32_t* addr)`: helpers take the slot as a plain `addr`). A
+    device-scope atomic on a pointer named as a flag (`atomicExch(&peer_flags[i], 1)`) raises a
+    flag too, however weakly ordered (PKB001 judges that); a helper's name alone does not make a
+    device-scope atomic a flag (a relaxed `red.add` into peer data in `signal_peer` is payload)."""
     if a.via in ("library", "tma"):
         return False
     ordered = a.order in ("acquire", "release", "acq_rel") and a.scope in ("system", "")
-    named = a.kind == "atomic" and a.scope == "system" and bool(_FLAG_NAME.search(a.pointer) or _FLAG_NAME.search(a.function))
+    flag_pointer = bool(_FLAG_NAME.search(a.pointer))
+    named = a.kind == "atomic" and ((a.scope == "system" and (flag_pointer or bool(_FLAG_NAME.search(a.function))))
+                                    or (a.scope in ("gpu", "") and flag_pointer))
     return ordered or named
 
 

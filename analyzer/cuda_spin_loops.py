@@ -43,26 +43,32 @@ class SpinLoopScan:
             return conds, n.kids[-1] if n.kids else None
         return [], None
 
-    def reads_memory(self, cond: Node) -> tuple[str, str] | None:
-        """(polled kind, order) if evaluating `cond` reads memory through a pointer."""
+    def reads_memory(self, cond: Node) -> tuple[str, str, bool] | None:
+        """(polled kind, order, cached) if evaluating `cond` reads memory through a pointer; cached
+        when the read is a plain (not volatile) subscript or dereference, or goes through the
+        non-coherent or L1-cached path (`__ldg`, `__ldca`): the compiler may keep such a value in
+        a register across iterations and the cache may keep serving it, so the loop need never see
+        a peer's store. A volatile, atomic, `__ldcv`/`__ldcg` or helper read goes to memory."""
         best = None
         for x in cond.walk():
             got = None
             if x.kind in ("ARRAY_SUBSCRIPT_EXPR",) and len(x.kids) >= 2:
                 pk = self.eval(x.kids[0])[0]
                 if pk not in ARRAY_KINDS and "load" in self.uses(x):
-                    got = (pk, "volatile" if self.is_volatile(x) else "relaxed")
+                    volatile = self.is_volatile(x)
+                    got = (pk, "volatile" if volatile else "relaxed", not volatile)
             elif x.kind == "UNARY_OPERATOR" and x.kids and self.unary_op(x) == "*":
                 pk = self.eval(x.kids[0])[0]
                 if pk not in ARRAY_KINDS and "load" in self.uses(x):
-                    got = (pk, "volatile" if self.is_volatile(x) else "relaxed")
+                    volatile = self.is_volatile(x)
+                    got = (pk, "volatile" if volatile else "relaxed", not volatile)
             elif x.kind == "CALL_EXPR":
                 args = self.call_args(x)
                 nm = x.spelling
                 if ATOMIC_RE.match(nm) and args:
-                    got = (self.eval(args[0])[0], "atomic")
+                    got = (self.eval(args[0])[0], "atomic", False)
                 elif nm in LOAD_INTRINSICS and args:
-                    got = (self.eval(args[0])[0], "volatile" if nm == "__ldcv" else "relaxed")
+                    got = (self.eval(args[0])[0], "volatile" if nm == "__ldcv" else "relaxed", nm in ("__ldg", "__ldca"))
                 elif nm in ("load", "wait") and x.kids and x.kids[0].kind == "MEMBER_REF_EXPR":
                     obj = self.call_object(x)
                     if obj is not None and "atomic" in obj.type.spelling:
@@ -78,11 +84,11 @@ class SpinLoopScan:
                         if tgt is not None:
                             t = unwrap(tgt)
                             ptr_kind = self.eval(t.kids[0] if t.kids and t.kind in ("ARRAY_SUBSCRIPT_EXPR", "UNARY_OPERATOR") else t)[0]
-                        got = (ptr_kind, "relaxed" if order == "relaxed" else "acquire")
+                        got = (ptr_kind, "relaxed" if order == "relaxed" else "acquire", False)
                 elif nm in self.helper_reads:
                     for i, order in self.helper_reads[nm].items():
                         if i < len(args):
-                            got = (self.eval(args[i])[0], order)
+                            got = (self.eval(args[i])[0], order, False)
                             break
             if got is not None:
                 if best is None or KIND_PRIORITY.get(got[0], 0) > KIND_PRIORITY.get(best[0], 0):
@@ -172,7 +178,8 @@ class SpinLoopScan:
         if polled is not None:
             has_exit = bool(body is not None and self.exits_in(body)) or self.mentions_bound(cond, body)
             self.facts.spin_loops.append(SpinLoop(line=self.line(n), function=f.name, condition=self.snippet(cond),
-                                                  has_exit=has_exit, polls=polled[0], order=polled[1]))
+                                                  has_exit=has_exit, polls=polled[0], order=polled[1],
+                                                  cached=polled[2]))
             return
         const_true = cond is None or re.fullmatch(r"\s*(true|1|!0)\s*", self.text_of(cond) or "") is not None
         if not const_true or body is None:
@@ -197,4 +204,4 @@ class SpinLoopScan:
                 (g := self.guarding_if(e, body)) is not None and self.mentions_bound(g, body) for e in exits)
         g, r = poll_exit
         self.facts.spin_loops.append(SpinLoop(line=self.line(n), function=f.name, condition=self.snippet(g),
-                                              has_exit=other_exit, polls=r[0], order=r[1]))
+                                              has_exit=other_exit, polls=r[0], order=r[1], cached=r[2]))

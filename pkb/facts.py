@@ -283,6 +283,7 @@ class SpinLoop:
     has_exit: bool  # a bound, timeout, break/return/trap reachable inside the loop
     polls: str = ""  # pointer kind polled (signal_ptr, peer_ptr, local, unknown)
     order: str = ""  # how the poll reads: acquire | volatile | relaxed | atomic
+    cached: bool = False  # a plain or read-only-cache read the compiler may hoist: the loop may never see the store
 
 
 @dataclass

@@ -361,6 +361,20 @@ def test_relaxed_atomic_reduction_into_a_peer_is_still_sm_atomic(tmp_path):
     assert "sm_atomic" in rec.label_values("mechanism")
 
 
+def test_device_scope_atomic_raising_a_peer_flag_is_a_flag_not_sm_atomic(tmp_path):
+    """`atomicExch(&peer_flags[i], 1)` (device scope, no release) still raises a flag: no payload moves."""
+    src = SYMM_FLAGS.replace("        signal_peer(remote_flag);", "        atomicExch(remote_flag, 1u);")
+    rec = analyze(tmp_path, "2_allgather_cuda.py", src)
+    assert rec.label_values("mechanism") == ["sm_load"]
+    assert line_of(rec, "atomicExch(remote_flag, 1u);") in evidence_lines(rec, "sync", "device_flags")
+
+
+def test_device_scope_atomic_adding_into_a_peer_buffer_is_sm_atomic(tmp_path):
+    src = SYMM_FLAGS.replace("        signal_peer(remote_flag);", "        atomicAdd(reinterpret_cast<float*>(data_ptrs[threadIdx.x]) + rank, 1.0f);")
+    rec = analyze(tmp_path, "2_allgather_cuda.py", src)
+    assert "sm_atomic" in rec.label_values("mechanism")
+
+
 MC_BRANCH = r'''
 import torch
 import torch.distributed as dist

@@ -366,6 +366,47 @@ def _split(wait: str) -> str:
     return src.replace('functions=["run"]', 'functions=["run", "publish", "wait_all"]')
 
 
+def _returned_push(entry_barrier: bool) -> str:
+    """The push closed by a barrier, its receivers reading the result out of their own copy after
+    that barrier: solution() returns the symmetric buffer its set-up helper keeps."""
+    launch = ("hdl.barrier(channel=0)\n    " if entry_barrier else "") + PUSH_LAUNCH + "\n    hdl.barrier(channel=0)"
+    src = candidate(PUSH.replace("BARRIER_AT_END", ""), launch)
+    cached = """    st = _cache.get("st")
+    if st is None:
+        buf = symm_mem.empty(x.numel(), device=x.device, dtype=x.dtype)
+        st = (buf, symm_mem.rendezvous(buf, dist.group.WORLD))
+        _cache["st"] = st
+    buf, hdl = st
+    buf.copy_(x)
+"""
+    helper = """def _resources(x):
+    res = _cache.get("st")
+    if res is not None:
+        return res
+    buf = symm_mem.empty(x.numel(), device=x.device, dtype=x.dtype)
+    hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+    res = (buf, hdl)
+    _cache["st"] = res
+    return res
+
+
+def solution(x: torch.Tensor) -> torch.Tensor:
+"""
+    assert cached in src
+    src = src.replace("def solution(x: torch.Tensor) -> torch.Tensor:\n" + cached, helper + "    buf, hdl = _resources(x)\n")
+    return src.replace("    return buf.clone()", "    return buf.view_as(x)")
+
+
+def test_pkb004_push_with_no_barrier_before_it_while_peers_still_read_their_copy(tmp_path):
+    rec = analyze(tmp_path, _returned_push(entry_barrier=False), "2_allgather_cuda.py")
+    assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.run(x, torch.tensor(hdl.buffer_ptrs")]
+
+
+def test_pkb004_push_behind_an_entry_barrier_is_safe(tmp_path):
+    rec = analyze(tmp_path, _returned_push(entry_barrier=True), "2_allgather_cuda.py")
+    assert lines_of(rec, "PKB004") == []
+
+
 def test_pkb004_push_then_a_ready_signal_nobody_waits_for(tmp_path):
     rec = analyze(tmp_path, _split(""), "2_allgather_cuda.py")
     assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.run(x, torch.tensor(hdl.buffer_ptrs")]

@@ -149,7 +149,11 @@ def _edit(src: str, old: str, new: str) -> str:
 # rule: (the bug, the text of the line the finding must point at, the correct idiom)
 CASES = {
     "PKB001": (FLAGS_BUG, "while (*(volatile int*)&flags[rank][threadIdx.x] == 0) {}", FLAGS_OK),
-    "PKB003": (FLAGS_BUG, "while (*(volatile int*)&flags[rank][threadIdx.x] == 0) {}", FLAGS_OK),
+    "PKB003": (
+        _edit(FLAGS_BUG, "while (*(volatile int*)&flags[rank][threadIdx.x] == 0) {}", "while (flags[rank][threadIdx.x] == 0) {}"),
+        "while (flags[rank][threadIdx.x] == 0) {}",  # a plain load: nvcc may hoist it out of the loop
+        FLAGS_OK,
+    ),
     "PKB008": (
         _edit(PULL, "    hdl.barrier(channel=0)\n    return out", "    torch.cuda.synchronize()\n    return out"),
         "torch.cuda.synchronize()",
@@ -249,6 +253,61 @@ def test_rule_is_quiet_on_the_correct_idiom(analyzer, tmp_path, rule):
 
 def test_the_correct_pull_fires_no_rule(analyzer, tmp_path):
     assert findings(analyzer, tmp_path, PULL) == {}
+
+
+def test_pkb003_volatile_spin_ends_on_a_known_run_and_is_reported_elsewhere(analyzer, tmp_path):
+    """A volatile poll reads memory on every test, so on a PKB run (every rank signals) it ends: no
+    PKB003 there. With no run tree the peers' behaviour is unknown and the missing bound is reported."""
+    spin = "while (*(volatile int*)&flags[rank][threadIdx.x] == 0) {}"
+    assert "PKB003" not in findings(analyzer, tmp_path, FLAGS_BUG)
+    loose = tmp_path / "loose_push.py"
+    loose.write_text(textwrap.dedent(FLAGS_BUG).lstrip("\n"))
+    rec = analyzer.analyze(read_candidate(loose, tmp_path))
+    assert [f.line for f in rec.findings if f.rule == "PKB003"] == [line_of(FLAGS_BUG, spin)]
+
+
+# The push's flag stored after a system fence in one kernel; a second kernel only polls the flags
+# with a volatile load before its block goes on.
+FLAGS_POLL_KERNEL = _edit(
+    _edit(
+        FLAGS_BUG,
+        """        if (threadIdx.x == 0) flags[p][rank] = 1;
+    }
+    if (threadIdx.x < world) {
+        while (*(volatile int*)&flags[rank][threadIdx.x] == 0) {}
+    }
+}""",
+        """        if (threadIdx.x == 0) { __threadfence_system(); flags[p][rank] = 1; }
+    }
+}
+__global__ void wait_peers(int* const* flags, int rank, int world) {
+    if (threadIdx.x < world) {
+        while (*(volatile int*)&flags[rank][threadIdx.x] == 0) {}
+    }
+    __syncthreads();
+}""",
+    ),
+    "x.data_ptr<float>(), rank, world, x.numel());",
+    "x.data_ptr<float>(), rank, world, x.numel());\n    wait_peers<<<1, 32>>>(reinterpret_cast<int* const*>(flags), rank, world);",
+)
+
+
+def test_pkb001_a_kernel_that_only_polls_with_volatile_loads_is_not_reported(analyzer, tmp_path):
+    """The reader's volatile poll acquires in practice; the release is the writer's, and it is fenced."""
+    assert "PKB001" not in findings(analyzer, tmp_path, FLAGS_POLL_KERNEL)
+    unfenced = _edit(FLAGS_POLL_KERNEL, "{ __threadfence_system(); flags[p][rank] = 1; }", "flags[p][rank] = 1;")
+    assert findings(analyzer, tmp_path, unfenced).get("PKB001") == [line_of(unfenced, "flags[p][rank] = 1;")]  # the writer's
+
+
+def test_pkb008_a_burst_of_host_syncs_is_one_finding(analyzer, tmp_path):
+    """Syncs within five lines of the first of a burst wait for one drain: one finding there; a
+    sync further on is another."""
+    burst = _edit(PULL, "    hdl.barrier(channel=0)\n    return out",
+                  "    torch.cuda.synchronize()\n    total = out.sum().item()\n    sizes = out[:4].tolist()\n"
+                  "    hdl.barrier(channel=0)\n    x.add_(1)\n    x.mul_(2)\n    x.sub_(1)\n    x.div_(2)\n"
+                  "    later = x.max().item()\n    return out")
+    assert findings(analyzer, tmp_path, burst).get("PKB008") == [line_of(burst, "torch.cuda.synchronize()"),
+                                                                  line_of(burst, "later = x.max().item()")]
 
 
 def test_every_rule_has_its_own_cases():

@@ -206,6 +206,14 @@ def test_pkb015_sees_a_check_written_around_an_int(analyzer, tmp_path):
     assert "PKB015" not in findings(analyzer, tmp_path, unchecked)
 
 
+def test_pkb015_prose_about_the_multicast_address_is_no_check(analyzer, tmp_path):
+    unchecked = MULTICAST.replace("CHECK", "    _ext.mc_sum(hdl.multicast_ptr, out)")
+    described = unchecked.replace("def solution(x, hdl):\n",
+                                  'def solution(x, hdl):\n    """Never checks it: without multicast, multicast_ptr is 0."""\n'
+                                  "    # if not hdl.multicast_ptr: nothing here handles it\n")
+    assert findings(analyzer, tmp_path, described, tree="plain").get("PKB015") == [14]
+
+
 def test_new_rules_have_ruff_style_documentation():
     for rule in all_rules():
         if rule.id in ("PKB018", "PKB019"):

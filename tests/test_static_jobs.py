@@ -18,7 +18,10 @@ CORPUS = REPO / "corpus"
 
 
 def files() -> list[Path]:
-    return discover(TREE)[:8] + [CORPUS / "hostile" / "1_allreduce_empty.py"]
+    # sample-b's broadcast has findings (sample-a's first eight have none since PKB003 is judged
+    # against the run), so the comparison covers findings too
+    return discover(TREE)[:8] + [CORPUS / "solutions_cuda_bf16_h100_8_pkb_sample-b" / "3_broadcast_cuda.py",
+                                 CORPUS / "hostile" / "1_allreduce_empty.py"]
 
 
 def lines(recs) -> list[dict]:

@@ -1,7 +1,7 @@
 import re
 
-from pkb.facts import SIGNAL_KINDS
-from analyzer.rules.base import Rule
+from pkb.facts import PEER_KINDS, SIGNAL_KINDS
+from analyzer.rules.base import Rule, reached_functions
 
 
 class FlagWithoutOrdering(Rule):
@@ -14,6 +14,11 @@ class FlagWithoutOrdering(Rule):
     kernel calls before any of its own work (torch's entry barrier) is not reported: it orders
     none of the kernel's own stores, and earlier kernels' stores are complete at the kernel boundary.
     Nor is a kernel that is a barrier and nothing else (it stores only its flags), for the same reason.
+    Nor is a kernel whose only flag access is a `volatile` poll (it stores no flag and nothing into
+    a peer): a volatile load goes to memory on every test, the loads after the spin cannot be
+    moved above it past the `__syncthreads()` or branch that follows, and GPUs do not speculate
+    loads, so in practice the poll acquires; the missing release is the writer's defect, reported
+    in the kernel that stores the flag.
 
     ## Why is this bad?
     A flag only says "the data is ready" if the data stores become visible to the peer before the
@@ -51,12 +56,27 @@ class FlagWithoutOrdering(Rule):
                 if lab.value in ("volatile_only", "relaxed"):
                     if lab.value == "relaxed" and (_entry_barrier_only(ctx, k) or _barrier_kernel_only(ctx, k)):
                         continue
+                    if lab.value == "volatile_only" and _volatile_poll_only(ctx, k):
+                        continue
                     ev = lab.evidence[0]
                     yield self.finding(ctx, ev.line, f"{k.name}: ordering is {lab.value}", kernel=k.name, pass_name=ev.pass_name)
 
 
 # a store through a subscript or a dereference: `out[i] = v`, `*p = v` (not `==`, `<=`, `>=`, `!=`)
 _STORE = re.compile(r"(\]|^\s*\*\s*[\w.>-]+)\s*(=(?!=)|[-+*/|&^]=)")
+
+
+def _volatile_poll_only(ctx, kernel) -> bool:
+    """The kernel (with the device functions it calls) stores no flag and writes nothing through a
+    peer, signal or volatile pointer: its volatile accesses are polls of flags other kernels set."""
+    writers = SIGNAL_KINDS + PEER_KINDS + ("multicast_ptr",)
+    for cuda in ctx.facts.cuda:
+        if cuda.source_index != kernel.source_index or not any(f.name == kernel.name for f in cuda.functions):
+            continue
+        reach = reached_functions(cuda, kernel.name)
+        return not any(a.function in reach and a.kind in ("store", "atomic") and (a.pointer_kind in writers or a.order == "volatile")
+                       for a in cuda.accesses)
+    return False
 
 
 def _barrier_kernel_only(ctx, kernel) -> bool:

@@ -45,6 +45,13 @@ class PeerBufferReuseWithoutBarrier(Rule):
     of another group (the CP pair's before the TP buffer's rewrite) is not. With buffers on
     several groups, each peer access is checked on its own: a CP gather whose only later barrier
     is the TP pair's is not closed, however many barriers follow it.
+
+    A push is also reported when no barrier comes before it: the call's first store into peers'
+    buffers precedes every barrier, and after the call's last barrier the receivers still read
+    their own copy (solution() returns a view of the symmetric buffer, or copies out of it). A
+    closing barrier then orders nothing for the next call, whose push lands in a slow peer's
+    buffer while that peer is still reading the previous result; an entry barrier (or two buffers
+    used in turn) is the fix.
     """
 
     id = "PKB004"
@@ -62,6 +69,10 @@ class PeerBufferReuseWithoutBarrier(Rule):
                 flagged.add(call.line)
                 yield self.finding(ctx, call.line, f"no barrier of its group follows {call.qualname}, which reads "
                                                    "peers' buffers; a barrier of another group does not wait for them")
+        push = self._unguarded_push(ctx)
+        if push is not None and push.line not in flagged:
+            yield self.finding(ctx, push.line, f"{push.qualname} stores into peers' buffers with no barrier before it, "
+                                               "while this call still reads its own copy after its last barrier")
 
     def _is_barrier(self, ctx, c) -> bool:
         tells = any(a.pointer_kind in ("signal_ptr_array", "peer_ptr_array") for a in c.args) or self._ext_accesses_peers(ctx, c)
@@ -125,6 +136,37 @@ class PeerBufferReuseWithoutBarrier(Rule):
                 return
         yield self.finding(ctx, last.line, f"nothing after {last.qualname} waits for the peers")
 
+
+    def _unguarded_push(self, ctx):
+        """A push with no barrier before it: the call's first store into peers' buffers comes
+        before any barrier, and the call reads its own copy of a symmetric buffer after its last
+        barrier (copies it out, or returns a view of it). A fast rank's next call then overwrites a
+        slow peer's buffer while that peer is still reading the previous result. A push kernel
+        that waits itself, or two buffers used in turn, are left alone (the order inside a kernel
+        is not followed)."""
+        calls = [c for c in ctx.py.calls if c.path == "timed"]
+        position = _call_positions(ctx)
+        pushes = [c for c in calls if c.category in ("ext_kernel", "triton_launch")
+                  and _stores_into_peers(ctx, c) and not _only_flags(ctx, c)]
+        if not pushes:
+            return None
+        first = min(pushes, key=lambda c: position(c.function, c.line))
+        first_pos = position(first.function, first.line)
+        barriers = [position(c.function, c.line) for c in calls if self._is_barrier(ctx, c)]
+        if not barriers or min(barriers) <= first_pos or max(barriers) < first_pos:
+            return None  # an entry barrier, or no closing one (the main check's case)
+        if first.category == "ext_kernel" and self._ext_waits(ctx, first):
+            return None
+        bundles = _unpacked_bundles(ctx)
+        pushed = {bundles[(first.function, a.text)][0] for a in first.args
+                  if a.pointer_kind in _PEER_ARGS and (first.function, a.text) in bundles}
+        read_after = any(r.reason == "symmetric" for r in ctx.py.reused_returns) or any(
+            position(c.function, c.line) > max(barriers) and any(
+                a.pointer_kind == "symm_local" and bundles.get((c.function, a.text), (None,))[0] in pushed for a in c.args)
+            for c in calls)
+        if not read_after or _double_buffered(ctx, first):
+            return None
+        return first
 
     @staticmethod
     def _ext_waits(ctx, call) -> bool:
@@ -304,6 +346,21 @@ def _returned_roots(helper: ast.AST) -> list[str] | None:
         return name
 
     return [root(e.id) for e in returned.elts]
+
+
+def _stores_into_peers(ctx, call) -> bool:
+    """The kernels `call` launches store into peers' memory or through a multicast address."""
+    if call.category == "triton_launch":
+        return any(t.name == call.target and t.peer_stores for t in ctx.py.triton_kernels)
+    for cuda in ctx.facts.cuda:
+        kernels = _reached(cuda, cuda.bindings.get(call.target, call.target))
+        if any(a.function in kernels and a.kind in ("store", "atomic") and a.pointer_kind in (*PEER_KINDS, "multicast_ptr")
+               for a in cuda.accesses):
+            return True
+        if any(asm.function in kernels and any(m.startswith(("multimem.st", "multimem.red")) for m in asm.mnemonics)
+               for asm in cuda.asm):
+            return True
+    return False
 
 
 def _only_flags(ctx, call) -> bool:

@@ -1,5 +1,7 @@
 from analyzer.rules.base import Rule
 
+BURST_LINES = 5  # host syncs this close to the first of a burst drain the GPU once
+
 
 class HostSyncInTimedPath(Rule):
     """Host synchronisation inside the timed call.
@@ -9,6 +11,10 @@ class HostSyncInTimedPath(Rule):
     `dist.barrier()` and, in the CUDA host code the timed call reaches, `cudaDeviceSynchronize`,
     `cudaStreamSynchronize` and `cudaEventSynchronize`, when they run on every call of
     `solution()` rather than in a cached set-up branch.
+
+    A burst of host syncs within `BURST_LINES` lines of its first (the split sizes of an
+    all-to-all read back with `.cpu().tolist()` one after another) is one finding at that first
+    line: the host waits once for the GPU to drain, and the reads right after find it idle.
 
     ## Why is this bad?
     The host stops issuing work until the GPU (or every rank) drains, so launch latency and the
@@ -35,11 +41,25 @@ class HostSyncInTimedPath(Rule):
     fix = "replace with a device-side barrier (hdl.barrier) or stream events; keep host syncs in set-up"
 
     def check(self, ctx):
-        for c in ctx.calls("cuda_sync", "host_sync"):
-            yield self.finding(ctx, c.line, c.qualname)
+        burst: list = []
+        for c in sorted(ctx.calls("cuda_sync", "host_sync"), key=lambda c: c.line):
+            if burst and c.line - burst[0].line > BURST_LINES:
+                yield self._burst_finding(ctx, burst)
+                burst = []
+            burst.append(c)
+        if burst:
+            yield self._burst_finding(ctx, burst)
         timed_ext = {c.target for c in ctx.calls("ext_kernel")}
         for cuda in ctx.facts.cuda:
             entries = {cuda.bindings.get(n, n) for n in timed_ext}
             for call in cuda.api_calls:
                 if call.category == "host_sync" and call.function in entries:
                     yield self.finding(ctx, call.line, call.api, kernel=call.function, pass_name="clang")
+
+    def _burst_finding(self, ctx, burst):
+        first = burst[0]
+        rest = sorted({c.line for c in burst[1:]} - {first.line})
+        detail = first.qualname
+        if rest:
+            detail += f" (the same burst goes on at line{'s' if len(rest) > 1 else ''} {', '.join(map(str, rest))})"
+        return self.finding(ctx, first.line, detail)
