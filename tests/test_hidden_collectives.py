@@ -1,0 +1,151 @@
+"""Library collectives a candidate can run while the counter's wrappers see none: captured into a
+CUDA graph and replayed. The bookkeeping is driven on CPU through stand-in graph classes shaped
+like torch's (a Python class whose methods call its C++ base's); the real capture is the GPU
+hostile candidate's (corpus/hostile/, needs_gpu)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pkb.eval import guard
+from pkb.eval.graph_replays import UNSEEN_CAPTURE, GraphLedger, graph_classes
+
+
+class StandInGraphBase:
+    """Plays torch._C._CUDAGraph: capture and replay do nothing here."""
+
+    def capture_begin(self, pool=None, capture_error_mode="global"):
+        pass
+
+    def capture_end(self):
+        pass
+
+    def replay(self):
+        pass
+
+
+class StandInGraph(StandInGraphBase):
+    """Plays torch.cuda.CUDAGraph: each method calls the base's, as torch's does."""
+
+    def capture_begin(self, pool=None, capture_error_mode="global"):
+        super().capture_begin(pool=pool, capture_error_mode=capture_error_mode)
+
+    def capture_end(self):
+        super().capture_end()
+
+    def replay(self):
+        super().replay()
+
+
+def _all_reduce_without_a_group():
+    import torch.distributed as dist
+
+    try:
+        dist.all_reduce(torch.ones(2))  # no process group: raises after the wrapper saw the call
+    except Exception:
+        pass
+
+
+@pytest.fixture
+def counter(monkeypatch):
+    monkeypatch.setattr(guard, "graph_classes", lambda: [StandInGraph, StandInGraphBase], raising=False)
+    c = guard.DistCounter()
+    c.install()
+    try:
+        yield c
+    finally:
+        c.uninstall()
+    assert "_pkb_counted" not in vars(vars(StandInGraph)["replay"])
+
+
+def test_a_graph_that_captured_a_collective_at_set_up_counts_it_at_every_replay(counter):
+    graph = StandInGraph()
+    graph.capture_begin()  # at import: the counter is not active
+    _all_reduce_without_a_group()
+    graph.capture_end()
+    assert counter.total == 0
+    counter.active = True
+    for _ in range(3):
+        graph.replay()  # the subclass's replay calls the base's: one replay each
+    assert counter.counts == {"all_reduce": 3}
+    _all_reduce_without_a_group()  # after capture_end: an eager call, in no graph
+    graph.replay()
+    assert counter.counts == {"all_reduce": 5}
+
+
+def test_a_graph_of_the_candidates_own_kernels_counts_nothing(counter):
+    own, library = StandInGraph(), StandInGraph()
+    own.capture_begin()
+    torch.ones(4).add_(1)
+    own.capture_end()
+    library.capture_begin()
+    _all_reduce_without_a_group()
+    library.capture_end()
+    counter.active = True
+    own.replay()
+    StandInGraphBase.replay(own)  # the base class called directly is a replay all the same
+    assert counter.counts == {}
+    StandInGraphBase.replay(library)
+    assert counter.counts == {"all_reduce": 1}
+
+
+def test_a_replay_of_a_graph_whose_capture_was_never_seen_counts_as_unknown_content(counter):
+    graph = StandInGraph()
+    StandInGraphBase.capture_begin.__wrapped__(graph)  # the original, past the wrapper
+    counter.active = True
+    graph.replay()
+    assert counter.counts == {UNSEEN_CAPTURE: 1} and counter.total == 1
+
+
+def test_replays_count_only_while_active_and_a_recapture_starts_clean(counter):
+    graph = StandInGraph()
+    graph.capture_begin()
+    _all_reduce_without_a_group()
+    _all_reduce_without_a_group()
+    graph.capture_end()
+    graph.replay()  # the harness's own replay (inactive): not the candidate's
+    assert counter.counts == {}
+    counter.active = True
+    graph.replay()
+    assert counter.counts == {"all_reduce": 2}
+    counter.active = False
+    graph.capture_begin()  # captured again: only what this capture holds
+    graph.capture_end()
+    counter.active = True
+    graph.replay()
+    assert counter.counts == {"all_reduce": 2}
+
+
+def test_putting_the_graph_methods_back_is_tampering(counter):
+    snapshot = guard.HarnessSnapshot()
+    assert snapshot.changed() == []
+    StandInGraph.replay = vars(StandInGraph)["replay"].__wrapped__
+    assert "cuda.StandInGraph.replay" in snapshot.changed()
+    snapshot.restore()
+    assert snapshot.changed() == []
+
+
+def test_the_ledger_forgets_a_collected_graph():
+    ledger = GraphLedger()
+    graph = StandInGraph()
+    ledger.begin(graph)
+    ledger.note("all_reduce")
+    ledger.end(graph)
+    assert ledger.replayed(graph) == {"all_reduce": 1}
+    key = id(graph)
+    del graph
+    assert key not in ledger.captured
+
+
+def test_torchs_graph_classes_are_wrapped_and_put_back():
+    classes = graph_classes()
+    assert torch.cuda.CUDAGraph in classes
+    before = {m: vars(torch.cuda.CUDAGraph)[m] for m in ("capture_begin", "capture_end", "replay")}
+    c = guard.DistCounter()
+    try:
+        c.install()
+        assert all(getattr(vars(torch.cuda.CUDAGraph)[m], "_pkb_counted", False) for m in before)
+    finally:
+        c.uninstall()
+    assert all(vars(torch.cuda.CUDAGraph)[m] is fn for m, fn in before.items())
