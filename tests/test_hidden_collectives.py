@@ -149,3 +149,94 @@ def test_torchs_graph_classes_are_wrapped_and_put_back():
     finally:
         c.uninstall()
     assert all(vars(torch.cuda.CUDAGraph)[m] is fn for m, fn in before.items())
+
+
+# ---- symmetric memory's ready-made collectives ---------------------------------------------------
+
+
+def _symm_mem_operators() -> set[str]:
+    try:
+        import torch.distributed._symmetric_memory  # noqa: F401  (defines the fused_* operators)
+    except Exception:
+        pass
+    return {n for n in torch._C._dispatch_get_all_op_names() if n.startswith("symm_mem::")}
+
+
+def test_every_symm_mem_operator_of_this_torch_is_named_a_transfer_or_not():
+    from pkb.collectives import MOVES_DATA, SYMM_MEM_NOT_TRANSFERS, SYMM_MEM_OPS
+
+    present = _symm_mem_operators()
+    if not present:
+        pytest.skip("this torch has no symmetric memory operators")
+    assert not set(SYMM_MEM_OPS) & SYMM_MEM_NOT_TRANSFERS
+    assert present <= set(SYMM_MEM_OPS) | SYMM_MEM_NOT_TRANSFERS, sorted(present - set(SYMM_MEM_OPS) - SYMM_MEM_NOT_TRANSFERS)
+    assert set(SYMM_MEM_OPS.values()) <= MOVES_DATA
+
+
+def test_the_counter_hooks_every_symm_mem_transfer_at_the_dispatcher():
+    from pkb.collectives import SYMM_MEM_OPS
+
+    present = _symm_mem_operators() & set(SYMM_MEM_OPS)
+    if not present:
+        pytest.skip("this torch has no symmetric memory operators")
+    c = guard.DistCounter()
+    try:
+        c.install()
+        assert present <= set(c.dispatcher_ops), sorted(present - set(c.dispatcher_ops))
+        for op in present:
+            assert torch._C._dispatch_has_kernel_for_dispatch_key(op, guard.DISPATCH_KEY), op
+        assert set(guard.dispatcher_hook_lines()) >= present  # watched for removal like the c10d ones
+    finally:
+        c.uninstall()
+    assert not any(torch._C._dispatch_has_kernel_for_dispatch_key(op, guard.DISPATCH_KEY) for op in present)
+
+
+@pytest.fixture
+def symm_mem_stand_ins():
+    """CPU kernels for two symm_mem operators that have none in a CPU build (the real ones need
+    symmetric memory on GPUs): each returns its input, so a call reaches the counter's kernel
+    at BackendSelect and then the stand-in below it."""
+    if not {"symm_mem::one_shot_all_reduce", "symm_mem::two_shot_all_reduce_"} <= _symm_mem_operators():
+        pytest.skip("this torch lacks the symm_mem all-reduce operators")
+    if torch._C._dispatch_has_kernel_for_dispatch_key("symm_mem::one_shot_all_reduce", "CPU"):
+        pytest.skip("this torch has a CPU kernel of its own there")
+    lib = torch.library.Library("symm_mem", "IMPL")
+    lib.impl("one_shot_all_reduce", lambda x, reduce_op, group_name: x.clone(), "CPU")
+    lib.impl("two_shot_all_reduce_", lambda x, reduce_op, group_name: x, "CPU")
+    try:
+        yield
+    finally:
+        lib._destroy()
+
+
+def test_a_symm_mem_all_reduce_is_counted_as_a_library_all_reduce(symm_mem_stand_ins):
+    c = guard.DistCounter()
+    try:
+        c.install()
+        x = torch.ones(4)
+        torch.ops.symm_mem.one_shot_all_reduce(x, "sum", "0")  # inactive: the harness's, not counted
+        assert c.counts == {}
+        c.active = True
+        out = torch.ops.symm_mem.one_shot_all_reduce(x, "sum", "0")
+        assert torch.equal(out, x)  # handed on, with its arguments, to the kernel below
+        with torch.inference_mode():
+            torch.ops.symm_mem.two_shot_all_reduce_(x, "sum", "0")
+        assert c.counts == {"all_reduce": 2} and c.total == 2
+    finally:
+        c.uninstall()
+
+
+def test_a_handler_calling_a_symm_mem_collective_is_a_fallback():
+    from pkb.eval.static_checks import static_flags
+
+    src = (
+        "import torch\n"
+        "def solution(x, group_name):\n"
+        "    try:\n"
+        "        return ext.run(x)\n"
+        "    except Exception:\n"
+        "        return torch.ops.symm_mem.{call}\n"
+    )
+    assert [f["flag"] for f in static_flags(src.format(call="one_shot_all_reduce(x, 'sum', group_name)"))] == ["fallback_try_except"]
+    for call in ("get_remote_tensors(x, group_name)", "memset32_(x, 0, 0, 1)"):  # the candidate moves the data, or nothing moves
+        assert static_flags(src.format(call=call)) == [], call

@@ -7,7 +7,8 @@
                       candidate's calls run, so a library collective on the timed path is seen;
                       barriers are counted apart (a host sync moves no data); also at the
                       dispatcher (torch.ops.c10d.*, torch.ops._c10d_functional.*), which every
-                      route to NCCL or gloo but a Backend's own methods goes through; and the
+                      route to NCCL or gloo but a Backend's own methods goes through, and the
+                      ready-made collectives of symmetric memory (torch.ops.symm_mem.*); and the
                       collectives a CUDA graph captured again at each of its replays
                       (pkb.eval.graph_replays)
     ReferenceWatch    a profile hook during the correctness calls that notices the candidate
@@ -31,7 +32,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable
 
-from pkb.collectives import COUNTED, DISPATCHER_OPS, HOST_SYNCS, PROCESS_GROUP_METHODS
+from pkb.collectives import COUNTED, HOST_SYNCS, LIBRARY_OPS, PROCESS_GROUP_METHODS
 from pkb.eval.graph_replays import GRAPH_METHODS, GraphLedger, graph_classes
 
 _TORCH_FUNCS = (
@@ -223,19 +224,25 @@ class DistCounter:
         self.installed = True
 
     def _hook_dispatcher(self) -> list[str]:
-        """A kernel of ours at the BackendSelect key of every operator in DISPATCHER_OPS: it counts
+        """A kernel of ours at the BackendSelect key of every operator in LIBRARY_OPS: it counts
         the call and hands it on, with the same arguments, to the kernels below (CPU, CUDA, Meta).
         BackendSelect is in every call's key set (inference_mode and no_grad leave it), so the
         c10d operators are seen whether torch.distributed, a ProcessGroup method or torch.ops
-        called them. Operators this torch lacks are left out; the names hooked are returned."""
+        called them. Operators this torch lacks are left out; the names hooked are returned.
+        Symmetric memory's Python-defined operators (fused_all_gather_matmul...) exist only once
+        their module is imported: imported here, before the candidate can call them."""
         import torch
 
+        try:
+            import torch.distributed._symmetric_memory  # noqa: F401
+        except Exception:
+            pass  # no symmetric memory in this torch: its C++ operators, if any, are still hooked
         try:
             below = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
         except Exception:
             return []
         hooked = []
-        for qualified, name in sorted(DISPATCHER_OPS.items()):
+        for qualified, name in sorted(LIBRARY_OPS.items()):
             namespace, op_name = qualified.split("::")
             if not _has_operator(qualified) or torch._C._dispatch_has_kernel_for_dispatch_key(qualified, DISPATCH_KEY):
                 continue  # absent from this torch, or someone's kernel already there: not ours to replace
@@ -388,13 +395,13 @@ def _has_operator(qualified: str) -> bool:
 
 
 def dispatcher_hook_lines() -> dict[str, str]:
-    """For every operator of DISPATCHER_OPS with a kernel at DISPATCH_KEY: the dispatcher's line
+    """For every operator of LIBRARY_OPS with a kernel at DISPATCH_KEY: the dispatcher's line
     for that kernel (where it was registered). Equal lines before and after a call: the same
     kernel is there."""
     import torch
 
     out = {}
-    for qualified in DISPATCHER_OPS:
+    for qualified in LIBRARY_OPS:
         try:
             if not torch._C._dispatch_has_kernel_for_dispatch_key(qualified, DISPATCH_KEY):
                 continue
