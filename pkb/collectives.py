@@ -25,9 +25,15 @@ them it replaces. Reads nothing; plain name sets only (no torch import).
                       the torch.distributed name of the transfer it makes
     LIBRARY_OPS       DISPATCHER_OPS and SYMM_MEM_OPS: every dispatcher operator counted as a
                       library call
+    COLLECTIVE_LIBRARY  a file name of NCCL, RCCL or MPI (what a candidate hands ctypes or cffi
+                      to call the library past torch.distributed)
+    COLLECTIVE_ENTRY  an entry point of theirs that moves data (ncclAllReduce, MPI_Allreduce),
+                      with the kind of transfer in its `nccl` or `mpi` group
 """
 
 from __future__ import annotations
+
+import re
 
 DATA_COLLECTIVES = frozenset({
     "all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
@@ -177,3 +183,12 @@ SYMM_MEM_NOT_TRANSFERS = frozenset({
     "symm_mem::get_remote_tensors", "symm_mem::_async_input_mm",
 })
 LIBRARY_OPS = {**DISPATCHER_OPS, **SYMM_MEM_OPS}
+
+
+# NCCL, RCCL and MPI reached without torch.distributed (ctypes.CDLL("libnccl.so.2"), cffi's dlopen):
+# the library's file name, and the entry points that move data, by name.
+COLLECTIVE_LIBRARY = re.compile(r"(?i)(?:^|[/\\_.-]|lib)(nccl|rccl|mpi)(?:[._-]|$)")
+COLLECTIVE_ENTRY = re.compile(
+    r"(?:nccl|rccl)(?P<nccl>AllReduce|Reduce|Broadcast|Bcast|AllGather|ReduceScatter|AlltoAll|AllToAll\w*|Gather|Scatter|Send|Recv)"
+    r"|MPI_(?P<mpi>Allreduce|Reduce|Bcast|Allgather\w*|Reduce_scatter\w*|Alltoall\w*|Gather\w*|Scatter\w*|I?send|I?recv|Sendrecv\w*)"
+)

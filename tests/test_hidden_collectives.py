@@ -240,3 +240,182 @@ def test_a_handler_calling_a_symm_mem_collective_is_a_fallback():
     assert [f["flag"] for f in static_flags(src.format(call="one_shot_all_reduce(x, 'sum', group_name)"))] == ["fallback_try_except"]
     for call in ("get_remote_tensors(x, group_name)", "memset32_(x, 0, 0, 1)"):  # the candidate moves the data, or nothing moves
         assert static_flags(src.format(call=call)) == [], call
+
+
+# ---- NCCL / MPI through ctypes ----------------------------------------------------------------------
+
+CTYPES_CANDIDATE = '''
+import ctypes
+import torch
+from torch.utils.cpp_extension import load_inline
+
+SRC = r"""
+#include <torch/extension.h>
+__global__ void scale(float* x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= 1.f; }
+void run(torch::Tensor x) { scale<<<(x.numel() + 255) / 256, 256>>>(x.data_ptr<float>(), x.numel()); }
+"""
+_ext = load_inline(name="scale", cpp_sources="", cuda_sources=SRC, functions=["run"])
+_lib = ctypes.CDLL("LIBRARY")
+_reduce = getattr(_lib, "nccl" + "AllReduce")
+
+
+def solution(x):
+    out = x.clone()
+    _ext.run(out)
+    _reduce(out.data_ptr(), out.data_ptr(), out.numel(), 7, 0, None, None)
+    return out
+'''
+
+
+def _analyzed(tmp_path, src):
+    from analyzer.pipeline import StaticAnalyzer, StaticOptions
+    from pkb.corpus import read_candidate
+
+    folder = tmp_path / "solutions_cuda_fp32_h100_8_x"
+    folder.mkdir(exist_ok=True)
+    path = folder / "1_allreduce_cuda.py"
+    path.write_text(src)
+    analyzer = StaticAnalyzer(StaticOptions(ptx=False, use_cache=False))
+    try:
+        return analyzer.analyze(read_candidate(path, tmp_path))
+    finally:
+        analyzer.close()
+
+
+def test_a_collective_library_loaded_through_ctypes_is_the_nccl_mechanism_and_pkb012(tmp_path):
+    """The entry point's name is built at run time: the load is the evidence."""
+    rec = _analyzed(tmp_path, CTYPES_CANDIDATE.replace("LIBRARY", "libnccl.so.2"))
+    load_line = CTYPES_CANDIDATE.splitlines().index('_lib = ctypes.CDLL("LIBRARY")') + 1
+    mechanisms = {lab.value: lab for lab in rec.labels.get("mechanism", [])}
+    assert "nccl" in mechanisms and mechanisms["nccl"].evidence[0].line == load_line
+    assert "nccl_implicit" in {lab.value for lab in rec.labels.get("sync", [])}
+    assert [(f.rule, f.line) for f in rec.findings if f.rule == "PKB012"] == [("PKB012", load_line)]
+    other = _analyzed(tmp_path, CTYPES_CANDIDATE.replace("LIBRARY", "libcudart.so"))  # no collective library
+    assert "nccl" not in {lab.value for lab in other.labels.get("mechanism", [])}
+    assert not [f for f in other.findings if f.rule == "PKB012"]
+
+
+def test_nccl_and_mpi_entry_points_called_through_a_handle_are_library_calls():
+    from analyzer.python_pass import analyze_python
+
+    src = (
+        "import ctypes\n"
+        "_nccl = ctypes.cdll.LoadLibrary('/opt/nccl/lib/libnccl.so.2')\n"
+        "_mpi = ctypes.CDLL('libmpi.so.40')\n"
+        "def solution(x):\n"
+        "    _nccl.ncclAllReduce(1, 2, 3, 7, 0, None, None)\n"
+        "    _nccl.ncclSend(1, 2)\n"
+        "    _mpi.MPI_Allreduce(1)\n"
+        "    _nccl.ncclGetVersion(None)\n"
+        "    return x\n"
+    )
+    calls = {(c.category, c.qualname) for c in analyze_python(src, "c.py").calls}
+    assert ("collective", "nccl.ncclAllReduce") in calls and ("p2p", "nccl.ncclSend") in calls
+    assert ("collective", "mpi.MPI_Allreduce") in calls
+    assert ("library_load", "ctypes.cdll.LoadLibrary('/opt/nccl/lib/libnccl.so.2')") in calls
+    assert not any(q.endswith("ncclGetVersion") for _, q in calls)  # moves nothing
+
+
+def test_a_handler_calling_nccl_through_ctypes_is_a_fallback():
+    from pkb.eval.static_checks import static_flags
+
+    src = "def solution(x):\n    try:\n        return ext.run(x)\n    except Exception:\n        _nccl.ncclAllReduce(1, 2, 3, 7, 0, None, None)\n        return x\n"
+    assert [f["flag"] for f in static_flags(src)] == ["fallback_try_except"]
+
+
+@pytest.fixture
+def library_watch():
+    from pkb.eval.library_loads import CollectiveLibraryWatch
+
+    watch = CollectiveLibraryWatch()
+    watch.install()
+    try:
+        yield watch
+    finally:
+        watch.uninstall()
+
+
+def test_the_watch_records_a_collective_library_the_candidate_loads(library_watch, tmp_path):
+    import ctypes
+    import shutil
+
+    import _json  # a shared object that is safe to load twice and call nothing in
+
+    with pytest.raises(OSError):
+        ctypes.CDLL("libnccl_pkb_absent.so.2")  # not there: the attempt is recorded all the same
+    stand_in = tmp_path / "libnccl.so.2"
+    shutil.copy(_json.__file__, stand_in)  # a collective library's file name on CPU
+    ctypes.CDLL(str(stand_in))
+    ctypes.CDLL(_json.__file__)  # no collective library: not recorded
+    assert library_watch.records == [
+        {"via": "ctypes", "library": "libnccl_pkb_absent.so.2", "loaded": False},
+        {"via": "ctypes", "library": str(stand_in), "loaded": True},
+    ]
+    assert library_watch.loaded()
+
+
+def test_the_watch_records_nccl_symbols_looked_up_in_any_library(library_watch):
+    import ctypes
+
+    process = ctypes.CDLL(None)  # the whole process: torch's own libnccl, where one is loaded
+    for name in ("ncclAllReduce", "ncclGetVersion"):
+        try:
+            getattr(process, name)
+        except AttributeError:
+            pass  # no NCCL in this process: the lookup is recorded all the same
+    assert {(r["symbol"], r["moves_data"]) for r in library_watch.records} == {("ncclAllReduce", True), ("ncclGetVersion", False)}
+    assert library_watch.loaded()
+
+
+def test_the_watchs_hooks_are_watched_and_put_back():
+    import ctypes
+
+    from pkb.eval.library_loads import CollectiveLibraryWatch
+
+    real = ctypes._dlopen
+    watch = CollectiveLibraryWatch()
+    watch.install()
+    try:
+        snapshot = guard.HarnessSnapshot()
+        assert snapshot.changed() == []
+        ctypes._dlopen = real  # the hook dropped
+        assert "ctypes._dlopen" in snapshot.changed()
+        snapshot.restore()
+        assert snapshot.changed() == []
+    finally:
+        watch.uninstall()
+    assert ctypes._dlopen is real
+
+
+def _launch_with(records):
+    from pkb.eval.launcher import LaunchResult, RankReport
+
+    stats = {"event": {"median_ms": 1.0}, "wall": {"median_ms": 1.1}}
+    result = {
+        "finished": True, "error": None, "trials": [{"trial": 0, "matched": True, "values_close": True}],
+        "timed_checks": [{"trial": 0, "matched": True}], "refresh_check": {"matched": True},
+        "timing": {"reference": stats, "candidate": stats}, "speed_floor": {"applies": False},
+        "dist_calls": {"trials": 0, "timed": 0, "checks": 0, "names": {}}, "collective_libraries": records,
+    }
+    return LaunchResult(returncode=0, timed_out=False, wall_s=1.0, ranks=[RankReport(rank=r, phase="done", result={**result, "rank": r}) for r in range(2)])
+
+
+def test_a_collective_library_loaded_confirms_a_fallback_and_a_custom_kernel_claim():
+    from types import SimpleNamespace
+
+    from pkb.eval.outcome import decide
+
+    loaded = [{"via": "ctypes", "library": "libnccl.so.2", "loaded": True}]
+    fallback = SimpleNamespace(static_flags=[{"flag": "fallback_try_except", "line": 3, "snippet": ""}], claims_custom_kernels=False)
+    ev = decide(_launch_with(loaded), fallback)
+    assert (ev["outcome"], ev["subtype"]) == ("suspect", "fallback_path") and "libnccl.so.2" in ev["reason"]
+    claims = SimpleNamespace(static_flags=[], claims_custom_kernels=True)
+    ev = decide(_launch_with(loaded), claims)
+    assert (ev["outcome"], ev["subtype"]) == ("suspect", "calls_reference")
+    # an attempt that failed moved nothing: a note, no accusation
+    failed = [{"via": "ctypes", "library": "libnccl.so.2", "loaded": False}]
+    ev = decide(_launch_with(failed), fallback)
+    assert ev["outcome"] in ("faster", "slower", "tie") and ev["details"]["collective_libraries"] == failed
+    # a plain NCCL baseline that calls the library through ctypes: its mechanism, not an offence
+    ev = decide(_launch_with(loaded), SimpleNamespace(static_flags=[], claims_custom_kernels=False))
+    assert ev["outcome"] != "suspect" and ev["details"]["collective_libraries"] == loaded

@@ -48,7 +48,9 @@ _HARNESS_MODULES = (
     "pkb.eval.rank_timing", "pkb.eval.rank_process", "pkb.eval.tensors", "pkb.eval.job", "pkb.eval.guard",
     "pkb.eval.classify", "pkb.eval.verdict_channel",
 )
-_OTHER = (("json", "dumps"), ("json", "loads"), ("os", "replace"), ("os", "_exit"), ("threading", "enumerate"), ("sys", "setprofile"))
+_OTHER = (("json", "dumps"), ("json", "loads"), ("os", "replace"), ("os", "_exit"), ("threading", "enumerate"), ("sys", "setprofile"),
+          # pkb.eval.library_loads' hooks on the loaders and symbol lookups of ctypes
+          ("ctypes", "_dlopen"), ("_ctypes", "dlopen"), ("_ctypes", "dlsym"))
 
 
 # Entries Python itself adds to a class's dict (copyreg caches __slotnames__ on first pickling).
@@ -91,6 +93,7 @@ class HarnessSnapshot:
                     self._add(mod, modname, name)
         for modname, name in _OTHER:
             self._add(importlib.import_module(modname), modname, name)  # imported here where no one had yet
+        self._add(importlib.import_module("ctypes").CDLL, "ctypes.CDLL", "__getitem__")
         # Methods set on torch.Tensor itself (Tensor.__eq__ = ... lands in this dict).
         self.tensor_dict = dict(vars(torch.Tensor))
         # The counter's kernels at the dispatcher: a candidate that drops or overrides one

@@ -9,7 +9,8 @@ rest become notes in the evaluation's details.
                           collective (or a process group's own method for one, such as
                           group.allreduce, or the dispatcher's operator for one, such as
                           torch.ops._c10d_functional.all_reduce, or a ready-made one of symmetric
-                          memory, such as torch.ops.symm_mem.one_shot_all_reduce) or reaches the
+                          memory, such as torch.ops.symm_mem.one_shot_all_reduce, or NCCL's own
+                          entry point through ctypes, such as lib.ncclAllReduce) or reaches the
                           reference (a custom kernel that quietly falls back); a barrier there
                           moves nothing and is no fallback
     imports_reference     imports the problem's reference module or opens/runs a reference file
@@ -26,7 +27,7 @@ import ast
 import re
 from typing import Any
 
-from pkb.collectives import HOST_SYNCS, LIBRARY_OPS, MOVES_DATA, PROCESS_GROUP_METHODS
+from pkb.collectives import COLLECTIVE_ENTRY, HOST_SYNCS, LIBRARY_OPS, MOVES_DATA, PROCESS_GROUP_METHODS
 
 _DIST_OWNERS = ("dist", "distributed", "funcol", "_functional_collectives", "c10d", "distributed_c10d")
 # ProcessGroup methods spelled unlike any tensor or Python method (allreduce, alltoall_base...):
@@ -88,6 +89,8 @@ def _is_collective_call(node: ast.AST) -> bool:
     func = node.func
     if isinstance(func, ast.Attribute) and func.attr in _PG_ONLY_METHODS:
         return True
+    if isinstance(func, ast.Attribute) and COLLECTIVE_ENTRY.fullmatch(func.attr):
+        return True  # NCCL / MPI through ctypes or cffi: `lib.ncclAllReduce(...)`
     chain = _attribute_chain(func)  # torch.ops.c10d.allreduce_(...), ops._c10d_functional.all_reduce.default(...)
     if any(chain[i] == "ops" and (chain[i + 1], chain[i + 2]) in _DISPATCHER_MOVES for i in range(len(chain) - 2)):
         return True
