@@ -284,6 +284,16 @@ class Classifier:
             if c.path == "fallback" and c.category in ("collective", "p2p"):
                 rec.add_label(Label("fallback", "nccl", [self.ev(c.line, "python", f"fallback: {c.qualname}")]))
 
+        for c in self.facts.python.calls:
+            # NCCL / MPI loaded through ctypes or cffi: a library collective route that no
+            # torch.distributed name shows (the calls through it may be built at run time)
+            if c.category == "library_load" and c.path != "unreached":
+                ev = [self.ev(c.line, "python", f"{c.qualname}: a collective library the candidate loads itself")]
+                if c.path == "fallback":
+                    rec.add_label(Label("fallback", "nccl", ev))
+                    continue
+                rec.add_label(Label("mechanism", "nccl", ev))
+                rec.add_label(Label("sync", "nccl_implicit", list(ev)))
         for c in self.timed("collective", "p2p"):
             if not is_metadata_collective(c):  # split sizes and counts are not the payload
                 rec.add_label(Label("mechanism", "nccl", [self.ev(c.line, "python", c.qualname)]))

@@ -1,7 +1,7 @@
 """Which torch, torch.distributed, symmetric-memory and CUDA calls a candidate makes: the names the
 Python pass recognises, and the category it gives each call (collective, p2p, host_sync, symm_mem,
 symm_handle, cuda_sync, host_transfer, stream, event, compile, alloc, launches, tensor_copy,
-compute).
+compute, library_load).
 
 Reads the parsed file through the pass's state (import aliases, extension functions, Triton and
 CuPy kernel names, host-tensor names); the library collectives are pkb/collectives.py's.
@@ -43,6 +43,22 @@ RANK_NAMES = {"rank", "my_rank", "local_rank", "rank_id", "cur_rank", "self_rank
 WORLD_NAMES = {"world_size", "world", "ws", "num_ranks", "nranks", "n_ranks", "world_sz",
                "num_gpus", "ngpus", "WORLD_SIZE", "NUM_RANKS", "NRANKS", "N_RANKS", "NUM_GPUS",
                "WORLD"}
+# NCCL, RCCL or MPI reached past torch.distributed, through ctypes or cffi: their entry points
+# by name (`lib.ncclAllReduce(...)`), and the loading of the library itself, which is the route
+# even where the entry point's name is built at run time (`getattr(lib, name)`).
+LIBRARY_LOADERS = {"CDLL", "PyDLL", "LoadLibrary", "dlopen", "find_library"}
+
+
+def collective_library_named(call: ast.Call) -> str:
+    """The collective library a loader call names in a string of its arguments ('libnccl.so.2'),
+    or ''."""
+    for arg in [*call.args, *(k.value for k in call.keywords)]:
+        for node in ast.walk(arg):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and collectives.COLLECTIVE_LIBRARY.search(node.value):
+                return node.value
+    return ""
+
+
 PEERISH = ("peer_ptr", "peer_ptr_array", "peer_tensor", "signal_ptr", "signal_ptr_array",
            "multicast_ptr", "symm_local", "nvshmem_ptr")
 
@@ -201,6 +217,14 @@ class CallCategories:
             return "host_sync", q
         if "_symmetric_memory" in q or q.startswith("torch.ops.symm_mem"):
             return "symm_mem", q
+        entry = collectives.COLLECTIVE_ENTRY.fullmatch(last) if isinstance(node.func, ast.Attribute) else None
+        if entry:
+            moved = entry.group("nccl") or entry.group("mpi")
+            return ("p2p" if moved.lower().lstrip("i") in ("send", "recv") else "collective"), f"{'mpi' if entry.group('mpi') else last[:4]}.{last}"
+        if last in LIBRARY_LOADERS:
+            library = collective_library_named(node)
+            if library:
+                return "library_load", f"{q}({library!r})"
         if isinstance(node.func, ast.Attribute):
             base_kind = "handle" if last in SYMM_HANDLE_METHODS else ""
             # `ext.wait_signal(...)`: the extension's own function, not the handle's method.

@@ -196,6 +196,14 @@ def test_forged_results_and_planted_files_are_named(batch):
     assert planted["details"]["unexpected_files"] == ["planted_by_candidate.txt"]
 
 
+def test_a_collective_library_loaded_through_ctypes_is_in_the_record(batch):
+    ev = _ev(batch, "ctypes_nccl")
+    libraries = ev["details"]["collective_libraries"]
+    assert any(r.get("via") == "ctypes" and r.get("library") == "libnccl.so.2" for r in libraries), libraries
+    assert any(f["flag"] == "fallback_try_except" for f in ev["details"]["static_flags"])
+    assert "collective_libraries" not in _ev(batch, "fallback_try")["details"]  # none loaded there
+
+
 def test_scratch_is_the_candidates_home_and_cwd(batch):
     ev = _ev(batch, "writes_job_dir")
     assert (Path(ev["job_dir"]) / "scratch" / "rank0").is_dir()
@@ -598,7 +606,7 @@ def test_exit_codes(tmp_path):
 
 # ---- on a GPU ------------------------------------------------------------------------------------
 
-GPU_ENTRIES = [e for e in MANIFEST if e["needs_gpu"] or e["path"] in ("1_allreduce_oom.py", "1_allreduce_segfault.py")]
+GPU_ENTRIES = [e for e in MANIFEST if e["needs_gpu"] or e["path"] in ("1_allreduce_oom.py", "1_allreduce_segfault.py", "1_allreduce_ctypes_nccl.py")]
 # An entry whose trick only shows across GPUs (a speed-of-light floor is zero bytes at world size 1)
 # says so with min_world_size; it is left out where fewer GPUs are visible.
 

@@ -7,7 +7,9 @@ class LibraryCollectiveOnTimedPath(Rule):
 
     ## What it does
     Finds `torch.distributed` collectives and point-to-point calls (and functional collectives)
-    on the timed path of a candidate that also builds its own kernels.
+    on the timed path of a candidate that also builds its own kernels, and NCCL, RCCL or MPI
+    loaded by the candidate itself through ctypes or cffi (`ctypes.CDLL("libnccl.so.2")`): the
+    same library, reached where no `torch.distributed` name shows it.
 
     ## Why is this bad?
     The task is to replace NCCL with direct NVLink transfers. A candidate that keeps
@@ -38,3 +40,6 @@ class LibraryCollectiveOnTimedPath(Rule):
         for c in ctx.calls("collective", "p2p"):
             if not is_metadata_collective(c):  # exchanging split sizes is not moving the payload
                 yield self.finding(ctx, c.line, c.qualname)
+        # loaded at import, as a rule: its calls, whatever their spelling, run on the timed path
+        for c in ctx.calls("library_load", paths=("timed", "setup", "module")):
+            yield self.finding(ctx, c.line, c.qualname)

@@ -7,7 +7,10 @@
                       candidate's calls run, so a library collective on the timed path is seen;
                       barriers are counted apart (a host sync moves no data); also at the
                       dispatcher (torch.ops.c10d.*, torch.ops._c10d_functional.*), which every
-                      route to NCCL or gloo but a Backend's own methods goes through
+                      route to NCCL or gloo but a Backend's own methods goes through, and the
+                      ready-made collectives of symmetric memory (torch.ops.symm_mem.*); and the
+                      collectives a CUDA graph captured again at each of its replays
+                      (pkb.eval.graph_replays)
     ReferenceWatch    a profile hook during the correctness calls that notices the candidate
                       running code from the reference's file (`suspect/calls_reference`)
     Watchdog          a thread that holds the per-phase and per-call deadlines and marks the
@@ -30,7 +33,8 @@ import types
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from pkb.collectives import COUNTED, DISPATCHER_OPS, HOST_SYNCS, PROCESS_GROUP_METHODS
+from pkb.collectives import COUNTED, HOST_SYNCS, LIBRARY_OPS, PROCESS_GROUP_METHODS
+from pkb.eval.graph_replays import GRAPH_METHODS, GraphLedger, graph_classes
 
 _TORCH_FUNCS = (
     "allclose", "isclose", "equal", "eq", "ne", "isnan", "isfinite", "isinf", "where", "abs", "all", "any",
@@ -45,7 +49,9 @@ _HARNESS_MODULES = (
     "pkb.eval.rank_timing", "pkb.eval.rank_process", "pkb.eval.tensors", "pkb.eval.job", "pkb.eval.guard",
     "pkb.eval.classify", "pkb.eval.verdict_channel",
 )
-_OTHER = (("json", "dumps"), ("json", "loads"), ("os", "replace"), ("os", "_exit"), ("threading", "enumerate"), ("sys", "setprofile"))
+_OTHER = (("json", "dumps"), ("json", "loads"), ("os", "replace"), ("os", "_exit"), ("threading", "enumerate"), ("sys", "setprofile"),
+          # pkb.eval.library_loads' hooks on the loaders and symbol lookups of ctypes
+          ("ctypes", "_dlopen"), ("_ctypes", "dlopen"), ("_ctypes", "dlsym"))
 
 
 # Entries Python itself adds to a class's dict (copyreg caches __slotnames__ on first pickling).
@@ -76,6 +82,9 @@ class HarnessSnapshot:
         for cls in process_group_classes():  # the counter's wrappers one level down
             for method in PROCESS_GROUP_METHODS:
                 self._add(cls, f"c10d.{cls.__name__}", method)
+        for cls in graph_classes():  # the wrappers that count a graph's collectives at each replay
+            for method in GRAPH_METHODS:
+                self._add(cls, f"cuda.{cls.__name__}", method)
         for modname in _HARNESS_MODULES:
             mod = sys.modules.get(modname)
             if mod is None:
@@ -85,6 +94,7 @@ class HarnessSnapshot:
                     self._add(mod, modname, name)
         for modname, name in _OTHER:
             self._add(importlib.import_module(modname), modname, name)  # imported here where no one had yet
+        self._add(importlib.import_module("ctypes").CDLL, "ctypes.CDLL", "__getitem__")
         # Methods set on torch.Tensor itself (Tensor.__eq__ = ... lands in this dict).
         self.tensor_dict = dict(vars(torch.Tensor))
         # The counter's kernels at the dispatcher: a candidate that drops or overrides one
@@ -143,7 +153,10 @@ class DistCounter:
     (pkb.collectives.PROCESS_GROUP_METHODS), to count calls while `active`. A call is counted once,
     at the outermost wrapper it enters: dist.all_reduce calling ProcessGroup.allreduce is one call,
     and a candidate calling ProcessGroup.allreduce itself is counted all the same. Behind all of
-    them, `mark`/`uncounted_since` compare the backends' own sequence numbers with the calls seen."""
+    them, `mark`/`uncounted_since` compare the backends' own sequence numbers with the calls seen.
+    Calls made while a CUDA graph is captured are noted in `graphs` (seen or not, active or not:
+    a capture at import counts too) and counted again at every replay of that graph while
+    `active`; a replay moves data with no call of the library, and no sequence number moves."""
 
     def __init__(self) -> None:
         import threading
@@ -153,6 +166,8 @@ class DistCounter:
         self.seen = 0  # every outermost call, active or not (the reference's and the harness's too)
         self.installed = False
         self._depth = threading.local()  # wrappers entered on this thread
+        self._graph_depth = threading.local()  # graph methods entered (CUDAGraph's call its base's)
+        self.graphs = GraphLedger()
         self._replaced: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
         self._libraries: dict[str, Any] = {}  # torch.library.Library per namespace, holding our kernels
         self.dispatcher_ops: list[str] = []
@@ -206,23 +221,32 @@ class DistCounter:
         for cls in process_group_classes():
             for method, name in PROCESS_GROUP_METHODS.items():
                 self._replace(cls, method, name, wrapped)
+        for cls in graph_classes():
+            for method in GRAPH_METHODS:
+                self._replace(cls, method, method, wrapped, self._wrap_graph_method)
         self.dispatcher_ops = self._hook_dispatcher()
         self.installed = True
 
     def _hook_dispatcher(self) -> list[str]:
-        """A kernel of ours at the BackendSelect key of every operator in DISPATCHER_OPS: it counts
+        """A kernel of ours at the BackendSelect key of every operator in LIBRARY_OPS: it counts
         the call and hands it on, with the same arguments, to the kernels below (CPU, CUDA, Meta).
         BackendSelect is in every call's key set (inference_mode and no_grad leave it), so the
         c10d operators are seen whether torch.distributed, a ProcessGroup method or torch.ops
-        called them. Operators this torch lacks are left out; the names hooked are returned."""
+        called them. Operators this torch lacks are left out; the names hooked are returned.
+        Symmetric memory's Python-defined operators (fused_all_gather_matmul...) exist only once
+        their module is imported: imported here, before the candidate can call them."""
         import torch
 
+        try:
+            import torch.distributed._symmetric_memory  # noqa: F401
+        except Exception:
+            pass  # no symmetric memory in this torch: its C++ operators, if any, are still hooked
         try:
             below = torch._C._dispatch_keyset_full_after(torch._C.DispatchKey.BackendSelect)
         except Exception:
             return []
         hooked = []
-        for qualified, name in sorted(DISPATCHER_OPS.items()):
+        for qualified, name in sorted(LIBRARY_OPS.items()):
             namespace, op_name = qualified.split("::")
             if not _has_operator(qualified) or torch._C._dispatch_has_kernel_for_dispatch_key(qualified, DISPATCH_KEY):
                 continue  # absent from this torch, or someone's kernel already there: not ours to replace
@@ -248,6 +272,8 @@ class DistCounter:
                 counter.seen += 1
                 if counter.active:
                     counter.counts[name] = counter.counts.get(name, 0) + 1
+                if counter.graphs.capturing:
+                    counter.graphs.note(name)
             depth.n = level + 1
             try:
                 return overload.redispatch(keyset & below, *args, **kwargs)
@@ -275,13 +301,14 @@ class DistCounter:
         finally:
             self.dispatcher_ops = self._hook_dispatcher()
 
-    def _replace(self, owner: Any, attr: str, name: str, wrapped: dict[int, Callable[..., Any]]) -> None:
+    def _replace(self, owner: Any, attr: str, name: str, wrapped: dict[int, Callable[..., Any]],
+                 wrap: Callable[[Callable[..., Any], str], Callable[..., Any]] | None = None) -> None:
         fn = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
         if fn is None or not callable(fn) or getattr(fn, "_pkb_counted", False):
             return
         w = wrapped.get(id(fn))
         if w is None:
-            w = wrapped[id(fn)] = self._wrap(fn, name)
+            w = wrapped[id(fn)] = (wrap or self._wrap)(fn, name)
         try:
             setattr(owner, attr, w)
         except Exception:
@@ -312,6 +339,8 @@ class DistCounter:
                 counter.seen += 1
                 if counter.active:
                     counter.counts[name] = counter.counts.get(name, 0) + 1
+                if counter.graphs.capturing:
+                    counter.graphs.note(name)
             depth.n = level + 1
             try:
                 return fn(*args, **kwargs)
@@ -323,6 +352,34 @@ class DistCounter:
         counted.__name__ = getattr(fn, "__name__", name)
         counted.__doc__ = getattr(fn, "__doc__", None)
         return counted
+
+    def _wrap_graph_method(self, fn: Callable[..., Any], method: str) -> Callable[..., Any]:
+        """capture_begin / capture_end keep the ledger's open captures; replay counts what the
+        graph captured (while `active`). Only the outermost graph method entered acts:
+        CUDAGraph.replay calling its base's replay is one replay."""
+        counter, ledger, depth = self, self.graphs, self._graph_depth
+
+        def graph_method(graph: Any, *args: Any, **kwargs: Any) -> Any:
+            level = getattr(depth, "n", 0)
+            if level == 0:
+                if method == "capture_begin":
+                    ledger.begin(graph)
+                elif method == "replay" and counter.active:
+                    for name, n in ledger.replayed(graph).items():
+                        counter.counts[name] = counter.counts.get(name, 0) + n
+            depth.n = level + 1
+            try:
+                return fn(graph, *args, **kwargs)
+            finally:
+                depth.n = level
+                if level == 0 and method == "capture_end":
+                    ledger.end(graph)
+
+        graph_method._pkb_counted = True  # type: ignore[attr-defined]
+        graph_method.__wrapped__ = fn  # type: ignore[attr-defined]
+        graph_method.__name__ = getattr(fn, "__name__", method)
+        graph_method.__doc__ = getattr(fn, "__doc__", None)
+        return graph_method
 
 
 # The dispatch key the counter's kernels sit at (DistCounter._hook_dispatcher says why this one).
@@ -361,13 +418,13 @@ def _has_operator(qualified: str) -> bool:
 
 
 def dispatcher_hook_lines() -> dict[str, str]:
-    """For every operator of DISPATCHER_OPS with a kernel at DISPATCH_KEY: the dispatcher's line
+    """For every operator of LIBRARY_OPS with a kernel at DISPATCH_KEY: the dispatcher's line
     for that kernel (where it was registered). Equal lines before and after a call: the same
     kernel is there."""
     import torch
 
     out = {}
-    for qualified in DISPATCHER_OPS:
+    for qualified in LIBRARY_OPS:
         try:
             if not torch._C._dispatch_has_kernel_for_dispatch_key(qualified, DISPATCH_KEY):
                 continue

@@ -15,6 +15,9 @@ The suspect checks after a correct run, in order (the first that holds is the su
                         barrier moves no data and is a host sync (details.host_syncs_timed)
     fallback_path       a try/except whose handler calls data-moving collectives or the reference
                         (static), confirmed by such collectives counted during the candidate's calls
+                        (or by NCCL / MPI the candidate loaded itself through ctypes or cffi: a
+                        route no counter sees, details.collective_libraries)
+    (calls_reference, above, takes that evidence too, for a candidate that claims custom kernels)
     aliases_input       an output sharing storage with an input, or inputs written by the call
     cached_output       right in the trials, wrong on the timed calls' inputs (each output judged
                         as its call returned), on new values at old addresses, or on a peer-only
@@ -369,10 +372,20 @@ def _suspect(ranks: list[Any], details: dict[str, Any], job: Any = None) -> tupl
     if host_syncs:  # barriers move no data: a slowness cause, never a fallback
         details["host_syncs_timed"] = host_syncs
     names = sorted({n for d in dist for n in (d.get("names") or {}) if n not in HOST_SYNCS})
+    libraries = _collective_libraries(results)
+    if libraries:
+        details["collective_libraries"] = libraries
+    # loaded, or a transfer's entry point looked up: the library is in use, unseen by any counter
+    loaded = [r.get("library") or r.get("symbol") for r in libraries if r.get("loaded") or r.get("moves_data")]
+    by_itself = f"the candidate loaded {', '.join(sorted(set(loaded))[:3])} itself (ctypes/cffi)" if loaded else ""
     if "fallback_try_except" in static and during_calls > 0:
         return "fallback_path", f"a try/except falls back to library collectives ({', '.join(names)}), and {during_calls} ran during the candidate's calls"
+    if "fallback_try_except" in static and loaded:
+        return "fallback_path", f"a try/except falls back to library collectives, and {by_itself}: a route no counter sees"
     if claims and timed_calls > 0:
         return "calls_reference", f"builds custom kernels but {timed_calls} library collective calls ({', '.join(names)}) ran during its timed calls"
+    if claims and loaded:
+        return "calls_reference", f"builds custom kernels but {by_itself}: its transfers can go through the library, where no counter sees them"
     if any(c.get("aliases_input") for c in trials) or any(c.get("aliases_input") for res in results for c in res.get("timed_checks") or []):
         return "aliases_input", "the output shares storage with an input"
     timed_bad = [(r.rank, c) for r in ranks for c in (r.result.get("timed_checks") or []) if not c.get("matched")]
@@ -409,6 +422,17 @@ def _suspect(ranks: list[Any], details: dict[str, Any], job: Any = None) -> tupl
     if floor:
         return "speed_of_light", floor
     return None
+
+
+def _collective_libraries(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every rank's record of NCCL / MPI loaded or looked up through ctypes or cffi
+    (pkb.eval.library_loads), each once."""
+    out: list[dict[str, Any]] = []
+    for res in results:
+        for r in res.get("collective_libraries") or []:
+            if isinstance(r, dict) and r not in out and len(out) < 16:
+                out.append(r)
+    return out
 
 
 def _probe_mismatch(ranks: list[Any]) -> dict[str, Any] | None:

@@ -8,9 +8,11 @@ rest become notes in the evaluation's details.
     fallback_try_except   a try/except whose handler calls a data-moving torch.distributed
                           collective (or a process group's own method for one, such as
                           group.allreduce, or the dispatcher's operator for one, such as
-                          torch.ops._c10d_functional.all_reduce) or reaches the reference (a custom
-                          kernel that quietly falls back); a barrier there moves nothing and is no
-                          fallback
+                          torch.ops._c10d_functional.all_reduce, or a ready-made one of symmetric
+                          memory, such as torch.ops.symm_mem.one_shot_all_reduce, or NCCL's own
+                          entry point through ctypes, such as lib.ncclAllReduce) or reaches the
+                          reference (a custom kernel that quietly falls back); a barrier there
+                          moves nothing and is no fallback
     imports_reference     imports the problem's reference module or opens/runs a reference file
     harness_access        names the harness's own files or modules (result_rank*.json, pkb.eval)
     introspection         gc.get_objects / sys._getframe / inspect.stack: a way to reach the
@@ -25,14 +27,14 @@ import ast
 import re
 from typing import Any
 
-from pkb.collectives import DISPATCHER_OPS, HOST_SYNCS, MOVES_DATA, PROCESS_GROUP_METHODS
+from pkb.collectives import COLLECTIVE_ENTRY, HOST_SYNCS, LIBRARY_OPS, MOVES_DATA, PROCESS_GROUP_METHODS
 
 _DIST_OWNERS = ("dist", "distributed", "funcol", "_functional_collectives", "c10d", "distributed_c10d")
 # ProcessGroup methods spelled unlike any tensor or Python method (allreduce, alltoall_base...):
 # a call of one moves data whatever the object is named (group, pg, WORLD).
 _PG_ONLY_METHODS = frozenset(m for m, name in PROCESS_GROUP_METHODS.items() if m not in MOVES_DATA and name not in HOST_SYNCS)
 # torch.ops.<namespace>.<operator> of a data-moving collective, by (namespace, operator).
-_DISPATCHER_MOVES = frozenset(tuple(q.split("::")) for q, name in DISPATCHER_OPS.items() if name not in HOST_SYNCS)
+_DISPATCHER_MOVES = frozenset(tuple(q.split("::")) for q, name in LIBRARY_OPS.items() if name not in HOST_SYNCS)
 _REFERENCE_MODULES = re.compile(r"^(problems(\.|$)|reference(\.|$)|pkb_reference$|pkb_problem_)")
 _REFERENCE_TEXT = re.compile(r"(^|[/\\])(reference|problems)([/\\]|$)|p\d+_[a-z0-9_]+\.py|^\d+_[a-z0-9_]+\.py$")
 _HARNESS_TEXT = re.compile(r"result_rank|status_rank|verdict_rank|\.key_rank|job\.json|torchrun\.log|pkb\.eval|TORCHELASTIC_ERROR_FILE")
@@ -87,6 +89,8 @@ def _is_collective_call(node: ast.AST) -> bool:
     func = node.func
     if isinstance(func, ast.Attribute) and func.attr in _PG_ONLY_METHODS:
         return True
+    if isinstance(func, ast.Attribute) and COLLECTIVE_ENTRY.fullmatch(func.attr):
+        return True  # NCCL / MPI through ctypes or cffi: `lib.ncclAllReduce(...)`
     chain = _attribute_chain(func)  # torch.ops.c10d.allreduce_(...), ops._c10d_functional.all_reduce.default(...)
     if any(chain[i] == "ops" and (chain[i + 1], chain[i + 2]) in _DISPATCHER_MOVES for i in range(len(chain) - 2)):
         return True

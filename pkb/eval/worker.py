@@ -213,6 +213,10 @@ class Rank(RankTiming):
         self.dist_calls = {"trials": 0, "timed": 0, "checks": 0, "names": {}, "host_syncs": {"trials": 0, "timed": 0, "checks": 0}}
         self.counter = DistCounter()
         self.counter.install()  # before the candidate binds any name to a collective
+        from pkb.eval.library_loads import CollectiveLibraryWatch
+
+        # NCCL / MPI loaded through ctypes or cffi: recorded, not counted (the outcome weighs it)
+        CollectiveLibraryWatch(self.reporter.result.setdefault("collective_libraries", [])).install()
         if self.job.build_root:  # our build directories and lock (pkb.eval.build), under the tracker
             from pathlib import Path
 
