@@ -442,7 +442,10 @@ def finish(pending: Pending, result: Any, store: Any, rec: Any = None) -> dict[s
 
     evaluation = pending.evaluation
     before = dict(evaluation.get("details") or {})  # the prebuild's note
-    evaluation.update(decide(result, pending.job))
+    # launches of this content and configuration that an unowned SIGKILL ended (stored not_run)
+    stored = store.evaluation(pending.sha256, pending.config_key) or {}
+    outside_kills = int((stored.get("details") or {}).get("outside_kills") or 0)
+    evaluation.update(decide(result, pending.job, outside_kills_before=outside_kills))
     evaluation["details"] = {**before, **(evaluation.get("details") or {})}
     _probe_reference(pending, evaluation)
     if rec is not None and pending.job.profile:

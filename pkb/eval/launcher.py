@@ -83,6 +83,11 @@ class LaunchResult:
     sandbox: dict[str, Any] = field(default_factory=dict)  # pkb.eval.sandbox: which one, what its init saw
     unexpected_files: list[str] = field(default_factory=list)  # in the job dir, not the harness's
     judge_check: dict[str, Any] = field(default_factory=dict)  # pkb.eval.judge: the harness's own comparison
+    # The kernel's peak RSS of the launch's largest process (wait4 on the launch: every process
+    # of the tree is reaped by its parent, so the figure climbs to it), and the memory the launch
+    # had as it started (sandbox.memory_headroom): the OOM evidence where no counter exists.
+    peak_rss_bytes: int | None = None
+    memory_headroom: dict[str, Any] = field(default_factory=dict)
 
     @property
     def stuck(self) -> list[dict[str, Any]]:
@@ -204,6 +209,7 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
         readers = [] if job.reference_only else judging.open_channels(job_dir, job.world_size)
     except OSError as exc:  # the ranks then judge alone, and the record says so
         judge_check = judging.without_channels(f"{type(exc).__name__}: {exc}")
+    headroom, headroom_source = sandboxing.memory_headroom()
     log = open(launcher_log_path(job_dir), "wb")
     t0 = time.monotonic()
     proc = subprocess.Popen(
@@ -224,8 +230,9 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
     phase_timeout = None
     next_status = 0.0
     known: set[int] = set()  # every pid seen in the job, for the sweep afterwards
+    peak_rss: list[int] = []
     try:
-        while proc.poll() is None:
+        while _reap(proc, peak_rss) is None:
             now = time.monotonic()
             if now >= deadline:
                 timed_out = True
@@ -283,7 +290,25 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
         sandbox=boxed,
         unexpected_files=unexpected_files(job_dir, allowed=(PROFILE_DIR,) if job.profile else ()),
         judge_check=judge_check,
+        peak_rss_bytes=peak_rss[0] if peak_rss else None,
+        memory_headroom={"bytes": headroom, "source": headroom_source},
     )
+
+
+def _reap(proc: subprocess.Popen, peak_rss: list[int]) -> int | None:
+    """Popen.poll() through wait4, which also gives the reaped tree's largest peak RSS (the
+    kernel's ru_maxrss, KiB on Linux), appended to `peak_rss`."""
+    if proc.returncode is not None:
+        return proc.returncode
+    try:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+    except ChildProcessError:  # reaped elsewhere
+        return proc.poll()
+    if pid == 0:
+        return None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    peak_rss.append(int(usage.ru_maxrss) * 1024)
+    return proc.returncode
 
 
 def _phase_expired(job: JobSpec, key: str | None) -> dict[str, Any] | None:
