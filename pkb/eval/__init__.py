@@ -7,7 +7,8 @@ tolerance; which reference a file answers is pkb.problem_match), static_checks (
 read before a run), device_needs (does a source need CUDA), build (our build directories and
 their lock), job (one launch's instructions and file names), sandbox and launcher (torchrun in a
 box, limits, kill), worker (inside a rank: the rank's phases) with rank_report (its status and result
-files), rank_timing (timing and the checks that ride on it), rank_process (its process plumbing)
+files), rank_timing (timing and the checks that ride on it; its figures computed in the harness by
+timing_judge), rank_process (its process plumbing)
 and tensors (nested inputs and outputs, shared with the emulation); compare / poison / timing /
 guard (used inside a rank), classify (errors -> subtypes), outcome (per-rank results -> one
 outcome), reference_probe (a reference failing at a world size), ncu (Nsight Compute on

@@ -31,6 +31,7 @@ from typing import Any
 
 from pkb.eval import judge as judging
 from pkb.eval import sandbox as sandboxing
+from pkb.eval.timing_judge import judge_timing
 from pkb.eval.job import (
     HARNESS_FILE_PATTERNS,
     JobSpec,
@@ -278,6 +279,9 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
         finally:
             for reader in readers:
                 reader.close()
+    timing_check = judge_rank_timing(readers, ranks, job.iters)
+    if timing_check:
+        judge_check = {**judge_check, "timing": timing_check}
     return LaunchResult(
         returncode=proc.returncode,
         timed_out=timed_out,
@@ -293,6 +297,39 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
         peak_rss_bytes=peak_rss[0] if peak_rss else None,
         memory_headroom={"bytes": headroom, "source": headroom_source},
     )
+
+
+def judge_rank_timing(readers: list[judging.ChannelReader], ranks: list[RankReport], iters: int) -> dict[str, Any]:
+    """Each rank's timing figures, computed here from its raw measurements (pkb.eval.timing_judge):
+    from its channel, else (no channel) from its result file, never the figures a rank reports.
+    Returns the check for the record ({} when no rank timed anything)."""
+    by_rank = {reader.rank: reader for reader in readers}
+    out: dict[str, Any] = {}
+    for r in ranks:
+        res = r.result
+        if res is None:
+            continue
+        res.pop("timing", None)  # a rank measures; it does not report figures
+        reader = by_rank.get(r.rank)
+        raw = res.pop("timing_raw", None) or {}
+        if reader is not None and reader.late:
+            out.setdefault("late_messages", {})[str(r.rank)] = reader.late[:8]
+        if reader is not None and (reader.timing_rounds or not raw):
+            rounds, marks, source = reader.timing_rounds, reader.timing_marks, "channel"
+        else:  # the rank could not open its channel: its result file, without the harness's clock
+            rounds, marks, source = list(raw.get("rounds") or []), [], "the rank's result file (no channel)"
+            rounds = [{k: v for k, v in m.items() if k != "arrived_ns"} for m in rounds if isinstance(m, dict)]
+        if not rounds:
+            continue
+        try:
+            stats, check = judge_timing(rounds, marks, iters, source)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:  # the candidate's process wrote them
+            stats, check = None, {"source": source, "problems": [f"measurements that cannot be read ({type(exc).__name__}: {str(exc)[:200]})"]}
+        if stats is not None:
+            res["timing"] = stats
+        out.setdefault("ranks", {})[str(r.rank)] = check
+        out.setdefault("problems", []).extend(f"rank {r.rank}: {p}" for p in check["problems"])
+    return out
 
 
 def _reap(proc: subprocess.Popen, peak_rss: list[int]) -> int | None:

@@ -117,6 +117,8 @@ def _judge_check(launch: LaunchResult, details: dict[str, Any]) -> dict[str, Any
         "reference_digests": check.get("reference_digests", {}),
         "emulation": check.get("emulation", ""),
     }
+    if check.get("timing"):
+        details["judge_check"]["timing"] = check["timing"]
     tampered = check.get("tampered") or []
     if not tampered:
         return None
@@ -241,6 +243,10 @@ def _decide(launch: LaunchResult, job: Any, ranks: list[Any]) -> dict[str, Any]:
     details["mutates_inputs"] = any(c.get("mutates_inputs") for cs in trials.values() for c in cs)
     details["aliases_input"] = any(c.get("aliases_input") for cs in trials.values() for c in cs)
     timings = {r.rank: r.result.get("timing") for r in ranks}  # type: ignore[union-attr]
+    timing_problems = ((getattr(launch, "judge_check", None) or {}).get("timing") or {}).get("problems") or []
+    if timing_problems:  # the rank's measurements disagree with the harness's clock or the job's call count
+        return _result("ran", "suspect", "harness_tamper", details, reason=f"tampering with the timing: {timing_problems[0]}"
+                       + (f" (and {len(timing_problems) - 1} more)" if len(timing_problems) > 1 else ""))
     if not all(timings.values()):
         return _result("ran", "", "", details, correct=True, reason="correct on every trial; not timed")
 
@@ -250,7 +256,9 @@ def _decide(launch: LaunchResult, job: Any, ranks: list[Any]) -> dict[str, Any]:
     if suspect:
         _output_reuse(ranks, details, "suspect")
         return _result("ran", "suspect", suspect[0], details, speedup=speedup, correct=False, reason=suspect[1])
-    outcome = "faster" if speedup is not None and speedup >= 1.0 else "slower"
+    if speedup is None:  # a side's charged time is not a positive figure: nothing to compare
+        return _result("ran", "", "", details, correct=True, reason="correct on every trial; no speedup: a side's timing is not a positive figure")
+    outcome = "faster" if speedup >= 1.0 else "slower"
     reason = f"correct on every trial; speedup {speedup:.3g}x"
     if details.get("speed_verdict") == "tie":
         lo_hi = details.get("speedup_interval")
