@@ -58,12 +58,18 @@ def batch(tmp_path_factory):
     options = hostile_options(tmp)
     t0 = time.monotonic()
     evaluate(records, options)  # must return, whatever the candidates do
+    first_runs = {Path(r.path).name: r.evaluation for r in records}
+    # the resume: what an unowned SIGKILL ended (not_run) runs again, and its second death is charged
+    retried = [r for r in records if r.evaluation["status"] == "not_run"]
+    evaluate(retried, options)
     wall = time.monotonic() - t0
-    return {"by_path": {Path(r.path).name: r for r in records}, "options": options, "wall": wall, "tmp": tmp}
+    return {"by_path": {Path(r.path).name: r for r in records}, "options": options, "wall": wall, "tmp": tmp, "first_runs": first_runs}
 
 
 @pytest.mark.parametrize("entry", CPU_ENTRIES, ids=[e["path"] for e in CPU_ENTRIES])
 def test_hostile_candidate_gets_the_manifest_outcome(batch, entry):
+    first = batch["first_runs"][entry["path"]]
+    assert first["status"] == entry.get("first_run", "ran"), (first["status"], first.get("reason"))
     ev = batch["by_path"][entry["path"]].evaluation
     assert ev["status"] == "ran", ev.get("reason")
     assert ev["outcome"] in entry["outcome"].split("|"), (ev["outcome"], ev["subtype"], ev["reason"])
@@ -131,6 +137,7 @@ def test_crashes_name_the_signal_or_exit_code(batch):
     assert seg["details"]["signal"] == "SIGSEGV" and "SIGSEGV" in seg["reason"]
     kill = _ev(batch, "sigkill_self")
     assert kill["details"]["signal"] == "SIGKILL" and "SIGKILL" in kill["reason"]
+    assert kill["reason"].startswith("rank killed by SIGKILL twice") and kill["details"]["outside_kills"] == 2
     ex = _ev(batch, "exit_at_import")
     assert any(c.get("exit_code") == 3 for c in ex["details"]["crashed_ranks"]), ex["details"]
     assert "code 3" in ex["reason"]

@@ -7,7 +7,8 @@ tolerance; which reference a file answers is pkb.problem_match), static_checks (
 read before a run), device_needs (does a source need CUDA), build (our build directories and
 their lock), job (one launch's instructions and file names), sandbox and launcher (torchrun in a
 box, limits, kill), worker (inside a rank: the rank's phases) with rank_report (its status and result
-files), rank_timing (timing and the checks that ride on it), rank_process (its process plumbing)
+files), rank_timing (timing and the checks that ride on it; its figures computed in the harness by
+timing_judge), rank_process (its process plumbing)
 and tensors (nested inputs and outputs, shared with the emulation); compare / poison / timing /
 guard (used inside a rank), classify (errors -> subtypes), outcome (per-rank results -> one
 outcome), reference_probe (a reference failing at a world size), ncu (Nsight Compute on
@@ -334,7 +335,10 @@ def finish(pending: Pending, result: Any, store: Any, rec: Any = None) -> dict[s
 
     evaluation = pending.evaluation
     before = dict(evaluation.get("details") or {})  # the prebuild's note
-    evaluation.update(decide(result, pending.job))
+    # launches of this content and configuration that an unowned SIGKILL ended (stored not_run)
+    stored = store.evaluation(pending.sha256, pending.config_key) or {}
+    outside_kills = int((stored.get("details") or {}).get("outside_kills") or 0)
+    evaluation.update(decide(result, pending.job, outside_kills_before=outside_kills))
     evaluation["details"] = {**before, **(evaluation.get("details") or {})}
     _probe_reference(pending, evaluation)
     if rec is not None and pending.job.profile:

@@ -2,7 +2,9 @@
 existed, against the candidate's outputs as they returned, compared in this process (which never
 imports the candidate) with the same comparison and tolerances the ranks use.
 
-During the launch, one reader thread per rank drains the rank's FIFO (pkb.eval.verdict_channel)
+During the launch, one reader thread per rank drains the rank's FIFO (pkb.eval.verdict_channel):
+the reference outputs until the rank's mark before the candidate loads, then the timing's raw
+measurements, each stamped with this process's clock (their figures and checks: pkb.eval.timing_judge),
 into unnamed temporary files (O_TMPFILE: no path a candidate could open; with a PID namespace it
 cannot see this process's descriptors either), hashing each output as it arrives. After the launch,
 `recheck` compares trial by trial (one trial's two outputs in memory at a time) and names every
@@ -19,6 +21,7 @@ import os
 import select
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -26,7 +29,7 @@ from pkb.eval.verdict_channel import channel_path, output_path
 
 READ_CHUNK = 1 << 20
 COMPARE_CHUNK = 4 << 20  # elements per slice: the comparison holds a few float64 copies of one
-HEADER_MAX = 64 * 1024
+HEADER_MAX = 1 << 20  # a timing round's measurements (a few numbers per call) fit many times over
 
 
 class ChannelReader(threading.Thread):
@@ -42,6 +45,10 @@ class ChannelReader(threading.Thread):
         self.fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK)
         self.meta: dict[str, Any] | None = None
         self.references: dict[int, dict[str, Any]] = {}  # trial -> {file, sha256, bytes} or {why}
+        self.references_done = False  # the rank's mark before the candidate loaded
+        self.timing_rounds: list[dict[str, Any]] = []  # each with arrived_ns, this process's clock
+        self.timing_marks: list[dict[str, Any]] = []
+        self.late: list[str] = []  # what came after references_end that the harness did not take
         self.done = False
         self.error = ""
         self._stopping = threading.Event()
@@ -56,14 +63,20 @@ class ChannelReader(threading.Thread):
                 line = self._read_line()
                 if line is None:
                     return
+                arrived_ns = time.monotonic_ns()
+                if self.references_done:
+                    self._after_references(line, arrived_ns)
+                    continue
                 header = json.loads(line)
                 kind = header.get("kind")
                 if kind == "meta":
                     self.meta = header
                 elif kind == "reference":
                     self._reference(header)
+                elif kind == "references_end":
+                    self.references_done = True
                 elif kind == "done":
-                    self.done = True
+                    self.done = self.references_done = True
                 else:
                     raise ValueError(f"unknown header {kind!r}")
         except Exception as exc:
@@ -77,6 +90,37 @@ class ChannelReader(threading.Thread):
                 self.path.unlink()
             except OSError:
                 pass
+
+    def _after_references(self, line: bytes, arrived_ns: int) -> None:
+        """The timing's messages, stamped as they arrive. The candidate shares the rank's process
+        from here on: what does not parse, or is not timing, is noted and skipped (a payload it
+        announces is not read as headers), never a reason to stop draining the channel."""
+        try:
+            header = json.loads(line)
+            kind = header.get("kind") if isinstance(header, dict) else None
+        except ValueError:
+            header, kind = {}, None
+        if kind == "timing_round":
+            self.timing_rounds.append({**header, "arrived_ns": arrived_ns})
+        elif kind == "timing_mark":
+            self.timing_marks.append({**header, "arrived_ns": arrived_ns})
+        elif kind == "done":
+            self.done = True
+        else:
+            self.late.append(str(kind or line[:80]))
+            skip = header.get("nbytes") if isinstance(header, dict) else None
+            if isinstance(skip, int) and skip > 0:
+                while skip > 0:
+                    taken = min(skip, len(self._buf))
+                    self._buf, skip = self._buf[taken:], skip - taken
+                    if skip and self._read_more() is None:
+                        return
+
+    def _read_more(self) -> bytes | None:
+        data = self._read(READ_CHUNK)
+        if data is not None:
+            self._buf += data
+        return data
 
     def _reference(self, header: dict[str, Any]) -> None:
         trial = int(header["trial"])
@@ -121,7 +165,10 @@ class ChannelReader(threading.Thread):
     def _read_line(self) -> bytes | None:
         while b"\n" not in self._buf:
             if len(self._buf) > HEADER_MAX:
-                raise ValueError("a header past its size limit")
+                if not self.references_done:
+                    raise ValueError("a header past its size limit")
+                self.late.append("a line past the header size limit")
+                self._buf = b""  # dropped; the stream goes on
             data = self._read(READ_CHUNK)
             if data is None:
                 return None
@@ -250,7 +297,7 @@ def recheck(readers: list[ChannelReader], job_dir: str | Path, rank_results: lis
         if reader.meta is None:
             out["not_rechecked"].append({"rank": r, "why": reader.error or "the rank sent nothing before the candidate loaded"})
             continue
-        if not reader.done:
+        if not reader.references_done:
             out["not_rechecked"].append({"rank": r, "why": reader.error or "the rank's reference outputs did not all arrive"})
             continue
         out["reference_digests"][str(r)] = {str(t): ref.get("sha256") or ref.get("why") for t, ref in sorted(reader.references.items())}

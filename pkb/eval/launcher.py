@@ -32,6 +32,7 @@ from typing import Any
 
 from pkb.eval import judge as judging
 from pkb.eval import sandbox as sandboxing
+from pkb.eval.timing_judge import judge_timing
 from pkb.eval.job import (
     HARNESS_FILE_PATTERNS,
     JobSpec,
@@ -84,6 +85,11 @@ class LaunchResult:
     sandbox: dict[str, Any] = field(default_factory=dict)  # pkb.eval.sandbox: which one, what its init saw
     unexpected_files: list[str] = field(default_factory=list)  # in the job dir, not the harness's
     judge_check: dict[str, Any] = field(default_factory=dict)  # pkb.eval.judge: the harness's own comparison
+    # The kernel's peak RSS of the launch's largest process (wait4 on the launch: every process
+    # of the tree is reaped by its parent, so the figure climbs to it), and the memory the launch
+    # had as it started (sandbox.memory_headroom): the OOM evidence where no counter exists.
+    peak_rss_bytes: int | None = None
+    memory_headroom: dict[str, Any] = field(default_factory=dict)
 
     @property
     def stuck(self) -> list[dict[str, Any]]:
@@ -213,6 +219,7 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
         readers = [] if job.reference_only else judging.open_channels(job_dir, job.world_size)
     except OSError as exc:  # the ranks then judge alone, and the record says so
         judge_check = judging.without_channels(f"{type(exc).__name__}: {exc}")
+    headroom, headroom_source = sandboxing.memory_headroom()
     log = open(launcher_log_path(job_dir), "wb")
     t0 = time.monotonic()
     proc = subprocess.Popen(
@@ -233,8 +240,9 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
     phase_timeout = None
     next_status = 0.0
     known: set[int] = set()  # every pid seen in the job, for the sweep afterwards
+    peak_rss: list[int] = []
     try:
-        while proc.poll() is None:
+        while _reap(proc, peak_rss) is None:
             now = time.monotonic()
             if now >= deadline:
                 timed_out = True
@@ -280,6 +288,9 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
         finally:
             for reader in readers:
                 reader.close()
+    timing_check = judge_rank_timing(readers, ranks, job.iters)
+    if timing_check:
+        judge_check = {**judge_check, "timing": timing_check}
     return LaunchResult(
         returncode=proc.returncode,
         timed_out=timed_out,
@@ -292,7 +303,58 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
         sandbox=boxed,
         unexpected_files=unexpected_files(job_dir, allowed=(PROFILE_DIR,) if job.profile else ()),
         judge_check=judge_check,
+        peak_rss_bytes=peak_rss[0] if peak_rss else None,
+        memory_headroom={"bytes": headroom, "source": headroom_source},
     )
+
+
+def judge_rank_timing(readers: list[judging.ChannelReader], ranks: list[RankReport], iters: int) -> dict[str, Any]:
+    """Each rank's timing figures, computed here from its raw measurements (pkb.eval.timing_judge):
+    from its channel, else (no channel) from its result file, never the figures a rank reports.
+    Returns the check for the record ({} when no rank timed anything)."""
+    by_rank = {reader.rank: reader for reader in readers}
+    out: dict[str, Any] = {}
+    for r in ranks:
+        res = r.result
+        if res is None:
+            continue
+        res.pop("timing", None)  # a rank measures; it does not report figures
+        reader = by_rank.get(r.rank)
+        raw = res.pop("timing_raw", None) or {}
+        if reader is not None and reader.late:
+            out.setdefault("late_messages", {})[str(r.rank)] = reader.late[:8]
+        if reader is not None and (reader.timing_rounds or not raw):
+            rounds, marks, source = reader.timing_rounds, reader.timing_marks, "channel"
+        else:  # the rank could not open its channel: its result file, without the harness's clock
+            rounds, marks, source = list(raw.get("rounds") or []), [], "the rank's result file (no channel)"
+            rounds = [{k: v for k, v in m.items() if k != "arrived_ns"} for m in rounds if isinstance(m, dict)]
+        if not rounds:
+            continue
+        try:
+            stats, check = judge_timing(rounds, marks, iters, source)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:  # the candidate's process wrote them
+            stats, check = None, {"source": source, "problems": [f"measurements that cannot be read ({type(exc).__name__}: {str(exc)[:200]})"]}
+        if stats is not None:
+            res["timing"] = stats
+        out.setdefault("ranks", {})[str(r.rank)] = check
+        out.setdefault("problems", []).extend(f"rank {r.rank}: {p}" for p in check["problems"])
+    return out
+
+
+def _reap(proc: subprocess.Popen, peak_rss: list[int]) -> int | None:
+    """Popen.poll() through wait4, which also gives the reaped tree's largest peak RSS (the
+    kernel's ru_maxrss, KiB on Linux), appended to `peak_rss`."""
+    if proc.returncode is not None:
+        return proc.returncode
+    try:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+    except ChildProcessError:  # reaped elsewhere
+        return proc.poll()
+    if pid == 0:
+        return None
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    peak_rss.append(int(usage.ru_maxrss) * 1024)
+    return proc.returncode
 
 
 def _phase_expired(job: JobSpec, key: str | None) -> dict[str, Any] | None:

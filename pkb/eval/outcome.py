@@ -1,6 +1,11 @@
 """One outcome per candidate from the per-rank results of its launch (TAXONOMY's words).
 
-Order of precedence: files the harness did not sign (suspect/harness_tamper) > a failure a rank
+First the launch's own fate: a sandbox killed from outside it (not_run), then a SIGKILL whose
+sender the harness's evidence names, the OOM killer (runtime_error/out_of_memory), else, when no
+timeout of ours sent it, a kill from outside (not_run, stored so that a resume runs it again; the
+second such death of a candidate is its own: runtime_error).
+
+Then, in order of precedence: files the harness did not sign (suspect/harness_tamper) > a failure a rank
 reported (a suspect the rank caught, then compile_error, load_error, runtime_error, in that order,
 since a later stage's error is often the echo of an earlier one) > hang (the whole job's limit, or
 one phase's: import, build, a call) > a crash with no report (runtime_error; the signal named) >
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import math
 import re
+import signal
 from typing import Any
 
 from pkb.eval.classify import RUNTIME_PRIORITY, runtime_subtype
@@ -53,9 +59,11 @@ SIDE_STREAM_MIN_MS = 0.05
 SPEED_OF_LIGHT_MARGIN = 2.0
 
 
-def decide(launch: LaunchResult, job: Any = None) -> dict[str, Any]:
+def decide(launch: LaunchResult, job: Any = None, outside_kills_before: int = 0) -> dict[str, Any]:
     """{status, outcome, subtype, speedup, correct, reason, details}. `job` (the JobSpec) adds
-    the static flags and whether the candidate claims custom kernels."""
+    the static flags and whether the candidate claims custom kernels; `outside_kills_before` is
+    how many earlier launches of this candidate ended in a SIGKILL nobody owned (the store's
+    count): the next such death is charged to the candidate."""
     ranks = launch.ranks
     details_pre: dict[str, Any] = {}
     if getattr(launch, "strays", None):
@@ -79,6 +87,9 @@ def decide(launch: LaunchResult, job: Any = None) -> dict[str, Any]:
                        reason=f"{killed} killed by SIGKILL from the kernel's OOM killer ({oom['source']})")
     forged = [f for r in ranks for f in getattr(r, "forged", [])] + [f for r in ranks if r.result for f in r.result.get("forged_files", [])]
     unexpected = list(getattr(launch, "unexpected_files", None) or [])
+    outside = None if forged or unexpected else _killed_from_outside(launch, boxed)
+    if outside:
+        return _outside_kill(launch, details_pre, outside, outside_kills_before + 1)
     if forged or unexpected:
         details_pre.update(forged_files=sorted(set(forged)), unexpected_files=unexpected)
         what = (f"files the harness did not sign: {', '.join(sorted(set(forged)))}" if forged else "") + (
@@ -109,6 +120,8 @@ def _judge_check(launch: LaunchResult, details: dict[str, Any]) -> dict[str, Any
         "reference_digests": check.get("reference_digests", {}),
         "emulation": check.get("emulation", ""),
     }
+    if check.get("timing"):
+        details["judge_check"]["timing"] = check["timing"]
     tampered = check.get("tampered") or []
     if not tampered:
         return None
@@ -233,6 +246,10 @@ def _decide(launch: LaunchResult, job: Any, ranks: list[Any]) -> dict[str, Any]:
     details["mutates_inputs"] = any(c.get("mutates_inputs") for cs in trials.values() for c in cs)
     details["aliases_input"] = any(c.get("aliases_input") for cs in trials.values() for c in cs)
     timings = {r.rank: r.result.get("timing") for r in ranks}  # type: ignore[union-attr]
+    timing_problems = ((getattr(launch, "judge_check", None) or {}).get("timing") or {}).get("problems") or []
+    if timing_problems:  # the rank's measurements disagree with the harness's clock or the job's call count
+        return _result("ran", "suspect", "harness_tamper", details, reason=f"tampering with the timing: {timing_problems[0]}"
+                       + (f" (and {len(timing_problems) - 1} more)" if len(timing_problems) > 1 else ""))
     if not all(timings.values()):
         return _result("ran", "", "", details, correct=True, reason="correct on every trial; not timed")
 
@@ -242,7 +259,9 @@ def _decide(launch: LaunchResult, job: Any, ranks: list[Any]) -> dict[str, Any]:
     if suspect:
         _output_reuse(ranks, details, "suspect")
         return _result("ran", "suspect", suspect[0], details, speedup=speedup, correct=False, reason=suspect[1])
-    outcome = "faster" if speedup is not None and speedup >= 1.0 else "slower"
+    if speedup is None:  # a side's charged time is not a positive figure: nothing to compare
+        return _result("ran", "", "", details, correct=True, reason="correct on every trial; no speedup: a side's timing is not a positive figure")
+    outcome = "faster" if speedup >= 1.0 else "slower"
     reason = f"correct on every trial; speedup {speedup:.3g}x"
     if details.get("speed_verdict") == "tie":
         lo_hi = details.get("speedup_interval")
@@ -277,20 +296,97 @@ def _output_reuse(ranks: list[Any], details: dict[str, Any], outcome: str) -> bo
     return True
 
 
-def _oom_evidence(launch: LaunchResult, boxed: dict[str, Any]) -> dict[str, Any] | None:
-    """SIGKILLed ranks plus the kernel's word that the OOM killer ran in this launch: the launch's
-    cgroup OOM-kill counter, or the kernel log naming one of its pids."""
+# Without an OOM-kill counter: the launch's largest process reached at least this share of its
+# rank's part of the memory the launch had at start (the ranks grow together; the OOM killer
+# picks the largest process), so the OOM killer is the likely sender of its SIGKILL.
+OOM_PEAK_SHARE = 0.8
+OUTSIDE_KILLS_CHARGED = 2  # the death by an unowned SIGKILL that is charged to the candidate
+_ECHO_SUBTYPES = ("nccl_error", "rendezvous_error")  # a peer's death, seen from a live rank
+
+
+def _sigkilled(launch: LaunchResult, boxed: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+    """The ranks that died of SIGKILL without a report, and whether torchrun itself did."""
     killed = [{"rank": r.rank, "phase": r.phase} for r in launch.ranks
-              if not r.finished and (getattr(r, "exit", None) or {}).get("signal") == "SIGKILL"]
-    init_exit = boxed.get("init_exit")
-    if not killed and init_exit != -9:
+              if not r.finished and not (r.result and r.result.get("error")) and (getattr(r, "exit", None) or {}).get("signal") == "SIGKILL"]
+    launcher = boxed.get("init_exit") == -9 if boxed.get("kind", "none") != "none" else launch.returncode == -9
+    return killed, launcher
+
+
+def _oom_evidence(launch: LaunchResult, boxed: dict[str, Any]) -> dict[str, Any] | None:
+    """SIGKILLed ranks plus the evidence that the OOM killer ran in this launch, the first that
+    exists of: the launch's cgroup OOM-kill counter; the kernel's (its machine-wide counter in
+    /proc/vmstat, its log naming a pid of the launch); the launch's largest peak RSS against the
+    memory it had at start. A counter that exists and did not move says no."""
+    killed, launcher = _sigkilled(launch, boxed)
+    if not killed and not launcher:
         return None
-    if boxed.get("oom_kills"):
-        return {"source": f"{boxed['oom_kills']} OOM kill(s) counted in the launch's memory cgroup", "ranks": killed,
-                "cgroup": boxed.get("cgroup")}
+    if boxed.get("oom_kills") is not None:
+        return ({"source": f"{boxed['oom_kills']} OOM kill(s) counted in the launch's memory cgroup", "ranks": killed,
+                 "cgroup": boxed.get("cgroup")} if boxed["oom_kills"] else None)
     if boxed.get("kernel_oom"):
         return {"source": "the kernel log", "ranks": killed, "kernel_log": boxed["kernel_oom"][:4]}
+    if boxed.get("kernel_oom_kills") is not None:
+        return ({"source": f"the kernel's OOM-kill counter (/proc/vmstat) rose by {boxed['kernel_oom_kills']} during the launch",
+                 "ranks": killed} if boxed["kernel_oom_kills"] else None)
+    peak, room = getattr(launch, "peak_rss_bytes", None), (getattr(launch, "memory_headroom", None) or {}).get("bytes")
+    if peak and room:
+        share = room / max(1, len(launch.ranks))
+        if peak >= OOM_PEAK_SHARE * share:
+            return {"source": f"peak RSS {peak / 2**20:.0f} MiB of the launch's largest process, {peak / share:.0%} of a rank's "
+                              f"share of the {room / 2**20:.0f} MiB it had at start ({launch.memory_headroom.get('source')}); no OOM counter here",
+                    "ranks": killed, "peak_rss_bytes": peak, "headroom_bytes": room}
     return None
+
+
+def _memory_checked(launch: LaunchResult, boxed: dict[str, Any]) -> str:
+    """What said the OOM killer did not send a SIGKILL (for the record of an outside kill)."""
+    if boxed.get("oom_kills") is not None:
+        return "no OOM kill counted in the launch's memory cgroup"
+    if boxed.get("kernel_oom_kills") is not None:
+        return "the kernel's OOM-kill counter (/proc/vmstat) did not move"
+    peak, room = getattr(launch, "peak_rss_bytes", None), (getattr(launch, "memory_headroom", None) or {}).get("bytes")
+    if peak and room:
+        return f"no OOM counter here; peak RSS {peak / 2**20:.0f} MiB, far below the {room / 2**20:.0f} MiB the launch had"
+    return "no OOM evidence could be read here (no counter, no kernel log, no memory figure)"
+
+
+def _killed_from_outside(launch: LaunchResult, boxed: dict[str, Any]) -> dict[str, Any] | None:
+    """A SIGKILL the harness did not send (no timeout) and the OOM killer did not (checked
+    before this), the root cause of the launch's end: every error a live rank reported is the
+    echo of a peer's death (a broken connection), and no probe caught a stale answer first."""
+    if launch.timed_out:
+        return None
+    killed, launcher = _sigkilled(launch, boxed)
+    if not killed and not launcher:
+        return None
+    errors = [r.result["error"] for r in launch.ranks if r.result and r.result.get("error")]
+    if any(e.get("subtype") not in _ECHO_SUBTYPES or e.get("outcome") == "suspect" for e in errors) or _probe_mismatch(launch.ranks):
+        return None
+    return {"ranks": killed, "launcher": launcher, "signal": int(signal.SIGKILL)}
+
+
+def _outside_kill(launch: LaunchResult, details: dict[str, Any], outside: dict[str, Any], count: int) -> dict[str, Any]:
+    """Killed from outside: an environment failure (not_run, not stored as done, so a resume runs
+    it again), until the `OUTSIDE_KILLS_CHARGED`th time, which is the candidate's: a candidate can
+    SIGKILL its own rank, and the kernel does not say who sent a SIGKILL."""
+    who = [f"rank {k['rank']} in {k['phase'] or 'start-up'}" for k in outside["ranks"]]
+    if outside["launcher"]:
+        who.append("torchrun itself was killed by SIGKILL" + (" inside the sandbox" if details.get("sandbox", {}).get("kind", "none") != "none" else ""))
+    where = ", ".join(who)
+    details.update(outside_kills=count, killed_ranks=outside["ranks"], signal="SIGKILL",
+                   not_oom=_memory_checked(launch, details.get("sandbox") or {}))
+    if outside["launcher"]:
+        details["launcher_killed"] = True
+    details["peak_rss_bytes"] = getattr(launch, "peak_rss_bytes", None)  # the launch's largest process, from wait4
+    details["memory_headroom"] = getattr(launch, "memory_headroom", None) or {}
+    if count >= OUTSIDE_KILLS_CHARGED:
+        return _result("ran", "runtime_error", "crash", details,
+                       reason=f"rank killed by SIGKILL twice; not by the harness or the OOM killer ({where}; {details['not_oom']})")
+    details["environment_failure"] = f"killed from outside (signal {outside['signal']})"
+    return _result("not_run", "", "", details,
+                   reason=f"environment: {where}: killed from outside (signal {outside['signal']}), not by the harness "
+                          f"(no timeout) nor the OOM killer ({details['not_oom']}); evaluated again on resume "
+                          f"(a second such death is charged to the candidate)")
 
 
 def wrong_result_subtype(trials: dict[int, list[dict[str, Any]]]) -> str:

@@ -1,4 +1,6 @@
-"""The rank's timing and the checks that ride on it: interleaved timed rounds over fresh input groups,
+"""The rank's timing and the checks that ride on it: interleaved timed rounds over fresh input groups
+(measured only: each round's raw measurements and its loops' edges go to the harness through the
+rank's channel, and the harness computes the figures, pkb.eval.timing_judge),
 each timed output checked against the reference afterwards, outputs read again at return, the two
 cache probes (new values at old addresses; an earlier input on even ranks only), and the NVLink
 speed floor. A mixin of pkb.eval.worker.Rank: it reads the rank's job, reporter, source, solution,
@@ -116,12 +118,25 @@ class RankTiming:
 
         # An exception in this loop is charged to the candidate: the reference ran on trial
         # inputs of the same shapes already.
+        channel = getattr(self, "channel", None)
+        sent = channel is not None and channel.open
+        raw: dict[str, list[dict[str, Any]]] = {"rounds": []}  # kept in the result only without a channel
+        meta = {"iters": job.iters, "warmup": job.warmup, "rounds": max(1, min(TIMING_ROUNDS, job.iters)) if job.iters else 1, "groups": len(groups)}
+
+        def on_round(side: str, r: int, measured: dict[str, Any]) -> None:
+            msg = {"kind": "timing_round", "side": side, "round": r, **meta, "measured": measured}
+            channel.send(msg) if sent else raw["rounds"].append(msg)
+
+        def mark(side: str, r: int, loop: str, at: str) -> None:
+            if sent:  # the harness stamps it with its own clock as it arrives
+                channel.send({"kind": "timing_mark", "side": side, "round": r, "pass": loop, "at": at})
+
         try:
             with self._dispatcher_suspended():
                 timed = time_interleaved(
                     {"reference": guarded(self.source.reference, "reference"), "candidate": guarded(self.solution, "candidate")},  # type: ignore[arg-type]
                     groups, warmup=job.warmup, iters=job.iters, rounds=TIMING_ROUNDS, device=self.device, barrier=barrier,
-                    keep={"candidate"}, before=before,
+                    keep={"candidate"}, before=before, on_round=on_round, mark=mark,
                 )
                 close_round()
         except BaseException as exc:
@@ -136,10 +151,12 @@ class RankTiming:
         self.dist_calls["timed"] += counter.total - dist_before
         self.dist_calls["host_syncs"]["timed"] += counter.host_syncs - syncs_before
         self.dist_calls["names"] = dict(counter.counts)
-        (ref_stats, _), (cand_stats, last) = timed["reference"], timed["candidate"]
+        last = timed["candidate"][1]
         for g, out in last.items():
             self.check_output_type(out)
-        rep.result["timing"] = {"reference": ref_stats, "candidate": cand_stats}
+        # Measurements only: the harness computes the figures and checks them (pkb.eval.timing_judge).
+        if not sent:
+            rep.result["timing_raw"] = raw
         rep.result["timed_inputs_mutated"] = any(not bitwise_equal(a, b) for a, b in zip(groups, pristine)) and not getattr(self, "reference_mutates", False)
         # The timed calls' own outputs: a candidate that answers from a cache would pass the
         # correctness trials and still be wrong here. An output sharing storage with another

@@ -112,6 +112,7 @@ class Sandbox:
     cgroup: LaunchCgroup | None = None
     _report: tuple[int, int] | None = None
     _oom_before: int | None = None
+    _kernel_oom_before: int | None = None
     harness_proc: str = ""
 
     @property
@@ -169,6 +170,8 @@ class Sandbox:
     def started(self) -> None:
         if self.cgroup is not None:
             self._oom_before = self.cgroup.oom_kills()
+        else:
+            self._kernel_oom_before = kernel_oom_kill_count()
         if self._report:
             os.close(self._report[1])
 
@@ -215,8 +218,11 @@ class Sandbox:
                 out["oom_kills"] = after - self._oom_before
                 out["cgroup"] = self.cgroup.path
             self.cgroup.remove()
-        if out.get("oom_kills") is None and known:
-            lines = oom_killed_in_kernel_log(set(known))
+        if out.get("oom_kills") is None:
+            after = kernel_oom_kill_count()
+            if after is not None and self._kernel_oom_before is not None:
+                out["kernel_oom_kills"] = after - self._kernel_oom_before  # machine-wide, during the launch
+            lines = oom_killed_in_kernel_log(set(known)) if known else []
             if lines:
                 out["kernel_oom"] = lines
         return out
@@ -362,11 +368,9 @@ class LaunchCgroup:
     def oom_kills(self) -> int | None:
         name = "memory.oom_control" if self.version == 1 else "memory.events"
         try:
-            text = Path(self.path, name).read_text()
+            return oom_kill_count(Path(self.path, name).read_text())
         except OSError:
             return None
-        m = re.search(r"^oom_kill (\d+)", text, re.M)
-        return int(m.group(1)) if m else None
 
     def pids(self) -> list[int]:
         try:
@@ -433,6 +437,58 @@ def _own_memory_cgroup() -> tuple[str, int] | None:
                 return None
             return root + line[3:].rstrip("/"), 2
     return None
+
+
+def oom_kill_count(text: str) -> int | None:
+    """The `oom_kill` line of a cgroup's memory.events (v2) or memory.oom_control (v1), or of
+    /proc/vmstat: processes killed by the OOM killer."""
+    m = re.search(r"^oom_kill (\d+)", text, re.M)
+    return int(m.group(1)) if m else None
+
+
+def kernel_oom_kill_count() -> int | None:
+    """The kernel's count of OOM kills on this machine (/proc/vmstat, Linux 4.13+, readable
+    without root): a rise during a launch without a cgroup of its own is the OOM killer's mark."""
+    try:
+        return oom_kill_count(Path("/proc/vmstat").read_text())
+    except OSError:
+        return None
+
+
+_NO_LIMIT = 1 << 60  # a cgroup "limit" this large (v1's 9223372036854771712) is none
+
+
+def memory_headroom() -> tuple[int | None, str]:
+    """(bytes, where the figure comes from): the memory a launch can take as it starts, the least
+    of the machine's MemAvailable and each memory cgroup limit above this process less that
+    cgroup's usage. (None, why) when nothing can be read."""
+    figures: list[tuple[int, str]] = []
+    try:
+        m = re.search(r"^MemAvailable:\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.M)
+        if m:
+            figures.append((int(m.group(1)) * 1024, "MemAvailable"))
+    except OSError:
+        pass
+    own = _own_memory_cgroup()
+    if own is not None:
+        path, version = own
+        limit_name, usage_name = ("memory.limit_in_bytes", "memory.usage_in_bytes") if version == 1 else ("memory.max", "memory.current")
+        top = "/sys/fs/cgroup/memory" if version == 1 else "/sys/fs/cgroup"
+        cur = Path(path)
+        while _under(str(cur), top):
+            try:
+                raw = (cur / limit_name).read_text().strip()
+                used = int((cur / usage_name).read_text().strip())
+            except (OSError, ValueError):
+                raw, used = "max", 0
+            if raw.isdigit() and int(raw) < _NO_LIMIT:
+                figures.append((max(0, int(raw) - used), f"the memory cgroup {cur}'s limit less its usage"))
+            if str(cur) == top:
+                break
+            cur = cur.parent
+    if not figures:
+        return None, "neither /proc/meminfo nor a memory cgroup limit is readable"
+    return min(figures)
 
 
 _DMESG_KILLED = re.compile(r"(?:Out of memory|Memory cgroup out of memory)[^\n]*?Killed process (\d+)")

@@ -10,6 +10,8 @@ Two passes over the same groups on CUDA:
   device-wide sync at the end. The intervals are PKB's per-iteration samples; the host clock over
   the whole loop, sync included, divided by the calls is the throughput with side streams counted.
 
+A rank only measures (time_calls' raw measurements: per call the event ms and the host ns); the
+figures (stats_from_rounds) are computed in the harness from what it sent (pkb.eval.timing_judge).
 A rank is charged the back-to-back figures (the larger of the interval median and the loop's
 per-call host time), so kernel times compare one to one with PKB's; the isolated pass stays for
 the side-stream evidence and per-call spread. On CPU only the isolated host clock exists.
@@ -104,9 +106,12 @@ def time_calls(
     raw: bool = False,
     start: int = 0,
     keep_last: bool = True,
+    mark: Callable[[str, str], None] | None = None,
 ) -> tuple[dict[str, Any], dict[int, Any]]:
-    """(stats, last output of each group). Calls fn(*groups[i % G]); raw=True gives the samples.
-    keep_last=False keeps no output (the reference's answers must not outlive its own calls).
+    """(stats, last output of each group). Calls fn(*groups[i % G]); raw=True gives the raw
+    measurements instead of stats (`raw_samples`). keep_last=False keeps no output (the
+    reference's answers must not outlive its own calls). mark(pass, 'start' | 'end') is called
+    right before and after each timed loop (after its barrier), for a clock outside the rank.
     On CUDA fn is called 2 * iters times: the back-to-back pass, then the isolated one."""
     cuda = device.type == "cuda"
 
@@ -114,55 +119,97 @@ def time_calls(
         if cuda:
             torch.cuda.synchronize(device)
 
+    def at(pass_name: str, when: str) -> None:
+        if mark is not None:
+            mark(pass_name, when)
+
     sync()
     for i in range(warmup):
         fn(*groups[i % len(groups)])
     sync()
-    samples: dict[str, list[float]] = {c: [] for c in CLOCKS}
+    measured: dict[str, Any] = {"event_ms": [], "wall_ns": [], "pipelined_ms": [], "pipelined_loop_ns": None, "calls": iters}
     last: dict[int, Any] = {}
     if cuda and iters:
         if barrier is not None:
             barrier()
-        samples["pipelined"], loop_ms = _back_to_back(fn, groups, start, iters, device)
-        samples["pipelined_wall"] = [loop_ms / iters]
+        at("pipelined", "start")
+        measured["pipelined_ms"], measured["pipelined_loop_ns"] = _back_to_back(fn, groups, start, iters, device)
+        at("pipelined", "end")
     if barrier is not None:
         barrier()  # ranks start the timed loop together
+    at("isolated", "start")
     for i in range(iters):
         g = (start + i) % len(groups)
         if cuda:
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            t0 = time.perf_counter()
+            t0 = time.perf_counter_ns()
             begin.record()
             out = fn(*groups[g])
             end.record()
             torch.cuda.synchronize(device)  # device-wide: side streams included
-            samples["wall"].append((time.perf_counter() - t0) * 1e3)
-            samples["event"].append(begin.elapsed_time(end))
+            measured["wall_ns"].append(time.perf_counter_ns() - t0)
+            measured["event_ms"].append(begin.elapsed_time(end))
         else:
-            t0 = time.perf_counter()
+            t0 = time.perf_counter_ns()
             out = fn(*groups[g])
-            samples["wall"].append((time.perf_counter() - t0) * 1e3)
+            measured["wall_ns"].append(time.perf_counter_ns() - t0)
         if keep_last:
             last[g] = out
         del out
+    at("isolated", "end")
     if raw:
-        return samples, last
-    stats = {clock: summarize(values) for clock, values in samples.items()}
+        return measured, last
+    stats = {clock: summarize(values) for clock, values in samples_ms(measured).items()}
     stats.update(iters=iters, warmup=warmup, groups=len(groups))
     return stats, last
 
 
-def _back_to_back(fn: Callable[..., Any], groups: list[tuple], start: int, iters: int, device: torch.device) -> tuple[list[float], float]:
-    """PKB's loop: (per-call event intervals in ms, host ms of the whole loop and its device sync)."""
+def samples_ms(measured: dict[str, Any]) -> dict[str, list[float]]:
+    """The clocks' samples in ms (CLOCKS) from one timed loop's raw measurements: isolated CUDA
+    events, isolated host ns per call, back-to-back event intervals, and the back-to-back loop's
+    host ns (sync included) over its calls."""
+    pipelined = [float(v) for v in measured.get("pipelined_ms") or []]
+    loop_ns = measured.get("pipelined_loop_ns")
+    return {
+        "event": [float(v) for v in measured.get("event_ms") or []],
+        "wall": [int(v) / 1e6 for v in measured.get("wall_ns") or []],
+        "pipelined": pipelined,
+        "pipelined_wall": [int(loop_ns) / 1e6 / len(pipelined)] if pipelined and loop_ns is not None else [],
+    }
+
+
+def stats_from_rounds(rounds_measured: list[dict[str, Any]], *, iters: int, warmup: int, rounds: int, groups: int) -> dict[str, Any]:
+    """One side's timing figures from its rounds' raw measurements: each clock's summary over every
+    call, and each round's median per clock (the spread across rounds bounds the speedup). The
+    harness computes them from what the rank sent; time_interleaved from what it measured."""
+    samples: dict[str, list[float]] = {c: [] for c in CLOCKS}
+    per_round: dict[str, list[float]] = {c: [] for c in CLOCKS}
+    for measured in rounds_measured:
+        for clock, values in samples_ms(measured).items():
+            samples[clock].extend(values)
+            if values:
+                per_round[clock].append(summarize(values)["median_ms"])  # type: ignore[index]
+    return {
+        **{clock: summarize(samples[clock]) for clock in CLOCKS},
+        "round_medians_ms": {c: v for c, v in per_round.items() if v},
+        "iters": iters,
+        "warmup": warmup,
+        "rounds": rounds,
+        "groups": groups,
+    }
+
+
+def _back_to_back(fn: Callable[..., Any], groups: list[tuple], start: int, iters: int, device: torch.device) -> tuple[list[float], int]:
+    """PKB's loop: (per-call event intervals in ms, host ns of the whole loop and its device sync)."""
     events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]  # made before the clock starts
-    t0 = time.perf_counter()
+    t0 = time.perf_counter_ns()
     events[0].record()
     for i in range(iters):
         fn(*groups[(start + i) % len(groups)])
         events[i + 1].record()
     torch.cuda.synchronize(device)
-    loop_ms = (time.perf_counter() - t0) * 1e3
-    return [events[i].elapsed_time(events[i + 1]) for i in range(iters)], loop_ms
+    loop_ns = time.perf_counter_ns() - t0
+    return [events[i].elapsed_time(events[i + 1]) for i in range(iters)], loop_ns
 
 
 def time_interleaved(
@@ -176,6 +223,8 @@ def time_interleaved(
     barrier: Callable[[], None] | None = None,
     keep: set[str] | None = None,
     before: Callable[[str], None] | None = None,
+    on_round: Callable[[str, int, dict[str, Any]], None] | None = None,
+    mark: Callable[[str, int, str, str], None] | None = None,
 ) -> dict[str, tuple[dict[str, Any], dict[int, Any]]]:
     """Time several callables in alternating rounds (A B, B A, ...), so clock ramps, thermal drift
     and cache state do not favour whichever side happens to run second.
@@ -183,13 +232,14 @@ def time_interleaved(
     Each callable is warmed up once, then gets `iters` timed calls split over `rounds`.
     keep: the names whose last outputs are returned (default all); before(name) runs ahead of
     each round of a callable, outside its timed loop (poisoning, cache resets, checks).
+    on_round(name, round, measured) gets each round's raw measurements as soon as the round ends,
+    and mark(name, round, pass, 'start' | 'end') each timed loop's edges (the rank sends both to
+    the harness, which computes the figures and checks them against its own clock).
     """
     keep = set(fns) if keep is None else keep
     rounds = max(1, min(rounds, iters)) if iters else 1
-    samples: dict[str, dict[str, list[float]]] = {n: {c: [] for c in CLOCKS} for n in fns}
+    measured: dict[str, list[dict[str, Any]]] = {n: [] for n in fns}
     last: dict[str, dict[int, Any]] = {n: {} for n in fns}
-    # Each round's median per clock: the spread across rounds bounds the speedup (speed_range_ms).
-    per_round: dict[str, dict[str, list[float]]] = {n: {c: [] for c in CLOCKS} for n in fns}
     for name, fn in fns.items():
         if before is not None:
             before(name)
@@ -203,25 +253,16 @@ def time_interleaved(
             fn = fns[name]
             if before is not None:
                 before(name)
-            stats, out = time_calls(fn, groups, warmup=0, iters=chunk, device=device, barrier=barrier, raw=True, start=done, keep_last=name in keep)
-            for clock in CLOCKS:
-                samples[name][clock].extend(stats[clock])
-                if stats[clock]:
-                    per_round[name][clock].append(summarize(stats[clock])["median_ms"])  # type: ignore[index]
+            edges = (lambda p, w, n=name, rr=r: mark(n, rr, p, w)) if mark is not None else None
+            one, out = time_calls(fn, groups, warmup=0, iters=chunk, device=device, barrier=barrier, raw=True, start=done,
+                                  keep_last=name in keep, mark=edges)
+            if on_round is not None:
+                on_round(name, r, one)
+            measured[name].append(one)
             last[name].update(out)
         done += chunk
     return {
-        name: (
-            {
-                **{clock: summarize(samples[name][clock]) for clock in CLOCKS},
-                "round_medians_ms": {c: v for c, v in per_round[name].items() if v},
-                "iters": iters,
-                "warmup": warmup,
-                "rounds": rounds,
-                "groups": len(groups),
-            },
-            last[name],
-        )
+        name: (stats_from_rounds(measured[name], iters=iters, warmup=warmup, rounds=rounds, groups=len(groups)), last[name])
         for name in fns
     }
 

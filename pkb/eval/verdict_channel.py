@@ -4,8 +4,10 @@ Before the candidate is imported, each rank runs the reference on every trial's 
 streams the outputs to the harness through a FIFO the launcher made (`channel_path`): the harness
 keeps them where the sandbox hides them and hashes them as they arrive, so neither their content
 nor their digest is in the candidate's reach. The rank opens the FIFO and removes its name at
-start, before the rendezvous, so no candidate (its own or a peer's) can open it later; the
-descriptor is closed before the candidate loads.
+start, before the rendezvous, so no candidate (its own or a peer's) can open it later. The
+harness takes reference outputs only until the `references_end` mark the rank sends before the
+candidate loads; the descriptor stays open after it for the timing's raw measurements, which the
+harness checks against its own clock (pkb.eval.timing_judge).
 
 After each candidate call, the output as it returned is copied to host memory and saved under
 `outputs/rank<r>/trial<t>.pt` (`output_path`); the harness compares both sides after the launch
@@ -13,7 +15,11 @@ After each candidate call, the output as it returned is copied to host memory an
 
 Wire format: one JSON header line, then `nbytes` raw bytes (a `torch.save` of the output on the
 host) when the header has them. Headers: {"kind": "meta", ...}, {"kind": "reference", "trial",
-"nbytes"} or {"kind": "reference", "trial", "too_large": bytes}, {"kind": "done"}.
+"nbytes"} or {"kind": "reference", "trial", "too_large": bytes}, {"kind": "references_end"} (before
+the candidate loads), then the timing's raw measurements (pkb.eval.timing_judge):
+{"kind": "timing_mark", "side", "round", "pass", "at"} at each edge of a timed loop and
+{"kind": "timing_round", "side", "round", "rounds", "iters", "warmup", "groups", "measured"} after
+each round, and {"kind": "done"} at the rank's exit.
 """
 
 from __future__ import annotations
@@ -150,6 +156,11 @@ class RankChannel:
             return {"trial": trial, "sent": False, "why": f"output type {type(out).__name__}"}
         self.send({"kind": "reference", "trial": trial}, data)
         return {"trial": trial, "sent": True, "bytes": len(data)}
+
+    def end_references(self) -> None:
+        """The last reference output is sent: the harness takes none after this mark (the candidate
+        loads next, in this process, and could write to this channel)."""
+        self.send({"kind": "references_end"})
 
     def close(self) -> None:
         if self.file is not None:

@@ -39,7 +39,7 @@ class Rank(RankTiming):
                  channel: Any = None) -> None:
         self.job, self.rank, self.ws, self.local_rank = job, rank, world_size, local_rank
         self.key = key
-        self.channel = channel  # pkb.eval.verdict_channel.RankChannel: to the harness, closed before the import
+        self.channel = channel  # pkb.eval.verdict_channel.RankChannel: to the harness (references, then timing)
         self.reporter = Reporter(job, rank, world_size, key)
         self.snapshot: Any = None
         self.counter: Any = None
@@ -172,7 +172,8 @@ class Rank(RankTiming):
         a reference that fails later, after the candidate ran, was broken by the candidate. Each
         output goes to the harness (pkb.eval.verdict_channel), which judges the candidate's outputs
         against these with code the candidate never reaches; here it is overwritten and dropped, so
-        the candidate cannot find it in freed memory. The channel is closed before the import."""
+        the candidate cannot find it in freed memory. No reference output is taken after this
+        (the harness ignores one that comes later); the channel stays open for the timing."""
         from pkb.eval.guard import overlaps
         from pkb.eval.verdict_channel import DEFAULT_CAP_BYTES, scrub
 
@@ -198,7 +199,7 @@ class Rank(RankTiming):
                     self.sync()
             del out, inputs, pristine
         if channel is not None:
-            channel.close()
+            channel.end_references()  # open still, for the timing's raw measurements (rank_timing)
             self.reporter.result["judge_channel"] = {"sent": sent} if sent else {"why_not": channel.why_not or "not used"}
         self.reference_checked = True
 
@@ -572,6 +573,11 @@ def main(argv: list[str] | None = None) -> None:
     except Exception:
         pass
     code = Rank(job, rank, world_size, local_rank, key, channel).run()
+    if channel is not None:
+        try:
+            channel.close()
+        except OSError:  # the candidate closed or broke it: the harness then lacks the `done` mark only
+            pass
     sys.stdout.flush()
     sys.stderr.flush()
     # No process-group teardown: with a failed or stuck peer it can block forever, and every
