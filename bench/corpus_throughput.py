@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--problems", default=",".join(map(str, SAMPLE_PROBLEMS)), help="problem numbers of the eval sample")
     ap.add_argument("--files", nargs="*", type=Path, default=None, help="explicit files for the eval part (instead of --problems)")
     ap.add_argument("--jobs", default="auto", help="ours: eval --jobs")
-    ap.add_argument("--timing", default="exclusive", choices=("exclusive", "shared"))
+    ap.add_argument("--timing", default="exclusive", choices=("exclusive", "beside-builds", "shared"))
     ap.add_argument("-n", "--world-size", type=int, default=1)
     ap.add_argument("--pkb-files", type=int, default=3, help="files PKB's loop is measured on (0: skip PKB)")
     ap.add_argument("--no-ours", dest="ours", action="store_false", help="eval: measure PKB's loop only")

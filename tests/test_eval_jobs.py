@@ -85,6 +85,8 @@ def test_shared_timing_is_its_own_configuration():
     exclusive = config_key(options=EvalOptions(), **kw)
     assert exclusive != config_key(options=EvalOptions(timing_mode="shared"), **kw)
     assert config_key(options=EvalOptions(iters=0), **kw) == config_key(options=EvalOptions(iters=0, timing_mode="shared"), **kw)
+    beside = config_key(options=EvalOptions(timing_mode="beside-builds"), **kw)
+    assert beside not in (exclusive, config_key(options=EvalOptions(timing_mode="shared"), **kw))
 
 
 def test_screening_packs_correctness_and_times_only_the_correct(tmp_path, monkeypatch):

@@ -67,8 +67,9 @@ def evaluate(records: Iterable[Any], options: EvalOptions | None = None, on_resu
     launch's clock includes nvcc. Then the launches, `plan_slots` at a time: each slot its own
     CUDA_VISIBLE_DEVICES. Untimed (or shared-timing) launches, the screening ones included, start
     as their own build lands, beside the builds still running; a launch timed alone on the GPUs
-    runs beside the builds only on cores of its own (pkb.eval.schedule), else after the last
-    build (a compile on its cores would disturb the clock). This thread is the
+    waits for the last build; with `timing_mode` beside-builds it runs beside them on cores of
+    its own (pkb.eval.schedule: sooner, but on the H200 4 of 4 speedups came out 4-12% lower than
+    a quiet re-run). This thread is the
     only writer of the store; each launch's rows are committed as soon as it returns, so a killed
     run resumes where it stopped. `on_result(rec, evaluation, rank_results)` is called as each
     lands.
@@ -104,7 +105,7 @@ def evaluate(records: Iterable[Any], options: EvalOptions | None = None, on_resu
         if _screens(options, env):
             # Screens as builds land; timed launches alone on the GPUs, beside the builds on cores
             # of their own where the node has them (pkb.eval.schedule).
-            build_cpus, timed_cpus = cpu_split(env.device, env.world_size)
+            build_cpus, timed_cpus = cpu_split(env.device, env.world_size) if options.timing_mode == "beside-builds" else ((), ())
             run_screened(BuildFeed(queue, options, env, cpus=build_cpus), plan_slots(replace(options, iters=0), env), slots[0],
                          timed_cpus, lambda p: _launch(p, options), lambda p, result, rec: finish(p, result, store, rec), landed)
         else:
