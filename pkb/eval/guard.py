@@ -282,6 +282,12 @@ class DistCounter:
 
         return counted_op
 
+    def _drop_dispatcher_kernels(self) -> None:
+        for lib in self._libraries.values():
+            lib._destroy()
+        self._libraries.clear()
+        self.dispatcher_ops = []
+
     @contextlib.contextmanager
     def dispatcher_suspended(self) -> Iterator[None]:
         """Without the dispatcher kernels for a while (the timed loops): a Python kernel at
@@ -292,10 +298,7 @@ class DistCounter:
         if not self.dispatcher_ops:
             yield
             return
-        for lib in self._libraries.values():
-            lib._destroy()
-        self._libraries.clear()
-        self.dispatcher_ops = []
+        self._drop_dispatcher_kernels()
         try:
             yield
         finally:
@@ -324,10 +327,7 @@ class DistCounter:
             except Exception:
                 pass
         self._replaced.clear()
-        for lib in self._libraries.values():
-            lib._destroy()
-        self._libraries.clear()
-        self.dispatcher_ops = []
+        self._drop_dispatcher_kernels()
         self.installed = False
 
     def _wrap(self, fn: Callable[..., Any], name: str) -> Callable[..., Any]:
