@@ -50,11 +50,16 @@ def prebuild_all(pendings: list[Any], options: Any, env: Any, on_built: Callable
     use; empty: any), before its launch: each launch then finds its build done. The result is noted
     in the evaluation's details (then `on_built(pending)` is called, as each lands); a failed build
     is the launch's compile_error (the build directory remembers the failure)."""
+    prebuild_pendings([p for p in pendings if uses_builds(p.job.candidate_path)], options, env, on_built, cpus)
+
+
+def prebuild_pendings(todo: list[Any], options: Any, env: Any, on_built: Callable[[Any], None] | None = None,
+                      cpus: tuple[int, ...] = ()) -> None:
+    """prebuild_all for candidates already known to build (each file read once by `uses_builds`)."""
     from pkb.eval import build_root_for
     from pkb.eval.build import BuildOptions, prebuild_many
 
     root = build_root_for(options)
-    todo = [p for p in pendings if uses_builds(p.job.candidate_path)]
     groups: dict[tuple[str, ...], list[Any]] = {}
     for p in todo:
         groups.setdefault(tuple(p.job.extra_sys_path), []).append(p)
@@ -90,8 +95,8 @@ class BuildFeed:
 
         def build() -> None:
             try:
-                prebuild_all([p for _, p in self.needs], self.options, self.env,
-                              on_built=lambda p: ready.put(by_pending[id(p)]), cpus=self.cpus)
+                prebuild_pendings([p for _, p in self.needs], self.options, self.env,
+                                  on_built=lambda p: ready.put(by_pending[id(p)]), cpus=self.cpus)
             finally:
                 ready.put(done)
 
