@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-backend", default="cuda", help="only trees of this backend are sampled ('' for all)")
     ap.add_argument("--out", type=Path, default=Path("real-corpus-out"))
     ap.add_argument("--ptx", action="store_true", help="run the PTX pass too (needs nvcc; about 4x slower)")
-    ap.add_argument("--skip-eval", action="store_true", help="static only, even with a GPU")
+    ap.add_argument("--skip-eval", action="store_true", help="static only, even with a GPU (the sample is still drawn: OUT/sampling.json)")
     ap.add_argument("--include-problems", default="",
                     help="problem ids (1,2,3) whose files of the sampled trees are always evaluated; the sample draws the rest")
     ap.add_argument("--jobs", type=int, default=0, help="processes for the static passes (0: the cores)")
@@ -226,20 +226,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  harness failure: {line}")
     summary["static_table"] = print_table("static only: files per model (no verdicts)", records, out / "paper_table_static.csv")
 
+    # The sample is drawn (and OUT/sampling.json written) with or without a GPU, so a later run
+    # can be planned around it (bench/h200_session.sh's ws1rest evaluates the files outside it).
+    pool = [r for r in records if r.parse_status == "ok" and (not args.sample_backend or r.backend == args.sample_backend)]
+    fixed_ids = {int(x) for x in args.include_problems.split(",") if x.strip()}
+    fixed = [r for r in pool if r.problem_id in fixed_ids]
+    rest = [r for r in pool if r.problem_id not in fixed_ids]
+    drawn, plan = stratified_sample(rest, max(0, args.sample - len(fixed)), args.seed)
+    chosen = sorted(fixed + drawn, key=lambda r: r.path)
+    plan["always_included"] = {"problems": sorted(fixed_ids), "files": sorted(r.path for r in fixed)}
+    plan["files"] = [r.path for r in chosen]
+    (out / "sampling.json").write_text(json.dumps(plan, indent=1), encoding="utf-8")
+    summary["sampling"] = {k: v for k, v in plan.items() if k != "files"}
+    print(f"\nsample: {len(chosen)} of {plan['population']} files, {len(plan['strata'])} strata, seed {args.seed} (OUT/sampling.json)")
     if args.skip_eval or not gpu_present():
         print("\nno CUDA device" if not gpu_present() else "\n--skip-eval", "- evaluation and emulation not run")
     else:
-        pool = [r for r in records if r.parse_status == "ok" and (not args.sample_backend or r.backend == args.sample_backend)]
-        fixed_ids = {int(x) for x in args.include_problems.split(",") if x.strip()}
-        fixed = [r for r in pool if r.problem_id in fixed_ids]
-        rest = [r for r in pool if r.problem_id not in fixed_ids]
-        drawn, plan = stratified_sample(rest, max(0, args.sample - len(fixed)), args.seed)
-        chosen = sorted(fixed + drawn, key=lambda r: r.path)
-        plan["always_included"] = {"problems": sorted(fixed_ids), "files": sorted(r.path for r in fixed)}
-        plan["files"] = [r.path for r in chosen]
-        (out / "sampling.json").write_text(json.dumps(plan, indent=1), encoding="utf-8")
-        summary["sampling"] = {k: v for k, v in plan.items() if k != "files"}
-        print(f"\nsample: {len(chosen)} of {plan['population']} files, {len(plan['strata'])} strata, seed {args.seed} (OUT/sampling.json)")
         copy_sample(chosen, root, out / "sample")
         runs = [("eval_ws1", None)] + ([(f"emulate_{args.emulate}", args.emulate)] if args.emulate else [])
         for name, emulate in runs:
