@@ -414,11 +414,20 @@ def test_dist_counter_suspends_its_dispatcher_kernels_for_the_timed_loops(tmp_pa
             torch.ops.c10d.allreduce_([torch.ones(4)], group.boxed(), torch.classes.c10d.ReduceOp(), None, False)[1].wait()
 
         c.active = True
+        symm = sorted(op for op in hooked if op.startswith("symm_mem::"))
         with c.dispatcher_suspended():
-            assert c.dispatcher_ops == [] and not torch._C._dispatch_has_kernel_for_dispatch_key("c10d::allreduce_", DISPATCH_KEY)
+            assert not torch._C._dispatch_has_kernel_for_dispatch_key("c10d::allreduce_", DISPATCH_KEY)
+            assert not any(op.startswith(("c10d::", "_c10d_functional::")) for op in c.dispatcher_ops)
             mark = c.mark()
             c10d_allreduce()
             assert c.total == 0 and c.uncounted_since(mark) == 1
+            # symmetric memory's operators number nothing: their kernels stay, and count
+            assert sorted(c.dispatcher_ops) == symm
+            if "symm_mem::one_shot_all_reduce" in symm:
+                with pytest.raises(Exception):  # no kernel for CPU tensors below ours
+                    torch.ops.symm_mem.one_shot_all_reduce(torch.ones(4), "sum", "0")
+                assert c.counts == {"all_reduce": 1}, c.counts
+                c.counts.clear()
         assert set(c.dispatcher_ops) == hooked
         c10d_allreduce()
         assert c.counts == {"all_reduce": 1}

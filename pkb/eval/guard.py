@@ -227,8 +227,9 @@ class DistCounter:
         self.dispatcher_ops = self._hook_dispatcher()
         self.installed = True
 
-    def _hook_dispatcher(self) -> list[str]:
-        """A kernel of ours at the BackendSelect key of every operator in LIBRARY_OPS: it counts
+    def _hook_dispatcher(self, namespaces: frozenset[str] | None = None) -> list[str]:
+        """A kernel of ours at the BackendSelect key of every operator in LIBRARY_OPS (of
+        `namespaces` only, where given): it counts
         the call and hands it on, with the same arguments, to the kernels below (CPU, CUDA, Meta).
         BackendSelect is in every call's key set (inference_mode and no_grad leave it), so the
         c10d operators are seen whether torch.distributed, a ProcessGroup method or torch.ops
@@ -248,6 +249,8 @@ class DistCounter:
         hooked = []
         for qualified, name in sorted(LIBRARY_OPS.items()):
             namespace, op_name = qualified.split("::")
+            if namespaces is not None and namespace not in namespaces:
+                continue
             if not _has_operator(qualified) or torch._C._dispatch_has_kernel_for_dispatch_key(qualified, DISPATCH_KEY):
                 continue  # absent from this torch, or someone's kernel already there: not ours to replace
             try:
@@ -282,27 +285,29 @@ class DistCounter:
 
         return counted_op
 
-    def _drop_dispatcher_kernels(self) -> None:
-        for lib in self._libraries.values():
-            lib._destroy()
-        self._libraries.clear()
-        self.dispatcher_ops = []
+    def _drop_dispatcher_kernels(self, namespaces: frozenset[str] | None = None) -> None:
+        """Our kernels away (of `namespaces` only, where given)."""
+        for namespace in [n for n in self._libraries if namespaces is None or n in namespaces]:
+            self._libraries.pop(namespace)._destroy()
+        self.dispatcher_ops = [op for op in self.dispatcher_ops if namespaces is not None and op.split("::")[0] not in namespaces]
 
     @contextlib.contextmanager
     def dispatcher_suspended(self) -> Iterator[None]:
-        """Without the dispatcher kernels for a while (the timed loops): a Python kernel at
-        BackendSelect costs a call about 20 us on NCCL (bench/counting_cost.py), which a launch-
-        bound reference would pay in its timed calls. The torch.distributed wrappers stay; a
-        collective that bypasses them meanwhile still shows in the backends' sequence numbers
-        (`mark`/`uncounted_since` around the candidate's timed rounds)."""
-        if not self.dispatcher_ops:
+        """Without the dispatcher kernels of the backends' collectives for a while (the timed
+        loops): a Python kernel at BackendSelect costs a call about 20 us on NCCL
+        (bench/counting_cost.py), which a launch-bound reference would pay in its timed calls.
+        The torch.distributed wrappers stay; a collective that bypasses them meanwhile still shows
+        in the backends' sequence numbers (`mark`/`uncounted_since` around the candidate's timed
+        rounds). Symmetric memory's operators number nothing, so their kernels stay (SEQUENCED_
+        NAMESPACES): a candidate that calls one only in timed calls is still seen."""
+        if not any(op.split("::")[0] in SEQUENCED_NAMESPACES for op in self.dispatcher_ops):
             yield
             return
-        self._drop_dispatcher_kernels()
+        self._drop_dispatcher_kernels(SEQUENCED_NAMESPACES)
         try:
             yield
         finally:
-            self.dispatcher_ops = self._hook_dispatcher()
+            self.dispatcher_ops = sorted(set(self.dispatcher_ops) | set(self._hook_dispatcher(SEQUENCED_NAMESPACES)))
 
     def _replace(self, owner: Any, attr: str, name: str, wrapped: dict[int, Callable[..., Any]],
                  wrap: Callable[[Callable[..., Any], str], Callable[..., Any]] | None = None) -> None:
@@ -384,6 +389,10 @@ class DistCounter:
 
 # The dispatch key the counter's kernels sit at (DistCounter._hook_dispatcher says why this one).
 DISPATCH_KEY = "BackendSelect"
+# Namespaces of the operators whose collectives the process groups' backends number (c10d's, the
+# functional collectives, DTensor's all-to-all over them): `uncounted_since` sees them without our
+# kernels. Symmetric memory's (symm_mem) move data with no sequence number.
+SEQUENCED_NAMESPACES = frozenset({"c10d", "_c10d_functional", "_dtensor"})
 # The name collectives seen only by the backends' sequence numbers are counted under.
 BACKEND_SEQUENCE = "backend_sequence"
 
