@@ -12,6 +12,7 @@ def solution(x):
         step *= size
     buf = torch.full((7 + 2 * x.numel(),), float("nan"), dtype=x.dtype, device=x.device)
     out = buf.as_strided(x.shape, tuple(reversed(strides)), 7)
-    out.copy_(x)
-    dist.all_reduce(out)
+    total = x.clone()
+    dist.all_reduce(total)  # into a dense tensor: gloo reduces a strided one as if it were dense
+    out.copy_(total)
     return out
