@@ -96,6 +96,38 @@ def log_paths(job_dir: str | Path, rank: int) -> tuple[Path, Path]:
     return Path(job_dir) / f"rank{rank}.stdout", Path(job_dir) / f"rank{rank}.stderr"
 
 
+# A rank's stdout or stderr past this is cut to its last quarter while the launch runs: a
+# candidate printing without end must not fill the disk under the store.
+LOG_CAP_BYTES = 16 << 20
+
+
+def cap_log(path: str | Path, cap: int = LOG_CAP_BYTES) -> int:
+    """Cuts a log past `cap` bytes to a line saying how much went and its last quarter; returns
+    the bytes dropped. The rank appends (O_APPEND), so its next write lands after the tail. Only
+    a plain file with one link is cut: the job folder is the candidate's to write, and a link it
+    put in the log's place must not make the harness truncate what the link points at."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return 0
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size <= cap:
+            return 0
+        keep = cap // 4
+        tail = os.pread(fd, keep, st.st_size - keep)
+        os.ftruncate(fd, 0)
+        dropped = st.st_size - len(tail)
+        os.pwrite(fd, f"[{dropped} bytes of this log dropped: past its {cap} byte cap]\n".encode() + tail, 0)
+        return dropped
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+
+
 def launcher_log_path(job_dir: str | Path) -> Path:
     return Path(job_dir) / "torchrun.log"
 

@@ -205,6 +205,7 @@ class Sandbox:
             merged = {k: v for line in lines for k, v in line.items()}
             out["init_exit"] = merged.get("exit")
             out["strays"] = [{**s, "where": "sandbox"} for s in merged.get("strays") or []]
+            out["stray_count"] = int(merged.get("stray_count") or len(out["strays"]))  # all killed; some named
             # The init reports torchrun's end before it exits: without that line it was killed
             # from outside the sandbox (nothing inside can signal it).
             out["init_killed"] = "exit" not in merged and not out.get("init_unresponsive")

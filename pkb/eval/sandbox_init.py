@@ -83,7 +83,7 @@ def main() -> int:
         time.sleep(0.02)
         _reap()
     strays = [{"pid": p, "cmdline": c} for p, c in sorted(named.items())][:MAX_NAMED]
-    report.write(json.dumps({"strays": strays}) + "\n")
+    report.write(json.dumps({"strays": strays, "stray_count": len(named)}) + "\n")
     report.close()
     return code if 0 <= code < 256 else 128 + (-code)
 
