@@ -228,6 +228,40 @@ def test_calls_reference_and_tamper_reasons_say_what(batch):
     assert any(f["flag"] == "fallback_try_except" for f in fb["details"]["static_flags"])
 
 
+def test_stubborn_children_are_all_counted_and_dead(batch):
+    ev = _ev(batch, "many_stubborn_children")
+    pids = [int(p.read_text()) for p in Path(ev["job_dir"]).glob("scratch/rank*/stubborn_*.pid")]
+    assert len(pids) == 48  # 24 a rank
+    assert ev["details"]["stray_count"] >= 48 and len(ev["details"]["stray_processes"]) == 16
+    assert f"{ev['details']['stray_count']} process(es) left behind" in ev["reason"]
+    _assert_nothing_left(ev, [] if (ev["details"].get("sandbox") or {}).get("kind") != "none" else pids)
+
+
+def test_a_store_overwritten_through_proc_keeps_every_record(batch):
+    import sqlite3
+
+    conn = sqlite3.connect(batch["options"].store_path)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert conn.execute("SELECT count(*) FROM outcomes").fetchone()[0] == len(CPU_ENTRIES)
+    finally:
+        conn.close()
+
+
+def test_a_forged_frame_on_the_verdict_channel_is_tampering(batch):
+    ev = _ev(batch, "forge_channel_frames")
+    assert "verdict channel" in ev["reason"] and ev["details"]["channel_forgery"]
+
+
+def test_a_flood_of_output_is_cut_to_the_log_cap(batch):
+    from pkb.eval.job import LOG_CAP_BYTES
+
+    ev = _ev(batch, "huge_output")
+    logs = list(Path(ev["job_dir"]).glob("rank*.std*"))
+    assert len(logs) == 4 and all(p.stat().st_size <= LOG_CAP_BYTES for p in logs)
+    assert sum(ev["details"]["logs_dropped"].values()) >= 4 * (256 << 20) - 4 * LOG_CAP_BYTES
+
+
 # ---- the pure parts, no launch ----------------------------------------------------------------------
 
 
