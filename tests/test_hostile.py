@@ -248,6 +248,21 @@ def test_a_store_overwritten_through_proc_keeps_every_record(batch):
         conn.close()
 
 
+def test_the_store_and_the_harness_code_are_out_of_reach_by_path(batch):
+    from pkb.eval.sandbox import ENCLOSED_UNSHARE
+
+    ev = _ev(batch, "store_by_path")
+    box = ev["details"]["sandbox"]
+    reached = [line for p in Path(ev["job_dir"]).glob("scratch/rank*/reached.txt") for line in p.read_text().splitlines()]
+    assert len(list(Path(ev["job_dir"]).glob("scratch/rank*/reached.txt"))) == 2
+    walled = box["kind"] == "bwrap" or (box["kind"] == "unshare" and os.environ.get("PKB_SANDBOX_ENCLOSE", "1") != "0")
+    if box["kind"] == "unshare" and walled:
+        assert box["isolates"] == ENCLOSED_UNSHARE[0], box
+    if walled:
+        assert reached == [], reached
+    assert not (REPO / "pkb" / "eval" / "planted_by_candidate.py").exists()
+
+
 def test_a_forged_frame_on_the_verdict_channel_is_tampering(batch):
     ev = _ev(batch, "forge_channel_frames")
     assert "verdict channel" in ev["reason"] and ev["details"]["channel_forgery"]

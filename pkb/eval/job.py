@@ -12,6 +12,8 @@ import hmac
 import json
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -180,10 +182,23 @@ def verify(data: dict[str, Any] | None, key: str | None) -> bool:
     return isinstance(mac, str) and hmac.compare_digest(mac, _mac(data, key))
 
 
+@contextmanager
+def harness_umask() -> Iterator[None]:
+    """The rank's own files and folders are made with umask 022 whatever the candidate set (a
+    umask of 777 gave folders no one may enter: without CAP_DAC_OVERRIDE, as in the sandbox,
+    not even their owner could then save an output there)."""
+    before = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(before)
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Readers never see half a file: write beside it, then rename over it."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(data, default=_json_default), encoding="utf-8")
+    with harness_umask():
+        tmp.write_text(json.dumps(data, default=_json_default), encoding="utf-8")
     os.replace(tmp, path)
 
 

@@ -80,6 +80,9 @@ def decide(launch: LaunchResult, job: Any = None, outside_kills_before: int = 0)
     boxed = dict(getattr(launch, "sandbox", None) or {})
     if boxed:
         details_pre["sandbox"] = boxed
+    if boxed.get("enclose_error"):
+        return _result("not_run", "", "", {**details_pre, "environment_failure": "sandbox mounts failed"},
+                       reason=f"environment: the sandbox's mounts could not be made ({boxed['enclose_error']}); nothing was launched; evaluated again on resume")
     if boxed.get("init_killed") and not launch.timed_out:
         # Only the harness or something outside the sandbox can kill its init, and the harness
         # did not: not the candidate's outcome; not stored as done, so a resume runs it again.
