@@ -91,7 +91,7 @@ class LaunchResult:
     # had as it started (sandbox.memory_headroom): the OOM evidence where no counter exists.
     peak_rss_bytes: int | None = None
     memory_headroom: dict[str, Any] = field(default_factory=dict)
-    logs_dropped: dict[str, int] = field(default_factory=dict)  # log file -> bytes cut past job.LOG_CAP_BYTES
+    logs_dropped: dict[str, int] = field(default_factory=dict)  # log file -> bytes cut past job.LOG_CAP_BYTES (at least)
 
     @property
     def stuck(self) -> list[dict[str, Any]]:
