@@ -93,3 +93,31 @@ def test_a_log_past_its_cap_keeps_its_tail_and_links_are_never_cut(tmp_path):
     assert cap_log(tmp_path / "rank1.stdout", cap=1000) == 0
     assert cap_log(tmp_path / "rank1.stderr", cap=1000) == 0
     assert precious.read_bytes() == b"s" * 5000
+
+
+def test_the_snapshot_sees_a_wrapped_channel_file_and_a_descriptor_replaced_by_dup2(tmp_path):
+    import os
+
+    from pkb.eval.guard import HarnessSnapshot
+
+    class Channel:
+        pass
+
+    channel = Channel()
+    channel.file = open(tmp_path / "fifo_stand_in", "wb", buffering=0)
+    other = open(tmp_path / "relay", "wb", buffering=0)
+    try:
+        snap = HarnessSnapshot()
+        snap.watch("verdict channel file", channel, "file")
+        snap.watch_descriptor("verdict channel descriptor", channel.file.fileno())
+        assert snap.changed() == []
+        original = channel.file
+        channel.file = other  # a wrapper in its place
+        assert snap.changed() == ["verdict channel file"]
+        snap.restore()
+        assert channel.file is original and snap.changed() == []
+        os.dup2(other.fileno(), channel.file.fileno())  # the same object, another file under it
+        assert snap.changed() == ["verdict channel descriptor"]
+    finally:
+        channel.file.close()
+        other.close()

@@ -226,6 +226,11 @@ class Rank(RankTiming):
             route_builds(Path(self.job.build_root))
         BuildTracker(self.reporter).install()
         self.snapshot = HarnessSnapshot()
+        if self.channel is not None and self.channel.open:
+            # the timing's raw figures go through it: a wrapped file object or a descriptor
+            # replaced by dup2 could rewrite them on the way to the harness
+            self.snapshot.watch("verdict channel file", self.channel, "file")
+            self.snapshot.watch_descriptor("verdict channel descriptor", self.channel.file.fileno())
         scratch = os.path.join(self.job.job_dir, "scratch", f"rank{self.rank}")
         os.makedirs(scratch, exist_ok=True)
         os.chdir(scratch)  # files a candidate writes land here, not in the repo
