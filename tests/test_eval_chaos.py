@@ -58,6 +58,24 @@ def _store_rows(db: Path) -> list[tuple]:
         conn.close()
 
 
+def _assert_run_gone(candidate: Path, limit_s: float = 15.0) -> None:
+    needle = str(candidate).encode()
+    deadline = time.monotonic() + limit_s
+    while True:
+        left = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit() and int(entry.name) != os.getpid():
+                try:
+                    if needle in (entry / "cmdline").read_bytes() and (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X"):
+                        left.append(int(entry.name))
+                except (OSError, IndexError):
+                    continue
+        if not left:
+            return
+        assert time.monotonic() < deadline, f"processes of the killed run outlived it: {left}"
+        time.sleep(0.2)
+
+
 def test_sigkill_at_random_moments_then_resume_loses_and_duplicates_nothing(tmp_path):
     rng = random.Random(SEED)
     paths, innocent = _candidates(tmp_path)
@@ -80,6 +98,7 @@ def test_sigkill_at_random_moments_then_resume_loses_and_duplicates_nothing(tmp_
         assert len({(r[0], r[1]) for r in rows}) == len(rows) <= len(paths), (SEED, moments, rows)
         stored_after.append(len(rows))
         _assert_ranks_die(tmp_path)
+        _assert_run_gone(paths[0])  # its forked workers too: they hold the run's lock
     print(f"seed {SEED}: killed at {moments} s, outcomes stored by then {stored_after}")
     out = subprocess.run(_cli(paths, tmp_path), cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, (SEED, moments, out.stdout[-3000:], out.stderr[-3000:])
@@ -118,3 +137,27 @@ def test_two_runs_started_together_on_one_out_one_runs_the_other_is_refused(tmp_
     assert len(rows) == len(paths) and {r[3] for r in rows} <= {"faster", "slower"}, rows
     lines = (tmp_path / "out" / "eval.jsonl").read_text().splitlines()
     assert len(lines) == len(paths)
+
+
+def test_a_forked_static_worker_leaves_when_its_run_is_killed(tmp_path):
+    """The static pass's forked workers hold the run's lock on OUT (inherited descriptors):
+    orphaned by a kill -9 they waited forever and every resume was refused as a second run."""
+    code = (
+        "import os, sys, time\n"
+        "from analyzer.pipeline import _exit_with_parent\n"
+        "parent = os.getpid()\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    _exit_with_parent(parent)\n"
+        "    time.sleep(60)\n"
+        "    os._exit(0)\n"
+        "print(child, flush=True)\n"
+        "os._exit(0)\n"  # the parent dies at once, as under kill -9
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                         capture_output=True, text=True, timeout=60)
+    child = int(out.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child}").exists() and (Path(f"/proc/{child}/stat").read_bytes().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")):
+        assert time.monotonic() < deadline, f"the orphaned worker {child} is still alive"
+        time.sleep(0.1)
