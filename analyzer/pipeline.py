@@ -336,7 +336,7 @@ class StaticAnalyzer:
                 if done is None:
                     if pool is None:
                         pool = ProcessPoolExecutor(max_workers=processes, mp_context=ctx, initializer=_worker_init,
-                                                   initargs=(worker_options, cache_path))
+                                                   initargs=(worker_options, cache_path, os.getpid()))
                     pending.append(pool.submit(_worker_analyze_file, raw))
                 else:
                     pending.append(done)
@@ -365,15 +365,32 @@ class _Copy:
 _WORKER: StaticAnalyzer | None = None
 
 
-def _worker_init(options: StaticOptions, cache_path: Path | None) -> None:
+def _worker_init(options: StaticOptions, cache_path: Path | None, parent: int | None = None) -> None:
     """A file worker: its own analyzer, writing the cache itself (each entry as it is made)."""
     import signal
 
     global _WORKER
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's: it lets running files finish
+    if parent is not None:
+        _exit_with_parent(parent)
     if cache_path is not None:
         options = StaticOptions(**{**options.__dict__, "cache_dir": cache_path.parent})
     _WORKER = StaticAnalyzer(options)
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A forked worker holds the parent's descriptors, the run's lock on the output folder among
+    them: orphaned by a kill -9 of the run it waited forever on its queue, and every resume was
+    refused as a second run. It leaves as soon as its parent is gone."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def _worker_analyze_file(raw: FileRead) -> CandidateRecord:

@@ -199,7 +199,15 @@ def open_run(ctx: typer.Context, out: Path, store_path: str | None) -> None:
     try:
         ctx.call_on_close(run_lock(out).release)
         if store_path:
-            ctx.call_on_close(Store(store_path, lock=True).close)
+            store = Store(store_path, lock=True)
+            ctx.call_on_close(store.close)
+            previous = out / "eval.jsonl"
+            if store.set_aside and previous.is_file():
+                # this run rewrites eval.jsonl: the previous one is the last readable copy of what
+                # the corrupt store held, so it goes with the store set aside
+                kept = Path(f"{store.set_aside}.eval.jsonl")
+                shutil.copyfile(previous, kept)
+                err.print(f"the previous {escape(str(previous))} is kept as {escape(str(kept))}")
     except StoreError as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         raise typer.Exit(2)

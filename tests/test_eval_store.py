@@ -167,6 +167,23 @@ def test_cli_refuses_a_store_of_a_newer_version(tmp_path):
     assert not (out / "eval.jsonl").exists() and not (out / "static.jsonl").exists()
 
 
+def test_cli_keeps_the_previous_eval_jsonl_beside_a_corrupt_store(tmp_path):
+    """The run rewrites eval.jsonl; with the store set aside as corrupt, the previous eval.jsonl
+    is the last readable copy of its results: kept beside the set-aside store, said on stderr."""
+    out = tmp_path / "out"
+    out.mkdir()
+    _stored(out / "pkb_eval.sqlite")
+    with open(out / "pkb_eval.sqlite", "r+b") as f:
+        f.truncate(f.seek(0, 2) // 2)
+    (out / "eval.jsonl").write_text('{"kept": true}\n')
+    res = _cli_main(["eval", str(REPO / "corpus" / "hostile" / "1_allreduce_empty.py"), "--out", str(out)], tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "is corrupt" in res.stderr and "is kept as" in res.stderr, res.stderr
+    kept = list(out.glob("pkb_eval.sqlite.corrupt-*.eval.jsonl"))
+    assert len(kept) == 1 and kept[0].read_text() == '{"kept": true}\n'
+    assert len((out / "eval.jsonl").read_text().splitlines()) == 1  # this run's one candidate
+
+
 def _cli_main(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     code = "import sys\nfrom pkb.cli import main\nmain(sys.argv[1:])\n"
     env = {**os.environ, "PYTHONPATH": str(REPO), "PKB_CACHE_DIR": str(cwd / "cache"), "COLUMNS": "200"}

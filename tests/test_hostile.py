@@ -30,6 +30,9 @@ REPO = Path(__file__).resolve().parents[1]
 HOSTILE = REPO / "corpus" / "hostile"
 MANIFEST = tomllib.loads((HOSTILE / "manifest.toml").read_text())["candidate"]
 CPU_ENTRIES = [e for e in MANIFEST if not e["needs_gpu"] and not e.get("needs_memory_limit")]
+# The batch (every CPU entry, two launches at a time) is one fixture, charged to its first test:
+# about 5 min on an idle 2-core machine, past the suite's 600 s at a load average of 10.
+pytestmark = pytest.mark.timeout(1500)
 CALL_LIMIT_S = 10.0
 IMPORT_LIMIT_S = 10.0
 
@@ -226,6 +229,57 @@ def test_calls_reference_and_tamper_reasons_say_what(batch):
     fb = _ev(batch, "fallback_try")
     assert fb["details"]["dist_calls_during_candidate"] > 0
     assert any(f["flag"] == "fallback_try_except" for f in fb["details"]["static_flags"])
+
+
+def test_stubborn_children_are_all_counted_and_dead(batch):
+    ev = _ev(batch, "many_stubborn_children")
+    pids = [int(p.read_text()) for p in Path(ev["job_dir"]).glob("scratch/rank*/stubborn_*.pid")]
+    assert len(pids) == 48  # 24 a rank
+    assert ev["details"]["stray_count"] >= 48 and len(ev["details"]["stray_processes"]) == 16
+    assert f"{ev['details']['stray_count']} process(es) left behind" in ev["reason"]
+    _assert_nothing_left(ev, [] if (ev["details"].get("sandbox") or {}).get("kind") != "none" else pids)
+
+
+def test_a_store_overwritten_through_proc_keeps_every_record(batch):
+    import sqlite3
+
+    conn = sqlite3.connect(batch["options"].store_path)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert conn.execute("SELECT count(*) FROM outcomes").fetchone()[0] == len(CPU_ENTRIES)
+    finally:
+        conn.close()
+
+
+def test_the_store_and_the_harness_code_are_out_of_reach_by_path(batch):
+    from pkb.eval.sandbox import ENCLOSED_UNSHARE
+
+    ev = _ev(batch, "store_by_path")
+    box = ev["details"]["sandbox"]
+    reached = [line for p in Path(ev["job_dir"]).glob("scratch/rank*/reached.txt") for line in p.read_text().splitlines()]
+    assert len(list(Path(ev["job_dir"]).glob("scratch/rank*/reached.txt"))) == 2
+    walled = box["kind"] == "bwrap" or (box["kind"] == "unshare" and os.environ.get("PKB_SANDBOX_ENCLOSE", "1") != "0")
+    if box["kind"] == "unshare" and walled:
+        assert box["isolates"] == ENCLOSED_UNSHARE[0], box
+    if walled:
+        assert reached == [], reached
+    assert not (REPO / "pkb" / "eval" / "planted_by_candidate.py").exists()
+
+
+def test_a_forged_frame_on_the_verdict_channel_is_tampering(batch):
+    ev = _ev(batch, "forge_channel_frames")
+    assert "verdict channel" in ev["reason"] and ev["details"]["channel_forgery"]
+
+
+def test_a_flood_of_output_is_cut_to_the_log_cap(batch):
+    from pkb.eval.job import LOG_CAP_BYTES
+
+    ev = _ev(batch, "huge_output")
+    logs = list(Path(ev["job_dir"]).glob("rank*.std*"))
+    assert len(logs) == 4 and all(p.stat().st_size <= LOG_CAP_BYTES for p in logs)
+    # at least: what the rank appends between a cut's read and its truncate is lost uncounted
+    dropped = ev["details"]["logs_dropped"]
+    assert len(dropped) == 4 and all(n >= 128 << 20 for n in dropped.values()), dropped
 
 
 # ---- the pure parts, no launch ----------------------------------------------------------------------

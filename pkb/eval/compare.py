@@ -91,6 +91,10 @@ def _compare_leaf(name: str, e: Any, g: Any, atol: float, rtol: float) -> dict[s
     leaf["expected_shape"], leaf["got_shape"] = list(e.shape), list(g.shape)
     leaf["expected_dtype"], leaf["got_dtype"] = _dtype_name(e.dtype), _dtype_name(g.dtype)
     leaf["numel"] = g.numel()
+    if g.is_meta and not e.is_meta:  # shape and dtype only: the meta device holds no values
+        leaf.update(matched=False, values_close=False, device=str(g.device), mismatches=g.numel(),
+                    dtype_ok=e.dtype == g.dtype, shape_ok=e.shape == g.shape)
+        return leaf
     g_cpu_dev = g.detach()
     mask = sentinel_mask(g_cpu_dev)
     if mask is not None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import sys
 import threading
 import time
@@ -66,6 +67,7 @@ class HarnessSnapshot:
         import torch.distributed as dist
 
         self.entries: dict[str, tuple[Any, str, Any]] = {}
+        self.descriptors: dict[str, tuple[int, tuple[int, int]]] = {}
         for name in _TORCH_FUNCS:
             self._add(torch, "torch", name)
         if hasattr(torch, "cuda"):
@@ -101,6 +103,16 @@ class HarnessSnapshot:
         # (torch.library, the Library object's _destroy) would hide its collectives.
         self.dispatcher_hooks = dispatcher_hook_lines()
 
+    def watch(self, label: str, owner: Any, name: str) -> None:
+        """One more object the harness goes through, held by an instance rather than a module
+        (the rank's channel file: replaced, the timing's figures could be rewritten on the way)."""
+        self.entries[label] = (owner, name, getattr(owner, name))
+
+    def watch_descriptor(self, label: str, fd: int) -> None:
+        """A descriptor that must keep pointing at the same file (dup2 over it is a relay)."""
+        st = os.fstat(fd)
+        self.descriptors[label] = (fd, (st.st_dev, st.st_ino))
+
     def _add(self, owner: Any, owner_name: str, name: str) -> None:
         if hasattr(owner, name):
             self.entries[f"{owner_name}.{name}"] = (owner, name, getattr(owner, name) if not isinstance(owner, type) else owner.__dict__.get(name, getattr(owner, name)))
@@ -119,6 +131,13 @@ class HarnessSnapshot:
                 continue
             if current.get(name) is not self.tensor_dict.get(name):
                 out.append(f"torch.Tensor.{name}")
+        for label, (fd, ident) in self.descriptors.items():
+            try:
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) != ident:
+                    out.append(label)
+            except OSError:
+                out.append(label)
         if self.dispatcher_hooks:
             now_hooks = dispatcher_hook_lines()
             out += [f"dispatcher {op} ({DISPATCH_KEY})" for op, line in self.dispatcher_hooks.items() if now_hooks.get(op) != line]

@@ -12,6 +12,8 @@ import hmac
 import json
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,6 +98,38 @@ def log_paths(job_dir: str | Path, rank: int) -> tuple[Path, Path]:
     return Path(job_dir) / f"rank{rank}.stdout", Path(job_dir) / f"rank{rank}.stderr"
 
 
+# A rank's stdout or stderr past this is cut to its last quarter while the launch runs: a
+# candidate printing without end must not fill the disk under the store.
+LOG_CAP_BYTES = 16 << 20
+
+
+def cap_log(path: str | Path, cap: int = LOG_CAP_BYTES) -> int:
+    """Cuts a log past `cap` bytes to a line saying how much went and its last quarter; returns
+    the bytes dropped. The rank appends (O_APPEND), so its next write lands after the tail. Only
+    a plain file with one link is cut: the job folder is the candidate's to write, and a link it
+    put in the log's place must not make the harness truncate what the link points at."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return 0
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size <= cap:
+            return 0
+        keep = cap // 4
+        tail = os.pread(fd, keep, st.st_size - keep)
+        os.ftruncate(fd, 0)
+        dropped = st.st_size - len(tail)
+        os.pwrite(fd, f"[{dropped} bytes of this log dropped: past its {cap} byte cap]\n".encode() + tail, 0)
+        return dropped
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
+
+
 def launcher_log_path(job_dir: str | Path) -> Path:
     return Path(job_dir) / "torchrun.log"
 
@@ -148,10 +182,23 @@ def verify(data: dict[str, Any] | None, key: str | None) -> bool:
     return isinstance(mac, str) and hmac.compare_digest(mac, _mac(data, key))
 
 
+@contextmanager
+def harness_umask() -> Iterator[None]:
+    """The rank's own files and folders are made with umask 022 whatever the candidate set (a
+    umask of 777 gave folders no one may enter: without CAP_DAC_OVERRIDE, as in the sandbox,
+    not even their owner could then save an output there)."""
+    before = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(before)
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Readers never see half a file: write beside it, then rename over it."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(data, default=_json_default), encoding="utf-8")
+    with harness_umask():
+        tmp.write_text(json.dumps(data, default=_json_default), encoding="utf-8")
     os.replace(tmp, path)
 
 

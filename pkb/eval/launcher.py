@@ -36,6 +36,7 @@ from pkb.eval.timing_judge import judge_timing
 from pkb.eval.job import (
     HARNESS_FILE_PATTERNS,
     JobSpec,
+    cap_log,
     key_path,
     launcher_log_path,
     log_paths,
@@ -90,6 +91,7 @@ class LaunchResult:
     # had as it started (sandbox.memory_headroom): the OOM evidence where no counter exists.
     peak_rss_bytes: int | None = None
     memory_headroom: dict[str, Any] = field(default_factory=dict)
+    logs_dropped: dict[str, int] = field(default_factory=dict)  # log file -> bytes cut past job.LOG_CAP_BYTES (at least)
 
     @property
     def stuck(self) -> list[dict[str, Any]]:
@@ -241,6 +243,7 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
     next_status = 0.0
     known: set[int] = set()  # every pid seen in the job, for the sweep afterwards
     peak_rss: list[int] = []
+    logs_dropped: dict[str, int] = {}
     try:
         while _reap(proc, peak_rss) is None:
             now = time.monotonic()
@@ -250,6 +253,7 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
             if now >= next_status:
                 next_status = now + STATUS_POLL_S
                 known |= set(_descendants({proc.pid}))
+                _cap_logs(job_dir, job.world_size, logs_dropped)
                 phase_timeout = _phase_expired(job, key)
                 if phase_timeout:
                     timed_out = True
@@ -276,6 +280,7 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
         except OSError:
             pass
     remove_rank_tmpdirs(job_dir)
+    _cap_logs(job_dir, job.world_size, logs_dropped)
     tail = _tail(launcher_log_path(job_dir), 16000)
     ranks = collect_ranks(job_dir, job.world_size, key)
     exits = torchrun_exits(tail)
@@ -305,6 +310,7 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
         judge_check=judge_check,
         peak_rss_bytes=peak_rss[0] if peak_rss else None,
         memory_headroom={"bytes": headroom, "source": headroom_source},
+        logs_dropped=logs_dropped,
     )
 
 
@@ -316,13 +322,13 @@ def judge_rank_timing(readers: list[judging.ChannelReader], ranks: list[RankRepo
     out: dict[str, Any] = {}
     for r in ranks:
         res = r.result
+        reader = by_rank.get(r.rank)
+        if reader is not None and reader.late:  # kept for a rank that died or hung too: evidence of tampering
+            out.setdefault("late_messages", {})[str(r.rank)] = reader.late[:8]
         if res is None:
             continue
         res.pop("timing", None)  # a rank measures; it does not report figures
-        reader = by_rank.get(r.rank)
         raw = res.pop("timing_raw", None) or {}
-        if reader is not None and reader.late:
-            out.setdefault("late_messages", {})[str(r.rank)] = reader.late[:8]
         if reader is not None and (reader.timing_rounds or not raw):
             rounds, marks, source = reader.timing_rounds, reader.timing_marks, "channel"
         else:  # the rank could not open its channel: its result file, without the harness's clock
@@ -608,6 +614,13 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except Exception:
         pass
+
+
+def _cap_logs(job_dir: str | Path, world_size: int, dropped: dict[str, int]) -> None:
+    for path in [launcher_log_path(job_dir), *(p for r in range(world_size) for p in log_paths(job_dir, r))]:
+        cut = cap_log(path)
+        if cut:
+            dropped[path.name] = dropped.get(path.name, 0) + cut
 
 
 def _tail(path: Path, n: int = TAIL_CHARS) -> str:

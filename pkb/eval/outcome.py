@@ -68,12 +68,21 @@ def decide(launch: LaunchResult, job: Any = None, outside_kills_before: int = 0)
     details_pre: dict[str, Any] = {}
     if getattr(launch, "strays", None):
         details_pre["stray_processes"] = launch.strays[:16]
+        # all of them were killed; the first 16 are named (the sandbox's init counts past what it names)
+        in_sandbox = sum(1 for s in launch.strays if s.get("where") == "sandbox")
+        unnamed = max(0, int((getattr(launch, "sandbox", None) or {}).get("stray_count") or 0) - in_sandbox)
+        details_pre["stray_count"] = len(launch.strays) + unnamed
+    if getattr(launch, "logs_dropped", None):
+        details_pre["logs_dropped"] = launch.logs_dropped
     static = list(getattr(job, "static_flags", None) or [])
     if static:
         details_pre["static_flags"] = static
     boxed = dict(getattr(launch, "sandbox", None) or {})
     if boxed:
         details_pre["sandbox"] = boxed
+    if boxed.get("enclose_error"):
+        return _result("not_run", "", "", {**details_pre, "environment_failure": "sandbox mounts failed"},
+                       reason=f"environment: the sandbox's mounts could not be made ({boxed['enclose_error']}); nothing was launched; evaluated again on resume")
     if boxed.get("init_killed") and not launch.timed_out:
         # Only the harness or something outside the sandbox can kill its init, and the harness
         # did not: not the candidate's outcome; not stored as done, so a resume runs it again.
@@ -87,7 +96,8 @@ def decide(launch: LaunchResult, job: Any = None, outside_kills_before: int = 0)
                        reason=f"{killed} killed by SIGKILL from the kernel's OOM killer ({oom['source']})")
     forged = [f for r in ranks for f in getattr(r, "forged", [])] + [f for r in ranks if r.result for f in r.result.get("forged_files", [])]
     unexpected = list(getattr(launch, "unexpected_files", None) or [])
-    outside = None if forged or unexpected else _killed_from_outside(launch, boxed)
+    late = (((getattr(launch, "judge_check", None) or {}).get("timing") or {}).get("late_messages")) or {}
+    outside = None if forged or unexpected or late else _killed_from_outside(launch, boxed)
     if outside:
         return _outside_kill(launch, details_pre, outside, outside_kills_before + 1)
     if forged or unexpected:
@@ -99,10 +109,21 @@ def decide(launch: LaunchResult, job: Any = None, outside_kills_before: int = 0)
     judged = _judge_check(launch, details_pre)
     if judged:
         return judged
+    if late:
+        # After its references the rank sends only timing messages and `done`; anything else on
+        # the channel was written by the candidate's code, whatever the launch did next (a forged
+        # frame can also be junk in the ranks' sockets, which hangs the reference after it).
+        rank, seen = min(late.items())
+        details_pre["channel_forgery"] = late
+        return _result("ran", "suspect", "harness_tamper", details_pre,
+                       reason=f"tampering with judgement: rank {rank} wrote {len(seen)} message(s) into the harness's "
+                              f"verdict channel that the rank never sends (first: {str(seen[0])[:80]!r})")
     out = _decide(launch, job, ranks)
     out["details"] = {**details_pre, **out["details"]}
     if details_pre.get("stray_processes"):
-        out["reason"] += f"; {len(details_pre['stray_processes'])} process(es) left behind by the candidate were killed"
+        count = details_pre["stray_count"]
+        named = len(details_pre["stray_processes"])
+        out["reason"] += f"; {count} process(es) left behind by the candidate were killed" + (f" (the first {named} named)" if count > named else "")
     return out
 
 

@@ -57,6 +57,18 @@ REACHABLE = {
 }
 
 
+# Under unshare the init walls the launch in itself (as root: mounts, then no capabilities).
+ENCLOSED_UNSHARE = (
+    "own PID namespace; tree read-only, store and work folder hidden, private /tmp, minimal /dev; no capabilities",
+    "the network is shared (no loopback-only namespace); everything else as under bwrap",
+)
+
+
+def _encloses() -> bool:
+    """PKB_SANDBOX_ENCLOSE=0 leaves the unshare fallback a PID namespace alone."""
+    return os.environ.get("PKB_SANDBOX_ENCLOSE", "1").strip() != "0"
+
+
 def choose() -> tuple[str, str]:
     """(kind, why not a stronger one): the strongest sandbox that starts on this machine, or the
     one PKB_SANDBOX forces (read at each launch; the probe is made once per value)."""
@@ -129,7 +141,8 @@ class Sandbox:
         os.set_inheritable(self._report[1], True)
         init = [python, "-I", "-S", INIT_SCRIPT, str(self._report[1]), "--", *cmd]
         if self.kind == "unshare":
-            return ["unshare", *_UNSHARE_FLAGS, *init]
+            enclose = ["--enclose", json.dumps(self._enclose_spec(python))] if _encloses() else []
+            return ["unshare", *_UNSHARE_FLAGS, *init[:5], *enclose, *init[5:]]
         return [*_bwrap_flags(), *self._bwrap_mounts(python), "--chdir", cwd, "--", *init]
 
     def _bwrap_mounts(self, python: str) -> list[str]:
@@ -160,6 +173,14 @@ class Sandbox:
             os.makedirs(p, exist_ok=True)
             args += ["--bind", p, p]
         return args
+
+    def _enclose_spec(self, python: str) -> dict[str, list[str]]:
+        """For the init's own mounts under unshare (pkb/eval/sandbox_init.py): what to hide, what
+        stays writable, and what the ranks read from under /tmp or a hidden folder."""
+        needed = {str(Path(p).resolve()) for p in (*self.readonly, sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(python))) if p}
+        covered = ["/tmp", "/dev", *self.hidden]
+        return {"hidden": self.hidden, "writable": self.writable,
+                "readonly": sorted(p for p in needed if any(_under(p, c) for c in covered) and os.path.exists(p))}
 
     def preexec(self) -> None:
         """In the launched process, before exec: join the launch's cgroup; die with the harness."""
@@ -204,7 +225,12 @@ class Sandbox:
             lines = [json.loads(x) for x in report.splitlines() if x.startswith("{")]
             merged = {k: v for line in lines for k, v in line.items()}
             out["init_exit"] = merged.get("exit")
+            if merged.get("enclosed"):
+                out["isolates"], out["fallback"] = ENCLOSED_UNSHARE
+            elif merged.get("enclose_error"):
+                out["enclose_error"] = merged["enclose_error"]
             out["strays"] = [{**s, "where": "sandbox"} for s in merged.get("strays") or []]
+            out["stray_count"] = int(merged.get("stray_count") or len(out["strays"]))  # all killed; some named
             # The init reports torchrun's end before it exits: without that line it was killed
             # from outside the sandbox (nothing inside can signal it).
             out["init_killed"] = "exit" not in merged and not out.get("init_unresponsive")

@@ -42,11 +42,23 @@ def bitwise_equal(a: Any, b: Any) -> bool:
     for x, y in zip(ta, tb):
         if x.shape != y.shape or x.dtype != y.dtype or x.layout != y.layout:
             return False
+        if x.is_meta or y.is_meta:  # no storage, so no values to differ: equal when both have none
+            if not (x.is_meta and y.is_meta):
+                return False
+            continue
         if x.layout != torch.strided:  # sparse inputs (PKB's spherical convolution): no flat byte view
             x, y = x.to_dense(), y.to_dense()
-        if x.numel() and not torch.equal(x.reshape(-1).view(torch.uint8), y.reshape(-1).view(torch.uint8)):
+        # contiguous first: a strided view (an output at an offset, every other element) flattens
+        # to a view whose last stride is not 1, which a byte view refuses
+        if x.numel() and not torch.equal(_bytes(x), _bytes(y)):
             return False
     return True
+
+
+def _bytes(t: Any) -> Any:
+    import torch
+
+    return t.reshape(-1).contiguous().view(torch.uint8)
 
 
 def copy_into(dst: Any, src: Any) -> bool:

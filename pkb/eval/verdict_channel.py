@@ -177,14 +177,18 @@ def save_output(job_dir: str, rank: int, trial: int, out: Any, cap_bytes: int) -
     size = output_bytes(out)
     if size > cap_bytes:
         return "too large"
+    from pkb.eval.job import harness_umask
+
     try:
         path = output_path(job_dir, rank, trial)
-        path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f".{path.name}.tmp")
         try:
             # Straight to the file (an output may be hundreds of MiB: no second copy in memory),
             # the same bytes as the channel's, under a name the judge does not read until whole.
-            with partial.open("wb") as fh:
+            with harness_umask():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fh = partial.open("wb")
+            with fh:
                 written = write_serialized(out, fh)
             if not written:
                 return f"output type {type(out).__name__}"

@@ -20,7 +20,7 @@ import time
 import traceback
 from typing import Any, Callable
 
-from pkb.eval.job import JobSpec, read_json, signed, tensors_dir, verdict_path, verify, write_json_atomic
+from pkb.eval.job import JobSpec, harness_umask, read_json, signed, tensors_dir, verdict_path, verify, write_json_atomic
 from pkb.eval.rank_process import die_with_parent, enter_scratch, redirect_output, take_key
 from pkb.eval.rank_report import BuildTracker, CandidateFailure, ReferenceFailure, Reporter
 from pkb.eval.rank_timing import GROUP_TRIAL_BASE, RankTiming
@@ -226,6 +226,11 @@ class Rank(RankTiming):
             route_builds(Path(self.job.build_root))
         BuildTracker(self.reporter).install()
         self.snapshot = HarnessSnapshot()
+        if self.channel is not None and self.channel.open:
+            # the timing's raw figures go through it: a wrapped file object or a descriptor
+            # replaced by dup2 could rewrite them on the way to the harness
+            self.snapshot.watch("verdict channel file", self.channel, "file")
+            self.snapshot.watch_descriptor("verdict channel descriptor", self.channel.file.fileno())
         scratch = os.path.join(self.job.job_dir, "scratch", f"rank{self.rank}")
         os.makedirs(scratch, exist_ok=True)
         os.chdir(scratch)  # files a candidate writes land here, not in the repo
@@ -461,7 +466,9 @@ class Rank(RankTiming):
 
         try:
             d = tensors_dir(self.job.job_dir)
-            d.mkdir(parents=True, exist_ok=True)
+            with harness_umask():
+                d.mkdir(parents=True, exist_ok=True)
+                (d / f"{tag}_rank{self.rank}.pt").touch()
             # a third of the cap each for inputs, expected and got; 8 bytes per element at most
             cap_elems = max(1, self.job.save_cap_bytes // 3 // 8)
             path = d / f"{tag}_rank{self.rank}.pt"
@@ -512,7 +519,9 @@ class Rank(RankTiming):
         cap_elems = max(1, self.job.save_cap_bytes // 3 // 8)
         try:
             d = tensors_dir(self.job.job_dir)
-            d.mkdir(parents=True, exist_ok=True)
+            with harness_umask():
+                d.mkdir(parents=True, exist_ok=True)
+                (d / f"{tag}_rank{self.rank}.pt").touch()
             for t in wanted:
                 inputs = self.source.make_inputs(self.rank, self.ws, t, self.device, self.dtype)
                 torch.save({"rank": self.rank, "trial": t, "inputs": cap_for_saving(inputs, cap_elems)}, d / f"inputs_trial{t}_rank{self.rank}.pt")
