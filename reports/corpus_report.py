@@ -222,6 +222,23 @@ def _md_table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(out)
 
 
+def how_to_evaluate(info: dict[str, Any]) -> tuple[str, str]:
+    """The two commands that give failed problems and the fastest kernel, for a report of static
+    records alone: the evaluation (into the run folder the report was read from, where it is one)
+    and the report again."""
+    given = Path(str(info.get("input") or ""))
+    run = given if given.name and (given / "static.jsonl").is_file() else Path("RUN")
+    return f"pkb-analyze eval CORPUS -o {run}", f"pkb-analyze report {run}"
+
+
+EVALUATE_WHERE = "CORPUS is the folder the static run was given; CUDA GPUs run every candidate, a CPU only the pure-PyTorch ones"
+
+
+def _commands_html(info: dict[str, Any]) -> str:
+    run_eval, run_report = how_to_evaluate(info)
+    return f"<code>{esc(run_eval)}</code>, then <code>{esc(run_report)}</code> ({esc(EVALUATE_WHERE)})"
+
+
 def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None = None) -> dict[str, Any]:
     """The report of these records as they are: their diagnosis is the one they carry (stored, or
     computed by the command line where none was), none is computed here."""
@@ -248,7 +265,10 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     models = sorted({r["model"] for r in rows})
 
     # ---- the minute answers ----
-    used = [f"{m['name']} {m['n']} ({pct(m['share'])})" for m in mech if m["n"] and m["name"] not in ("none found", "unknown")]
+    # most used first: "which mechanisms were used" is answered by the top of the list
+    used = [f"{m['name']} {m['n']} ({pct(m['share'])})" for m in sorted(mech, key=lambda m: -m["n"])
+            if m["n"] and m["name"] not in ("none found", "unknown")]
+    no_transfer = sum(m["n"] for m in mech if m["name"] in ("none found", "unknown"))
     unused = [m["name"] for m in mech if not m["n"] and m["name"] not in ("none found", "unknown")]
     fastest = fastest_per_problem(rows)
 
@@ -257,7 +277,9 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
 
     cards = [
         "<div class=\"card\"><h3>Mechanisms used</h3><ul>" + "".join(f"<li>{esc(u)}</li>" for u in used)
-        + (f"<li class=\"muted\">never used: {esc(', '.join(unused))}</li>" if unused else "") + "</ul></div>",
+        + (f"<li class=\"muted\">never used: {esc(', '.join(unused))}</li>" if unused else "")
+        + (f"<li class=\"muted\">no peer transfer found: {no_transfer}</li>" if no_transfer else "")
+        + "</ul><p class=\"muted\">candidates using each (a candidate may use several)</p></div>",
     ]
     if any_eval:
         fh, fb_ = failed_problems(rows)
@@ -268,7 +290,9 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     else:
         top = Counter(f for r in rows for f in set(r["findings"])).most_common(5)
         cards.append("<div class=\"card\"><h3>Most common findings</h3><ul>" + "".join(f"<li><b>{esc(k)}</b> {esc(rule_names.get(k, ''))}: {v} candidates</li>" for k, v in top) + "</ul></div>")
-        cards.append("<div class=\"card\"><h3>Failed / fastest</h3><ul><li>needs an evaluation: none in this data</li></ul></div>")
+        cards.append("<div class=\"card\"><h3>Failed problems / fastest kernel</h3><p><b>Not known: no candidate was run</b> "
+                     "(static passes only), so none is failed and none is fastest.</p>"
+                     f"<p>They come from an evaluation: {_commands_html(info)}.</p></div>")
 
     body: list[str] = []
     md: list[str] = []
@@ -278,9 +302,10 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     body.append(f'<p class="sub">{n} candidates, {len(problems_seen)} problems, {len(models)} models &middot; {src}</p>')
     md += ["# pkb-analyze corpus report", "", f"{n} candidates, {len(problems_seen)} problems, {len(models)} models.", ""]
     if not any_eval:
-        note = "Static data only: no evaluation in this run, so there are no outcomes, pass@k or speedups; the report shows labels and findings."
-        body.append(f'<p class="notice">{esc(note)}</p>')
-        md += [f"> {note}", ""]
+        note = ("Static data only: no candidate was run, so this report names no failed problem and no fastest kernel "
+                "(no outcomes, pass@k or speedups); it shows labels and findings. An evaluation gives them: ")
+        body.append(f'<p class="notice">{esc(note)}{_commands_html(info)}.</p>')
+        md += [f"> {note}`{how_to_evaluate(info)[0]}`, then `{how_to_evaluate(info)[1]}` ({EVALUATE_WHERE}).", ""]
     else:
         body.append(f'<p class="sub">{len(evaluated)} of {n} candidates evaluated; {sum(r["correct"] for r in evaluated)} correct.</p>')
         md += [f"{len(evaluated)} of {n} candidates evaluated; {sum(r['correct'] for r in evaluated)} correct.", ""]
@@ -366,8 +391,8 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     for (o, s), v in sorted(fails.items(), key=lambda kv: -kv[1]):
         ex = next(r for r in evaluated if (r["outcome"], r["subtype"]) == (o, s) and not r["correct"])
         fr.append([badge(o), esc(s), v, link(ex), esc(ex["headline"][:200])])
-    body.append(table(h, fr, raw={0, 1, 3, 4}, num={2}) if fr else f'<p class="muted">{"no failures" if any_eval else "no evaluation"}</p>')
-    md += ["## Failure outcomes and subtypes", "", _md_table(h[:3], [[o, s, v] for (o, s), v in fails.most_common()]) if fails else ("none" if any_eval else "no evaluation"), ""]
+    body.append(table(h, fr, raw={0, 1, 3, 4}, num={2}) if fr else f'<p class="muted">{"no failures" if any_eval else "not known: no candidate was run (see the note at the top)"}</p>')
+    md += ["## Failure outcomes and subtypes", "", _md_table(h[:3], [[o, s, v] for (o, s), v in fails.most_common()]) if fails else ("none" if any_eval else "not known: no candidate was run"), ""]
     if any_eval and any(r["speedup"] for r in rows if r["correct"]):
         img = _plot_speedups(rows)
         plots.append(img)
@@ -389,10 +414,10 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     body.append('<h2 id="fastest">Fastest kernel per problem</h2>')
     h = ["problem", "fastest candidate", "model", "speedup", "mechanism", "sync", "overlap"]
     fb2 = [[esc(p), link(r), esc(r["model"]), esc(r["speed"]), esc("+".join(r["mechanism"])), esc("+".join(r["sync"])), esc("+".join(r["overlap"]))] for p, r in sorted(fastest.items())]
-    body.append(table(h, fb2, raw=set(range(7)), num={3}) if fb2 else f'<p class="muted">{"no correct timed candidate" if any_eval else "needs an evaluation (none in this data)"}</p>')
+    body.append(table(h, fb2, raw=set(range(7)), num={3}) if fb2 else f'<p class="muted">{"no correct timed candidate" if any_eval else "not known: no candidate was run (see the note at the top)"}</p>')
     if any_eval and any(r["speedup"] for r in rows if r["correct"]):
         body.append(plots[-1])
-    md += ["## Fastest kernel per problem", "", _md_table(h, [[p, f"[{r['path']}]({r['page']})", r["model"], r["speed"], "+".join(r["mechanism"]), "+".join(r["sync"]), "+".join(r["overlap"])] for p, r in sorted(fastest.items())]) if fastest else "none", ""]
+    md += ["## Fastest kernel per problem", "", _md_table(h, [[p, f"[{r['path']}]({r['page']})", r["model"], r["speed"], "+".join(r["mechanism"]), "+".join(r["sync"]), "+".join(r["overlap"])] for p, r in sorted(fastest.items())]) if fastest else ("none" if any_eval else "not known: no candidate was run"), ""]
 
     # candidates
     body.append('<h2 id="candidates">Candidates</h2>')

@@ -138,8 +138,17 @@ def test_self_contained(built):
 
 def test_static_report_says_it_is_static(built):
     html = Path(built["static"]["html"]).read_text()
-    assert "Static data only" in html and "needs an evaluation" in html
+    assert "Static data only" in html
+    # said plainly, with what gives them: no failed problem or fastest kernel is claimed or implied
+    assert "names no failed problem and no fastest kernel" in html and "Not known: no candidate was run" in html
+    assert "<code>pkb-analyze eval CORPUS -o RUN</code>, then <code>pkb-analyze report RUN</code>" in html
     md = Path(built["static"]["markdown"]).read_text()
+    assert "names no failed problem and no fastest kernel" in md and "`pkb-analyze eval CORPUS -o RUN`, then `pkb-analyze report RUN`" in md
+    # "which mechanisms were used": the card lists them most used first
+    card = html[html.index("<h3>Mechanisms used</h3>"):]
+    card = card[:card.index("</div>")]
+    counts = [int(n) for n in re.findall(r"<li>[^<]* (\d+) \(\d+%\)</li>", card)]
+    assert len(counts) >= 3 and counts == sorted(counts, reverse=True), card
     for heading in ("# pkb-analyze corpus report", "## Transfer mechanisms", "## Most common findings", "## Candidates"):
         assert heading in md
     assert built["static"]["plots"] == 3  # mechanisms, sync/overlap, findings
