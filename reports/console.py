@@ -83,16 +83,21 @@ def eval_line(rec: CandidateRecord, index: int, total: int) -> str:
     return f"[{index}/{total}] {rec.path}: {_outcome_text(rec)}"
 
 
+CONFIDENT_MATCHES = ("exact_stem", "shifted_name", "name_variant")
+
+
 def guessed_problem(rec: CandidateRecord) -> str:
     """What to say when the problem a candidate was run against is a guess: its file name carries
-    no id (`myreduce.py` is matched to `4_reduce` by spelling alone), or its `solution()`
-    parameters disagree with the reference's. A wrong guess reads as a wrong result; the line
+    no id (`myreduce.py` is matched to `4_reduce` by spelling alone), or its id and a loose match
+    of its name with `solution()` parameters that disagree with the reference's. A wrong guess reads as a wrong result; the line
     names the guess and how to correct it. Empty where the file's own id and name decided."""
     match = rec.problem_match or {}
     rule = match.get("rule", "")
     if not rule or rule in ("given", "unmatched") or rec.problem_id is None:
         return ""
-    if match.get("file_id") is not None and match.get("params_agree") is not False:
+    # With an id in the file name, a reference's name plus a suffix (`1_allreduce_alias_input`)
+    # or its own name is no guess, whatever the parameters are called.
+    if match.get("file_id") is not None and (match.get("params_agree") is not False or rule in CONFIDENT_MATCHES):
         return ""
     stem = match.get("stem") or f"{rec.problem_id}_{rec.problem_name or ''}".rstrip("_")
     why = match.get("detail") or rule.replace("_", " ")
