@@ -86,6 +86,21 @@ def fastest_per_problem(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]
     return fastest
 
 
+def no_fastest(rows: list[dict[str, Any]], fastest: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Per evaluated problem without a fastest kernel, why none is named: no correct candidate, or
+    the correct ones are suspected, untimed or ties within their timing spread."""
+    why: dict[str, str] = {}
+    for problem in sorted({r["problem"] for r in rows if r["evaluated"]} - set(fastest)):
+        correct = [r for r in rows if r["problem"] == problem and r["correct"]]
+        if not correct:
+            why[problem] = "no correct candidate"
+            continue
+        parts = Counter("suspected" if not r["unsuspected"] else "not timed" if r["speedup"] is None
+                        else "a tie within its timing spread" for r in correct)
+        why[problem] = f"none named: {len(correct)} correct, " + ", ".join(f"{n} {what}" for what, n in parts.most_common())
+    return why
+
+
 def _shares(rows: list[dict[str, Any]], axis: str, values: list[tuple[str, tuple[str, ...]]]) -> list[dict[str, Any]]:
     n = len(rows)
     correct = [r for r in rows if r["correct"]]
@@ -271,6 +286,7 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     no_transfer = sum(m["n"] for m in mech if m["name"] in ("none found", "unknown"))
     unused = [m["name"] for m in mech if not m["n"] and m["name"] not in ("none found", "unknown")]
     fastest = fastest_per_problem(rows)
+    unnamed = no_fastest(rows, fastest)
 
     def link(r: dict[str, Any], text: str | None = None, anchor: str = "") -> str:
         return f'<a href="{esc(r["page"])}{anchor}">{esc(text or r["path"])}</a>'
@@ -285,7 +301,8 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
         fh, fb_ = failed_problems(rows)
         ftable = table(fh, fb_, num=set(range(1, len(fh) - 2)), id="failed-table") if fb_ else "<p>none failed</p>"
         fa = "".join(f"<li><b>{esc(p)}</b>: {link(r, Path(r['path']).parent.name + '/' + Path(r['path']).name)} {esc(r['speed'])}</li>" for p, r in sorted(fastest.items()))
-        cards.append(f"<div class=\"card\"><h3>Fastest kernel per problem</h3><ul>{fa or '<li>no correct timed candidate</li>'}</ul></div>")
+        fa += "".join(f"<li class=\"muted\"><b>{esc(p)}</b>: {esc(why)}</li>" for p, why in unnamed.items())
+        cards.append(f"<div class=\"card\"><h3>Fastest kernel per problem</h3><ul>{fa}</ul></div>")
         cards.append(f"<div class=\"card wide\"><h3>Failed problems and why</h3>{ftable}</div>")  # a full row, under the two lists
     else:
         top = Counter(f for r in rows for f in set(r["findings"])).most_common(5)
@@ -316,7 +333,8 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     if any_eval:
         fh, fb_ = failed_problems(rows)
         md += ["Failed problems and why:", "", _md_table(fh, fb_) if fb_ else "none failed", ""]
-        md += ["Fastest per problem: " + ("; ".join(f"{p}: {r['path']} {r['speed']}" for p, r in sorted(fastest.items())) or "none"), ""]
+        md += ["Fastest per problem: " + "; ".join([f"{p}: {r['path']} {r['speed']}" for p, r in sorted(fastest.items())]
+                                                  + [f"{p}: {why}" for p, why in unnamed.items()]), ""]
 
     # outcomes
     body.append('<h2 id="outcomes">Outcomes by problem category and by model</h2>')
@@ -414,7 +432,9 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     body.append('<h2 id="fastest">Fastest kernel per problem</h2>')
     h = ["problem", "fastest candidate", "model", "speedup", "mechanism", "sync", "overlap"]
     fb2 = [[esc(p), link(r), esc(r["model"]), esc(r["speed"]), esc("+".join(r["mechanism"])), esc("+".join(r["sync"])), esc("+".join(r["overlap"]))] for p, r in sorted(fastest.items())]
-    body.append(table(h, fb2, raw=set(range(7)), num={3}) if fb2 else f'<p class="muted">{"no correct timed candidate" if any_eval else "not known: no candidate was run (see the note at the top)"}</p>')
+    body.append(table(h, fb2, raw=set(range(7)), num={3}) if fb2 else f'<p class="muted">{"none named" if any_eval else "not known: no candidate was run (see the note at the top)"}</p>')
+    if unnamed:
+        body.append('<ul class="muted">' + "".join(f"<li><b>{esc(p)}</b>: {esc(why)}</li>" for p, why in unnamed.items()) + "</ul>")
     if any_eval and any(r["speedup"] for r in rows if r["correct"]):
         body.append(plots[-1])
     md += ["## Fastest kernel per problem", "", _md_table(h, [[p, f"[{r['path']}]({r['page']})", r["model"], r["speed"], "+".join(r["mechanism"]), "+".join(r["sync"]), "+".join(r["overlap"])] for p, r in sorted(fastest.items())]) if fastest else ("none" if any_eval else "not known: no candidate was run"), ""]

@@ -295,3 +295,19 @@ def test_candidates_table_fits_at_1400_px_and_sorts(built, tmp_path):
     numbers = [float(x.split("x")[0]) for x in order if x]
     assert numbers == sorted(numbers, reverse=True) and len(numbers) >= 5
     assert order[: len(numbers)] == [x for x in order if x]  # empty cells (not timed) come last
+
+
+def test_a_problem_without_a_fastest_kernel_says_why():
+    def row(problem, correct, speedup=1.2, verdict="faster", unsuspected=True):
+        return {"problem": problem, "evaluated": True, "correct": correct, "unsuspected": unsuspected, "speedup": speedup,
+                "speed_verdict": verdict}
+
+    rows = [row("1_allreduce", True, 0.66, "tie"), row("2_allgather", False, None, ""), row("3_broadcast", True, 1.5),
+            row("8_alltoall", True, None, ""), row("8_alltoall", True, 2.0, "tie")]
+    fastest = corpus_report.fastest_per_problem(rows)
+    assert list(fastest) == ["3_broadcast"]
+    assert corpus_report.no_fastest(rows, fastest) == {
+        "1_allreduce": "none named: 1 correct, 1 a tie within its timing spread",
+        "2_allgather": "no correct candidate",
+        "8_alltoall": "none named: 2 correct, 1 not timed, 1 a tie within its timing spread",
+    }
