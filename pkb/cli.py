@@ -21,7 +21,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from pkb import __version__
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Explain multi-GPU kernel candidates of ParallelKernelBench.",
+# markdown: a docstring's paragraphs are filled to the terminal's width, not broken at its source lines
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="markdown",
+                  help="Explain multi-GPU kernel candidates of ParallelKernelBench.\n\n`pkb-analyze PATH...` runs `pkb-analyze analyze PATH...` (labels and findings; no GPU needed).",
                   context_settings={"help_option_names": ["-h", "--help"]})
 err = Console(stderr=True, soft_wrap=True)
 COMMANDS = ("analyze", "rules", "eval", "report", "explain", "export")

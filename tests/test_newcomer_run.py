@@ -308,6 +308,12 @@ def test_version_help_and_python_m_pkb_are_the_same_command(env, tmp_path):
     assert res.returncode == 0 and res.stdout.strip() == f"pkb-analyze {__version__}"
     res = pkb(env, "-h", cwd=tmp_path)
     assert res.returncode == 0 and "--version" in res.stdout and "eval" in res.stdout
+    assert "pkb-analyze PATH... runs pkb-analyze analyze PATH..." in res.stdout  # the README's first command
+    # a command's description is filled to the width, not broken where its docstring's lines end
+    # (before: "... 1" / "when some could" / "not be (each reason ..." / "this run" / "cannot use")
+    res = pkb(env, "eval", "-h", cwd=tmp_path)
+    description = res.stdout[res.stdout.index("Exit status"):res.stdout.index("╭")].strip().splitlines()
+    assert len(description) >= 2 and all(len(line.strip()) > 60 for line in description[:-1]), description
     res = subprocess.run([sys.executable, "-m", "pkb", "--version"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and res.stdout.strip() == f"pkb-analyze {__version__}"
     res = subprocess.run([sys.executable, "-m", "pkb", "eval", "nowhere"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
