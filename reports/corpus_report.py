@@ -246,6 +246,7 @@ def how_to_evaluate(info: dict[str, Any]) -> tuple[str, str]:
     return f"pkb-analyze eval CORPUS -o {run}", f"pkb-analyze report {run}"
 
 
+NOT_RUN = "not known: no candidate was run (see the note at the top)"
 EVALUATE_WHERE = "CORPUS is the folder the static run was given; CUDA GPUs run every candidate, a CPU only the pure-PyTorch ones"
 
 
@@ -348,7 +349,7 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
         plots.append(img)
         body.append(img)
     else:
-        body.append('<p class="muted">no evaluation: no outcomes</p>')
+        body.append(f'<p class="muted">{NOT_RUN}</p>')
         md.append("No evaluation: no outcomes.\n")
 
     # metrics
@@ -361,7 +362,7 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
             body.append(f"<h3>by {key}</h3>" + table(h, b, num=set(range(1, len(h)))))
             md += [f"### by {key}", "", _md_table(h, b), ""]
     else:
-        body.append('<p class="muted">no evaluation: no pass@k</p>')
+        body.append(f'<p class="muted">{NOT_RUN}</p>')
         md.append("No evaluation: no pass@k.\n")
 
     # mechanisms
@@ -409,7 +410,7 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     for (o, s), v in sorted(fails.items(), key=lambda kv: -kv[1]):
         ex = next(r for r in evaluated if (r["outcome"], r["subtype"]) == (o, s) and not r["correct"])
         fr.append([badge(o), esc(s), v, link(ex), esc(ex["headline"][:200])])
-    body.append(table(h, fr, raw={0, 1, 3, 4}, num={2}) if fr else f'<p class="muted">{"no failures" if any_eval else "not known: no candidate was run (see the note at the top)"}</p>')
+    body.append(table(h, fr, raw={0, 1, 3, 4}, num={2}) if fr else f'<p class="muted">{"no failures" if any_eval else NOT_RUN}</p>')
     md += ["## Failure outcomes and subtypes", "", _md_table(h[:3], [[o, s, v] for (o, s), v in fails.most_common()]) if fails else ("none" if any_eval else "not known: no candidate was run"), ""]
     if any_eval and any(r["speedup"] for r in rows if r["correct"]):
         img = _plot_speedups(rows)
@@ -425,14 +426,14 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
         body.append(f'<p class="muted">{esc(note)}</p>' + paper_table.html(prows))
         md += [note, "", paper_table.markdown(prows), ""]
     else:
-        body.append('<p class="muted">no evaluation</p>')
+        body.append(f'<p class="muted">{NOT_RUN}</p>')
         md.append("No evaluation.\n")
 
     # fastest
     body.append('<h2 id="fastest">Fastest kernel per problem</h2>')
     h = ["problem", "fastest candidate", "model", "speedup", "mechanism", "sync", "overlap"]
     fb2 = [[esc(p), link(r), esc(r["model"]), esc(r["speed"]), esc("+".join(r["mechanism"])), esc("+".join(r["sync"])), esc("+".join(r["overlap"]))] for p, r in sorted(fastest.items())]
-    body.append(table(h, fb2, raw=set(range(7)), num={3}) if fb2 else f'<p class="muted">{"none named" if any_eval else "not known: no candidate was run (see the note at the top)"}</p>')
+    body.append(table(h, fb2, raw=set(range(7)), num={3}) if fb2 else f'<p class="muted">{"none named" if any_eval else NOT_RUN}</p>')
     if unnamed:
         body.append('<ul class="muted">' + "".join(f"<li><b>{esc(p)}</b>: {esc(why)}</li>" for p, why in unnamed.items()) + "</ul>")
     if any_eval and any(r["speedup"] for r in rows if r["correct"]):

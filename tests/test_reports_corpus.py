@@ -142,6 +142,8 @@ def test_static_report_says_it_is_static(built):
     # said plainly, with what gives them: no failed problem or fastest kernel is claimed or implied
     assert "names no failed problem and no fastest kernel" in html and "Not known: no candidate was run" in html
     assert "<code>pkb-analyze eval CORPUS -o RUN</code>, then <code>pkb-analyze report RUN</code>" in html
+    # every section that needs an evaluation says the same, pointing at that note
+    assert html.count("not known: no candidate was run (see the note at the top)") == 5 and ">no evaluation" not in html
     md = Path(built["static"]["markdown"]).read_text()
     assert "names no failed problem and no fastest kernel" in md and "`pkb-analyze eval CORPUS -o RUN`, then `pkb-analyze report RUN`" in md
     # "which mechanisms were used": the card lists them most used first
