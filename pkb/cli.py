@@ -21,7 +21,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from pkb import __version__
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Explain multi-GPU kernel candidates of ParallelKernelBench.",
+# markdown: a docstring's paragraphs are filled to the terminal's width, not broken at its source lines
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="markdown",
+                  help="Explain multi-GPU kernel candidates of ParallelKernelBench.\n\n`pkb-analyze PATH...` runs `pkb-analyze analyze PATH...` (labels and findings; no GPU needed).",
                   context_settings={"help_option_names": ["-h", "--help"]})
 err = Console(stderr=True, soft_wrap=True)
 COMMANDS = ("analyze", "rules", "eval", "report", "explain", "export")
@@ -384,6 +386,8 @@ def analyze(
     options = _static_options(ptx, cache, cache_dir, None, None, parse_jobs(jobs))
     options.select, options.ignore = chosen, skipped
     n_gpu = 0 if static_only else gpu_count()
+    if not _candidates_in(paths):  # as ruff: a warning, and the run goes on (its outputs say 0 candidates)
+        err.print(f"warning: no candidate file (.py) under {escape(', '.join(map(str, paths)))}")
     store_path = str(out / "pkb_eval.sqlite")  # the static parts go there as they are produced, evaluated or not
     open_run(ctx, out, store_path)
     records = run_static(paths, out, options, quiet or fmt != "text", max_bytes=conf.max_file_size, store_path=store_path)
@@ -499,9 +503,8 @@ def eval_command(
     from pkb.roots import corpus_root
 
     backend, scale, dtype = backend.value, scale.value, dtype.value if dtype else None
-    missing = [str(p) for p in paths if not p.exists()]
-    if missing:
-        _usage_error(f"{', '.join(missing)}: no such file or folder")
+    if not _candidates_in(paths):
+        _usage_error(f"nothing to evaluate: no candidate file (.py) under {', '.join(map(str, paths))}")
     if pkb_root is not None and not (pkb_root / "reference").is_dir():
         _usage_error(f"--pkb-root {pkb_root}: no reference/ folder there (not a PKB checkout)")
     if timing not in ("exclusive", "beside-builds", "shared"):
@@ -549,6 +552,17 @@ def _line_writer(stream):
         stream.flush()
 
     return write
+
+
+def _candidates_in(paths: list[Path]) -> bool:
+    """Whether the paths hold a candidate file; a usage error (exit 2, nothing written) when one
+    of them does not exist."""
+    from pkb.corpus import discover
+
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        _usage_error(f"{', '.join(missing)}: no such file or folder")
+    return any(discover(p) for p in paths)
 
 
 def _usage_error(message: str) -> None:

@@ -77,12 +77,44 @@ def eval_line(rec: CandidateRecord, index: int, total: int) -> str:
     status = ev.get("status", "-")
     if status not in ("ran", "skipped_cached"):
         return f"[{index}/{total}] {rec.path}: not run: {ev.get('reason') or 'no reason recorded'}"
+    guess = guessed_problem(rec)
+    if guess:
+        return f"[{index}/{total}] {rec.path}: {_outcome_text(rec)} ({guess})"
+    return f"[{index}/{total}] {rec.path}: {_outcome_text(rec)}"
+
+
+CONFIDENT_MATCHES = ("exact_stem", "shifted_name", "name_variant")
+
+
+def guessed_problem(rec: CandidateRecord) -> str:
+    """What to say when the problem a candidate was run against is a guess: its file name carries
+    no id (`myreduce.py` is matched to `4_reduce` by spelling alone), or its id and a loose match
+    of its name with `solution()` parameters that disagree with the reference's. A wrong guess reads as a wrong result; the line
+    names the guess and how to correct it. Empty where the file's own id and name decided."""
+    match = rec.problem_match or {}
+    rule = match.get("rule", "")
+    if not rule or rule in ("given", "unmatched") or rec.problem_id is None:
+        return ""
+    # With an id in the file name, a reference's name plus a suffix (`1_allreduce_alias_input`)
+    # or its own name is no guess, whatever the parameters are called.
+    if match.get("file_id") is not None and (match.get("params_agree") is not False or rule in CONFIDENT_MATCHES):
+        return ""
+    stem = match.get("stem") or f"{rec.problem_id}_{rec.problem_name or ''}".rstrip("_")
+    why = match.get("detail") or rule.replace("_", " ")
+    if match.get("params_agree") is False:
+        why += "; its solution() parameters differ from the reference's"
+    return f"run as problem {stem}, a guess: {why}; --problem ID names it"
+
+
+def _outcome_text(rec: CandidateRecord) -> str:
+    ev = rec.evaluation or {}
+    status = ev.get("status", "-")
     outcome = ev.get("outcome") or ("correct" if ev.get("correct") else "-")
     sub = f" ({ev['subtype']})" if ev.get("subtype") else ""
     speed = f" {speed_text(ev)}" if speed_text(ev) else ""
     wall = f", {ev['wall_s']:.1f} s" if isinstance(ev.get("wall_s"), (int, float)) else ""
     cached = " (stored result)" if status == "skipped_cached" else ""
-    return f"[{index}/{total}] {rec.path}: {outcome}{sub}{speed}{wall}{cached}"
+    return f"{outcome}{sub}{speed}{wall}{cached}"
 
 
 def eval_totals(records: Iterable[CandidateRecord]) -> str:

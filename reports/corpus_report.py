@@ -86,6 +86,21 @@ def fastest_per_problem(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]
     return fastest
 
 
+def no_fastest(rows: list[dict[str, Any]], fastest: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Per evaluated problem without a fastest kernel, why none is named: no correct candidate, or
+    the correct ones are suspected, untimed or ties within their timing spread."""
+    why: dict[str, str] = {}
+    for problem in sorted({r["problem"] for r in rows if r["evaluated"]} - set(fastest)):
+        correct = [r for r in rows if r["problem"] == problem and r["correct"]]
+        if not correct:
+            why[problem] = "no correct candidate"
+            continue
+        parts = Counter("suspected" if not r["unsuspected"] else "not timed" if r["speedup"] is None
+                        else "a tie within its timing spread" for r in correct)
+        why[problem] = f"none named: {len(correct)} correct, " + ", ".join(f"{n} {what}" for what, n in parts.most_common())
+    return why
+
+
 def _shares(rows: list[dict[str, Any]], axis: str, values: list[tuple[str, tuple[str, ...]]]) -> list[dict[str, Any]]:
     n = len(rows)
     correct = [r for r in rows if r["correct"]]
@@ -222,6 +237,24 @@ def _md_table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(out)
 
 
+def how_to_evaluate(info: dict[str, Any]) -> tuple[str, str]:
+    """The two commands that give failed problems and the fastest kernel, for a report of static
+    records alone: the evaluation (into the run folder the report was read from, where it is one)
+    and the report again."""
+    given = Path(str(info.get("input") or ""))
+    run = given if given.name and (given / "static.jsonl").is_file() else Path("RUN")
+    return f"pkb-analyze eval CORPUS -o {run}", f"pkb-analyze report {run}"
+
+
+NOT_RUN = "not known: no candidate was run (see the note at the top)"
+EVALUATE_WHERE = "CORPUS is the folder the static run was given; CUDA GPUs run every candidate, a CPU only the pure-PyTorch ones"
+
+
+def _commands_html(info: dict[str, Any]) -> str:
+    run_eval, run_report = how_to_evaluate(info)
+    return f"<code>{esc(run_eval)}</code>, then <code>{esc(run_report)}</code> ({esc(EVALUATE_WHERE)})"
+
+
 def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None = None) -> dict[str, Any]:
     """The report of these records as they are: their diagnosis is the one they carry (stored, or
     computed by the command line where none was), none is computed here."""
@@ -248,27 +281,36 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     models = sorted({r["model"] for r in rows})
 
     # ---- the minute answers ----
-    used = [f"{m['name']} {m['n']} ({pct(m['share'])})" for m in mech if m["n"] and m["name"] not in ("none found", "unknown")]
+    # most used first: "which mechanisms were used" is answered by the top of the list
+    used = [f"{m['name']} {m['n']} ({pct(m['share'])})" for m in sorted(mech, key=lambda m: -m["n"])
+            if m["n"] and m["name"] not in ("none found", "unknown")]
+    no_transfer = sum(m["n"] for m in mech if m["name"] in ("none found", "unknown"))
     unused = [m["name"] for m in mech if not m["n"] and m["name"] not in ("none found", "unknown")]
     fastest = fastest_per_problem(rows)
+    unnamed = no_fastest(rows, fastest)
 
     def link(r: dict[str, Any], text: str | None = None, anchor: str = "") -> str:
         return f'<a href="{esc(r["page"])}{anchor}">{esc(text or r["path"])}</a>'
 
     cards = [
         "<div class=\"card\"><h3>Mechanisms used</h3><ul>" + "".join(f"<li>{esc(u)}</li>" for u in used)
-        + (f"<li class=\"muted\">never used: {esc(', '.join(unused))}</li>" if unused else "") + "</ul></div>",
+        + (f"<li class=\"muted\">never used: {esc(', '.join(unused))}</li>" if unused else "")
+        + (f"<li class=\"muted\">no peer transfer found: {no_transfer}</li>" if no_transfer else "")
+        + "</ul><p class=\"muted\">candidates using each (a candidate may use several)</p></div>",
     ]
     if any_eval:
         fh, fb_ = failed_problems(rows)
         ftable = table(fh, fb_, num=set(range(1, len(fh) - 2)), id="failed-table") if fb_ else "<p>none failed</p>"
         fa = "".join(f"<li><b>{esc(p)}</b>: {link(r, Path(r['path']).parent.name + '/' + Path(r['path']).name)} {esc(r['speed'])}</li>" for p, r in sorted(fastest.items()))
-        cards.append(f"<div class=\"card\"><h3>Fastest kernel per problem</h3><ul>{fa or '<li>no correct timed candidate</li>'}</ul></div>")
+        fa += "".join(f"<li class=\"muted\"><b>{esc(p)}</b>: {esc(why)}</li>" for p, why in unnamed.items())
+        cards.append(f"<div class=\"card\"><h3>Fastest kernel per problem</h3><ul>{fa}</ul></div>")
         cards.append(f"<div class=\"card wide\"><h3>Failed problems and why</h3>{ftable}</div>")  # a full row, under the two lists
     else:
         top = Counter(f for r in rows for f in set(r["findings"])).most_common(5)
         cards.append("<div class=\"card\"><h3>Most common findings</h3><ul>" + "".join(f"<li><b>{esc(k)}</b> {esc(rule_names.get(k, ''))}: {v} candidates</li>" for k, v in top) + "</ul></div>")
-        cards.append("<div class=\"card\"><h3>Failed / fastest</h3><ul><li>needs an evaluation: none in this data</li></ul></div>")
+        cards.append("<div class=\"card\"><h3>Failed problems / fastest kernel</h3><p><b>Not known: no candidate was run</b> "
+                     "(static passes only), so none is failed and none is fastest.</p>"
+                     f"<p>They come from an evaluation: {_commands_html(info)}.</p></div>")
 
     body: list[str] = []
     md: list[str] = []
@@ -278,9 +320,10 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     body.append(f'<p class="sub">{n} candidates, {len(problems_seen)} problems, {len(models)} models &middot; {src}</p>')
     md += ["# pkb-analyze corpus report", "", f"{n} candidates, {len(problems_seen)} problems, {len(models)} models.", ""]
     if not any_eval:
-        note = "Static data only: no evaluation in this run, so there are no outcomes, pass@k or speedups; the report shows labels and findings."
-        body.append(f'<p class="notice">{esc(note)}</p>')
-        md += [f"> {note}", ""]
+        note = ("Static data only: no candidate was run, so this report names no failed problem and no fastest kernel "
+                "(no outcomes, pass@k or speedups); it shows labels and findings. An evaluation gives them: ")
+        body.append(f'<p class="notice">{esc(note)}{_commands_html(info)}.</p>')
+        md += [f"> {note}`{how_to_evaluate(info)[0]}`, then `{how_to_evaluate(info)[1]}` ({EVALUATE_WHERE}).", ""]
     else:
         body.append(f'<p class="sub">{len(evaluated)} of {n} candidates evaluated; {sum(r["correct"] for r in evaluated)} correct.</p>')
         md += [f"{len(evaluated)} of {n} candidates evaluated; {sum(r['correct'] for r in evaluated)} correct.", ""]
@@ -291,7 +334,8 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     if any_eval:
         fh, fb_ = failed_problems(rows)
         md += ["Failed problems and why:", "", _md_table(fh, fb_) if fb_ else "none failed", ""]
-        md += ["Fastest per problem: " + ("; ".join(f"{p}: {r['path']} {r['speed']}" for p, r in sorted(fastest.items())) or "none"), ""]
+        md += ["Fastest per problem: " + "; ".join([f"{p}: {r['path']} {r['speed']}" for p, r in sorted(fastest.items())]
+                                                  + [f"{p}: {why}" for p, why in unnamed.items()]), ""]
 
     # outcomes
     body.append('<h2 id="outcomes">Outcomes by problem category and by model</h2>')
@@ -305,7 +349,7 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
         plots.append(img)
         body.append(img)
     else:
-        body.append('<p class="muted">no evaluation: no outcomes</p>')
+        body.append(f'<p class="muted">{NOT_RUN}</p>')
         md.append("No evaluation: no outcomes.\n")
 
     # metrics
@@ -318,7 +362,7 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
             body.append(f"<h3>by {key}</h3>" + table(h, b, num=set(range(1, len(h)))))
             md += [f"### by {key}", "", _md_table(h, b), ""]
     else:
-        body.append('<p class="muted">no evaluation: no pass@k</p>')
+        body.append(f'<p class="muted">{NOT_RUN}</p>')
         md.append("No evaluation: no pass@k.\n")
 
     # mechanisms
@@ -366,8 +410,8 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     for (o, s), v in sorted(fails.items(), key=lambda kv: -kv[1]):
         ex = next(r for r in evaluated if (r["outcome"], r["subtype"]) == (o, s) and not r["correct"])
         fr.append([badge(o), esc(s), v, link(ex), esc(ex["headline"][:200])])
-    body.append(table(h, fr, raw={0, 1, 3, 4}, num={2}) if fr else f'<p class="muted">{"no failures" if any_eval else "no evaluation"}</p>')
-    md += ["## Failure outcomes and subtypes", "", _md_table(h[:3], [[o, s, v] for (o, s), v in fails.most_common()]) if fails else ("none" if any_eval else "no evaluation"), ""]
+    body.append(table(h, fr, raw={0, 1, 3, 4}, num={2}) if fr else f'<p class="muted">{"no failures" if any_eval else NOT_RUN}</p>')
+    md += ["## Failure outcomes and subtypes", "", _md_table(h[:3], [[o, s, v] for (o, s), v in fails.most_common()]) if fails else ("none" if any_eval else "not known: no candidate was run"), ""]
     if any_eval and any(r["speedup"] for r in rows if r["correct"]):
         img = _plot_speedups(rows)
         plots.append(img)
@@ -382,17 +426,19 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
         body.append(f'<p class="muted">{esc(note)}</p>' + paper_table.html(prows))
         md += [note, "", paper_table.markdown(prows), ""]
     else:
-        body.append('<p class="muted">no evaluation</p>')
+        body.append(f'<p class="muted">{NOT_RUN}</p>')
         md.append("No evaluation.\n")
 
     # fastest
     body.append('<h2 id="fastest">Fastest kernel per problem</h2>')
     h = ["problem", "fastest candidate", "model", "speedup", "mechanism", "sync", "overlap"]
     fb2 = [[esc(p), link(r), esc(r["model"]), esc(r["speed"]), esc("+".join(r["mechanism"])), esc("+".join(r["sync"])), esc("+".join(r["overlap"]))] for p, r in sorted(fastest.items())]
-    body.append(table(h, fb2, raw=set(range(7)), num={3}) if fb2 else f'<p class="muted">{"no correct timed candidate" if any_eval else "needs an evaluation (none in this data)"}</p>')
+    body.append(table(h, fb2, raw=set(range(7)), num={3}) if fb2 else f'<p class="muted">{"none named" if any_eval else NOT_RUN}</p>')
+    if unnamed:
+        body.append('<ul class="muted">' + "".join(f"<li><b>{esc(p)}</b>: {esc(why)}</li>" for p, why in unnamed.items()) + "</ul>")
     if any_eval and any(r["speedup"] for r in rows if r["correct"]):
         body.append(plots[-1])
-    md += ["## Fastest kernel per problem", "", _md_table(h, [[p, f"[{r['path']}]({r['page']})", r["model"], r["speed"], "+".join(r["mechanism"]), "+".join(r["sync"]), "+".join(r["overlap"])] for p, r in sorted(fastest.items())]) if fastest else "none", ""]
+    md += ["## Fastest kernel per problem", "", _md_table(h, [[p, f"[{r['path']}]({r['page']})", r["model"], r["speed"], "+".join(r["mechanism"]), "+".join(r["sync"]), "+".join(r["overlap"])] for p, r in sorted(fastest.items())]) if fastest else ("none" if any_eval else "not known: no candidate was run"), ""]
 
     # candidates
     body.append('<h2 id="candidates">Candidates</h2>')

@@ -24,7 +24,7 @@ def _labels_table(labels: dict[str, list[Any]], title: str) -> Table:
     t = Table(title=Text(title), show_lines=False, expand=True, title_justify="left")
     t.add_column("axis", style="bold", no_wrap=True)
     t.add_column("label", style="cyan", no_wrap=True)
-    t.add_column("evidence")
+    t.add_column("evidence", overflow="fold")
     for axis in AXES:
         for lab in labels.get(axis, []):
             places = merged_evidence(lab.evidence)
@@ -70,7 +70,7 @@ def render(rec: Any, console: Console | None = None, store_used: str = "", notes
     if rows:
         t = Table(title="Findings", expand=True, title_justify="left")
         for col in ("rule", "severity", "line", "message", "fix"):
-            t.add_column(col)
+            t.add_column(col, overflow="fold")
         for f in rows:
             t.add_row(Text(f"{f['rule']} {f['name']}" + (" (cited)" if f["cited"] else "")), Text(f["severity"]), Text(str(f["line"])),
                       Text(f"{f['message']}\n{f['snippet']}"), Text(f["fix"]))
@@ -82,7 +82,7 @@ def render(rec: Any, console: Console | None = None, store_used: str = "", notes
     if ev:
         t = Table(title=Text("Evaluation" + (f" (from {store_used})" if store_used else "")), expand=True, title_justify="left")
         t.add_column("figure", style="bold")
-        t.add_column("value")
+        t.add_column("value", overflow="fold")
         for key in ("status", "outcome", "subtype", "speedup", "world_size", "dtype", "reason"):
             if ev.get(key) not in (None, ""):
                 t.add_row(Text(key), Text(speed_text(ev) if key == "speedup" else str(ev[key])))
@@ -93,8 +93,8 @@ def render(rec: Any, console: Console | None = None, store_used: str = "", notes
     if slow:
         t = Table(title="Slowness causes" if ev.get("outcome") in ("slower", "faster") else "Possible slowness causes (static)", expand=True, title_justify="left")
         t.add_column("cause", style="bold")
-        t.add_column("cost")
-        t.add_column("evidence")
+        t.add_column("cost", overflow="fold")
+        t.add_column("evidence", overflow="fold")
         for c in slow:
             t.add_row(Text(c["cause"]), Text(c["cost"]), Text("\n".join(e["text"] for e in c["evidence"][:3])))
         console.print(t)

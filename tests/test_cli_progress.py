@@ -87,3 +87,25 @@ def test_force_runs_a_stored_result_again(tmp_path, capsys):
     assert code == 0 and "[1/1] 1_allreduce_a.py: correct" in cap.out and "(stored result)" in cap.out
     code, cap = run_cli([*args, "--force"], tmp_path, capsys)
     assert code == 0 and "[1/1] 1_allreduce_a.py: correct" in cap.out and "(stored result)" not in cap.out
+
+
+def test_the_line_names_a_guessed_problem_only_where_it_is_one():
+    from pkb.record import CandidateRecord
+    from reports.console import eval_line
+
+    rec = CandidateRecord(path="c.py", problem_id=1)
+    rec.evaluation = {"status": "ran", "outcome": "suspect", "subtype": "aliases_input"}
+
+    def line(rule, file_id, agree, detail="d"):
+        rec.problem_match = {"rule": rule, "file_id": file_id, "params_agree": agree, "stem": "1_allreduce", "detail": detail}
+        return eval_line(rec, 1, 1)
+
+    # an id in the name and the reference's name plus a suffix: parameter names alone make no guess
+    assert line("name_variant", 1, False) == "[1/1] c.py: suspect (aliases_input)"
+    assert line("exact_stem", 1, True) == "[1/1] c.py: suspect (aliases_input)"
+    assert line("given", None, None) == "[1/1] c.py: suspect (aliases_input)"
+    # no id in the name: matched by spelling, a guess however the parameters read
+    assert line("fuzzy_name", None, True, "name similarity 0.86 to 'reduce'") == (
+        "[1/1] c.py: suspect (aliases_input) (run as problem 1_allreduce, a guess: name similarity 0.86 to 'reduce'; "
+        "--problem ID names it)")
+    assert "a guess: d; its solution() parameters differ" in line("fuzzy_name", 1, False)

@@ -138,8 +138,19 @@ def test_self_contained(built):
 
 def test_static_report_says_it_is_static(built):
     html = Path(built["static"]["html"]).read_text()
-    assert "Static data only" in html and "needs an evaluation" in html
+    assert "Static data only" in html
+    # said plainly, with what gives them: no failed problem or fastest kernel is claimed or implied
+    assert "names no failed problem and no fastest kernel" in html and "Not known: no candidate was run" in html
+    assert "<code>pkb-analyze eval CORPUS -o RUN</code>, then <code>pkb-analyze report RUN</code>" in html
+    # every section that needs an evaluation says the same, pointing at that note
+    assert html.count("not known: no candidate was run (see the note at the top)") == 5 and ">no evaluation" not in html
     md = Path(built["static"]["markdown"]).read_text()
+    assert "names no failed problem and no fastest kernel" in md and "`pkb-analyze eval CORPUS -o RUN`, then `pkb-analyze report RUN`" in md
+    # "which mechanisms were used": the card lists them most used first
+    card = html[html.index("<h3>Mechanisms used</h3>"):]
+    card = card[:card.index("</div>")]
+    counts = [int(n) for n in re.findall(r"<li>[^<]* (\d+) \(\d+%\)</li>", card)]
+    assert len(counts) >= 3 and counts == sorted(counts, reverse=True), card
     for heading in ("# pkb-analyze corpus report", "## Transfer mechanisms", "## Most common findings", "## Candidates"):
         assert heading in md
     assert built["static"]["plots"] == 3  # mechanisms, sync/overlap, findings
@@ -286,3 +297,19 @@ def test_candidates_table_fits_at_1400_px_and_sorts(built, tmp_path):
     numbers = [float(x.split("x")[0]) for x in order if x]
     assert numbers == sorted(numbers, reverse=True) and len(numbers) >= 5
     assert order[: len(numbers)] == [x for x in order if x]  # empty cells (not timed) come last
+
+
+def test_a_problem_without_a_fastest_kernel_says_why():
+    def row(problem, correct, speedup=1.2, verdict="faster", unsuspected=True):
+        return {"problem": problem, "evaluated": True, "correct": correct, "unsuspected": unsuspected, "speedup": speedup,
+                "speed_verdict": verdict}
+
+    rows = [row("1_allreduce", True, 0.66, "tie"), row("2_allgather", False, None, ""), row("3_broadcast", True, 1.5),
+            row("8_alltoall", True, None, ""), row("8_alltoall", True, 2.0, "tie")]
+    fastest = corpus_report.fastest_per_problem(rows)
+    assert list(fastest) == ["3_broadcast"]
+    assert corpus_report.no_fastest(rows, fastest) == {
+        "1_allreduce": "none named: 1 correct, 1 a tie within its timing spread",
+        "2_allgather": "no correct candidate",
+        "8_alltoall": "none named: 2 correct, 1 not timed, 1 a tie within its timing spread",
+    }

@@ -12,7 +12,8 @@ timing_judge), rank_process (its process plumbing)
 and tensors (nested inputs and outputs, shared with the emulation); compare / poison / timing /
 guard (used inside a rank), classify (errors -> subtypes), outcome (per-rank results -> one
 outcome), reference_probe (a reference failing at a world size), ncu (Nsight Compute on
-request), cluster (shards through submitit), not_run (what could not run, and why). The store and pass@k/fast_p live in the ground (pkb.store, pkb.metrics).
+request), cluster (shards through submitit), not_run (what could not run, and why), interrupt (Ctrl-C stops
+the running launches and builds). The store and pass@k/fast_p live in the ground (pkb.store, pkb.metrics).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from pkb.eval.interrupt import stopping_on_sigint
 from pkb.eval.options import EvalOptions, config_key
 
 __all__ = ["EvalOptions", "evaluate", "evaluate_one", "Environment", "environment", "config_key", "plan_slots"]
@@ -72,7 +74,8 @@ def evaluate(records: Iterable[Any], options: EvalOptions | None = None, on_resu
     a quiet re-run). This thread is the
     only writer of the store; each launch's rows are committed as soon as it returns, so a killed
     run resumes where it stopped. `on_result(rec, evaluation, rank_results)` is called as each
-    lands.
+    lands. Ctrl-C kills the running launches and builds and raises KeyboardInterrupt here
+    (pkb.eval.interrupt).
     """
     from pkb.store import Store
 
@@ -80,6 +83,12 @@ def evaluate(records: Iterable[Any], options: EvalOptions | None = None, on_resu
     env = environment(options)
     slots = plan_slots(options, env)
     store = Store(options.store_path, lock=True)  # a second run on this store is refused here
+    with stopping_on_sigint():
+        _evaluate(records, options, env, slots, store, on_result)
+
+
+def _evaluate(records: Iterable[Any], options: EvalOptions, env: Environment, slots: list[str], store: Any,
+              on_result: Callable[[Any, dict[str, Any], list[Any]], None] | None) -> None:
 
     def landed(rec: Any, evaluation: dict[str, Any], rank_results: list[Any]) -> None:
         rec.evaluation = evaluation

@@ -39,9 +39,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from pkb.eval.interrupt import raise_if_requested
+
 LOCK_FILE = "pkb.lock"
 FAILED_FILE = "pkb-failed.json"
 TORCH_BATON = "lock"  # torch.utils.cpp_extension's FileBaton name inside build_directory
+INTERRUPT_POLL_S = 0.25  # how soon a prebuild notices Ctrl-C
 NVCC_MEMORY_BYTES = 3 * 1024**3  # one nvcc over torch's headers, measured at about 3 GB
 # Arguments that change where or how verbosely a build runs, not what it produces.
 _NOT_KEYED = {"build_directory", "verbose", "keep_intermediates"}
@@ -461,10 +464,15 @@ def prebuild(path: Path, options: Any = None, timeout_s: float = 900.0) -> Build
         proc = subprocess.Popen(cmd, cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                 preexec_fn=partial(os.sched_setaffinity, 0, opts.cpus) if opts.cpus else None)
         try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            return BuildResult(False, time.monotonic() - t0, f"prebuild timed out after {timeout_s:.0f} s", str(log_path))
+            while True:  # in short waits, so that Ctrl-C (pkb.eval.interrupt) stops a build at once
+                try:
+                    proc.wait(timeout=min(INTERRUPT_POLL_S, max(0.0, t0 + timeout_s - time.monotonic())))
+                    break
+                except subprocess.TimeoutExpired:
+                    raise_if_requested()
+                    if time.monotonic() - t0 >= timeout_s:
+                        _kill_group(proc)
+                        return BuildResult(False, time.monotonic() - t0, f"prebuild timed out after {timeout_s:.0f} s", str(log_path))
         except BaseException:
             _kill_group(proc)
             raise

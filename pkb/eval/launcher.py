@@ -32,6 +32,7 @@ from typing import Any
 
 from pkb.eval import judge as judging
 from pkb.eval import sandbox as sandboxing
+from pkb.eval.interrupt import raise_if_requested
 from pkb.eval.timing_judge import judge_timing
 from pkb.eval.job import (
     HARNESS_FILE_PATTERNS,
@@ -250,6 +251,7 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
             if now >= deadline:
                 timed_out = True
                 break
+            raise_if_requested()  # Ctrl-C: the job is killed below, as for any interruption
             if now >= next_status:
                 next_status = now + STATUS_POLL_S
                 known |= set(_descendants({proc.pid}))
