@@ -360,9 +360,32 @@ class RunBranches:
         return isinstance(target, ast.Tuple) and isinstance(value, ast.Attribute) and value.attr == "shape" \
             and isinstance(value.value, ast.Name) and value.value.id in params
 
+    def _rounded_down(self, node: ast.AST, fn: ast.AST | None, depth: int = 0) -> str | None:
+        """`(n // 8) * 8`, through names bound once (`chunks = n // 8; tail_start = chunks * 8`):
+        the text of the size `n` rounded down to a multiple; None for anything else."""
+        if isinstance(node, ast.Name) and fn is not None and depth < 3:
+            value = self._single_assignment(node.id, fn)
+            return self._rounded_down(value, fn, depth + 1) if value is not None else None
+        if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult)):
+            return None
+        for a, b in ((node.left, node.right), (node.right, node.left)):
+            k = _literal(b)
+            quotient = a
+            if isinstance(a, ast.Name) and fn is not None:
+                quotient = self._single_assignment(a.id, fn) or a
+            if isinstance(k, int) and isinstance(quotient, ast.BinOp) and isinstance(quotient.op, ast.FloorDiv) \
+                    and _literal(quotient.right) == k:
+                return ast.unparse(quotient.left)
+        return None
+
     def _compare_value(self, left: ast.AST, op: ast.cmpop, right: ast.AST, fn: ast.AST | None) -> bool | None:
         run = self.run_ctx
         left, right = self._constant_of(left, fn), self._constant_of(right, fn)
+        # `tail_start = (n // 8) * 8; if tail_start < n:` the tail of an aligned size is empty.
+        if _is_size_expr(right) and self._rounded_down(left, fn) == ast.unparse(right):
+            table = {ast.Lt: False, ast.NotEq: False, ast.Eq: True, ast.GtE: True}
+            if type(op) in table:
+                return table[type(op)]
         # `DTYPE_TO_IDX.get(x.dtype, -1) == -1`: the lookup misses only for a dtype the table lacks.
         lookup = self._dtype_lookup(left, fn)
         if lookup is not None and _literal(right) == _literal(lookup[1]) \

@@ -173,3 +173,24 @@ def test_counts_exchanged_through_a_helper_are_metadata_but_node_ids_are_not():
     gathers = {c.line: is_metadata_collective(c) for c in f.calls if c.qualname.endswith("all_gather")}
     assert sorted(gathers.values()) == [False, True]
     assert gathers[min(gathers)] is True  # the helper of counts comes first in the file
+
+
+def test_the_tail_of_an_aligned_size_is_empty():
+    f = facts('''
+        from torch.utils.cpp_extension import load_inline
+        ext = load_inline(name="e", cpp_sources="", cuda_sources="",
+                          functions=["vector_part", "scalar_tail", "other_size"])
+        def solution(x, y):
+            n = x.numel()
+            m = y.numel()
+            chunks = n // 8
+            tail_start = chunks * 8
+            ext.vector_part(x, chunks)
+            if tail_start < n:
+                ext.scalar_tail(x, tail_start)
+            if tail_start < m:
+                ext.other_size(y)    # compared with another size: not decided
+            return x
+    ''')
+    assert paths(f, "ext.scalar_tail") == ["fallback"]
+    assert paths(f, "ext.other_size") == ["timed"]
