@@ -153,6 +153,18 @@ class CallCategories:
                 return self._is_integer_tensor(node.func.value, fn, seen, hops)
         return False
 
+    def _is_torch_cudart(self, receiver: ast.AST, fn: ast.AST | None) -> bool:
+        """`torch.cuda.cudart()`, or a name bound only to it in `fn` or at module level."""
+        if isinstance(receiver, ast.Call):
+            return self.qualname(receiver.func) == "torch.cuda.cudart"
+        if isinstance(receiver, ast.Name):
+            values = self.name_assignments(fn).get(receiver.id, []) if fn is not None else []
+            if not values:
+                values = [v for st in self.tree.body if isinstance(st, ast.Assign) and len(st.targets) == 1
+                          and isinstance(st.targets[0], ast.Name) and st.targets[0].id == receiver.id for v in [st.value]]
+            return bool(values) and all(isinstance(v, ast.Call) and self.qualname(v.func) == "torch.cuda.cudart" for v in values)
+        return False
+
     def arguments_passed(self, fn: ast.AST, name: str) -> list[tuple[ast.AST, ast.AST | None]] | None:
         """What the file's calls of function `fn` pass for its parameter `name`, each with the
         function the call sits in; None where `name` is no parameter, `fn` is solution() (PKB
@@ -314,7 +326,11 @@ class CallCategories:
         if last in ("copy_", "clone", "copy") and isinstance(node.func, ast.Attribute):
             return "tensor_copy", f"tensor.{last}"
         if re.fullmatch(r"cudaMemcpy(Peer)?(Async)?|cudaMemcpy2D(Async)?|cuMemcpy\w*", last) and isinstance(node.func, ast.Attribute):
-            return "cudart_copy", f"cudart.{last}"  # `torch.cuda.cudart().cudaMemcpyAsync(dst, src, n, kind, s)`
+            if self._is_torch_cudart(node.func.value, self.enclosing.get(id(node))):
+                # torch's _cudart binds no copy (only error strings, the profiler, host register,
+                # streams and memory info): the call raises AttributeError and moves nothing
+                return "", ""
+            return "cudart_copy", f"cudart.{last}"  # `ctypes.CDLL("libcudart.so").cudaMemcpyAsync(dst, src, n, kind, s)`
         if last in COMPUTE_FUNCS and (q.startswith("torch.") or q.startswith("F.") or "functional" in q):
             return "compute", q
         return "", ""
