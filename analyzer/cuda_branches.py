@@ -76,6 +76,17 @@ def _flag_names(text: str) -> dict[str, bool]:
     return out
 
 
+def run_flags(text: str) -> dict[str, bool]:
+    """The bools of `text` that hold on PKB's run (see _flag_names)."""
+    return _flag_names(text)
+
+
+def decided_on_run(cond: str, flags: dict[str, bool]) -> bool | None:
+    """Whether condition `cond` holds on PKB's run (multicast present, sizes aligned); None where
+    the run does not decide it."""
+    return _on_run(cond, flags)
+
+
 def _statement_end(text: str, i: int) -> tuple[int, int]:
     """The span of the statement starting at i: a `{...}` block or up to its `;`."""
     while i < len(text) and text[i].isspace():

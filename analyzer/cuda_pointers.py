@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+from analyzer import cuda_branches
 from analyzer.clang_ast import EXPR_WRAPPERS, MAIN_NAME, Node, unwrap
 from analyzer.cuda_calls import DATA_PTR_METHODS, LAUNCH_APIS, TENSOR_VIEW_METHODS, TORCH_ALLOC
 
@@ -102,6 +103,12 @@ def dependent_callee(n: Node) -> str:
 
 class PointerFlow:
     """The pointer-kind environment and its fixpoint (see the module docstring)."""
+
+    def run_flags(self) -> dict[str, bool]:
+        """The source's bools that hold on PKB's run (`bool use_multimem`), read once."""
+        if self._run_flags is None:
+            self._run_flags = cuda_branches.run_flags(self.text)
+        return self._run_flags
 
     def key_of_decl(self, c) -> tuple:
         f = c.location.file
@@ -196,6 +203,10 @@ class PointerFlow:
                 return self.eval(n.kids[1])
             return ("unknown", "")
         if k == "CONDITIONAL_OPERATOR" and len(n.kids) == 3:
+            # `use_multimem ? local : peer`: on the run only the arm its multicast test picks flows
+            taken = cuda_branches.decided_on_run(self.text_of(n.kids[0]), self.run_flags())
+            if taken is not None:
+                return derived(self.eval(n.kids[1] if taken else n.kids[2]))
             return derived(join_kinds(self.eval(n.kids[1]), self.eval(n.kids[2])))
         if k == "CALL_EXPR":
             return self.eval_call(n)

@@ -69,6 +69,10 @@ _METADATA_WORDS = ("split", "count", "size", "offset", "len", "num", "idx", "ind
                    "cumsum", "nnz", "max", "min", "norm", "scale", "amax", "meta", "shape", "topk")
 
 
+# Words that name a collective's argument as split sizes, counts or offsets.
+METADATA_ARG_WORDS = ("split", "count", "size", "offset", "meta", "num_", "nnz", "len")
+
+
 def is_metadata_collective(call: CallSite) -> bool:
     """A collective or p2p call whose tensors are all split sizes, counts or offsets: it moves a few
     numbers for the host, not the payload (`dist.all_gather_into_tensor(all_counts, counts)`)."""
@@ -76,8 +80,7 @@ def is_metadata_collective(call: CallSite) -> bool:
             and (a.integer_tensor or re.fullmatch(r"[\w.\[\]]+", a.text) and not a.text.startswith(("dist.", "group")))]
     # Named as sizes or counts, or made as a tensor of integers (`torch.empty(w * w, dtype=torch.int64)`):
     # the payloads of these problems are floating point.
-    return bool(args) and all(a.integer_tensor or any(w in a.text.lower() for w in (
-        "split", "count", "size", "offset", "meta", "num_", "nnz", "len")) for a in args)
+    return bool(args) and all(a.integer_tensor or any(w in a.text.lower() for w in METADATA_ARG_WORDS) for a in args)
 
 
 def _names_cpu(node: ast.AST) -> bool:
@@ -113,22 +116,33 @@ def _non_blocking(call: ast.Call) -> bool:
 class CallCategories:
     """How the Python pass names and sorts the calls it finds (a mixin of PythonPass)."""
 
-    def _is_integer_tensor(self, node: ast.AST, fn: ast.AST | None, seen: frozenset = frozenset()) -> bool:
+    def _is_integer_tensor(self, node: ast.AST, fn: ast.AST | None, seen: frozenset = frozenset(), hops: int = 0) -> bool:
         """A tensor of integers: made with an integer dtype, cast to one (`.int()`, `.to(torch.int32)`),
-        a view or element of one, a list of them, or a name every assignment of which is one."""
+        a view or element of one, a list of them, a name every assignment of which is one, or a
+        helper's parameter that every caller fills with one named for sizes or counts."""
         if isinstance(node, (ast.List, ast.Tuple)):
-            return bool(node.elts) and all(self._is_integer_tensor(e, fn, seen) for e in node.elts)
+            return bool(node.elts) and all(self._is_integer_tensor(e, fn, seen, hops) for e in node.elts)
         if isinstance(node, ast.ListComp):
-            return self._is_integer_tensor(node.elt, fn, seen)
+            return self._is_integer_tensor(node.elt, fn, seen, hops)
         if isinstance(node, ast.Subscript):
-            return self._is_integer_tensor(node.value, fn, seen)
+            return self._is_integer_tensor(node.value, fn, seen, hops)
         if isinstance(node, ast.Name):
             if node.id in seen or fn is None:
                 return node.id in seen  # `all_in = all_in.view(w, w)`: as integer as before
             values = self.name_assignments(fn).get(node.id, [])
-            return bool(values) and all(self._is_integer_tensor(v, fn, seen | {node.id}) for v in values)
+            if not values and hops < 2:
+                # a helper's parameter (`def _all_gather_int64(t, ...)`): what every caller passes,
+                # named for sizes or counts there (index and node-id payloads are integers too)
+                passed = self.arguments_passed(fn, node.id)
+                return bool(passed) and all(
+                    any(w in ast.unparse(a).lower() for w in METADATA_ARG_WORDS)
+                    and self._is_integer_tensor(a, caller, frozenset(), hops + 1) for a, caller in passed)
+            return bool(values) and all(self._is_integer_tensor(v, fn, seen | {node.id}, hops) for v in values)
         if not isinstance(node, ast.Call):
             return False
+        if self.qualname(node.func).startswith("torch.") and self.qualname(node.func).endswith("_like") and node.args \
+                and not any(k.arg == "dtype" for k in node.keywords):
+            return self._is_integer_tensor(node.args[0], fn, seen, hops)  # `torch.empty_like(counts)`
         dtypes = [k.value for k in node.keywords if k.arg == "dtype"] + [a for a in node.args if isinstance(a, ast.Attribute)]
         if any(isinstance(d, ast.Attribute) and dotted(d).startswith("torch.") and d.attr in _INT_DTYPES for d in dtypes):
             return True
@@ -136,8 +150,40 @@ class CallCategories:
             if node.func.attr in ("int", "long", "short") and not node.args:
                 return True
             if node.func.attr in ("view", "reshape", "contiguous", "flatten", "clone", "to", "cuda", "narrow", "t", "T"):
-                return self._is_integer_tensor(node.func.value, fn, seen)
+                return self._is_integer_tensor(node.func.value, fn, seen, hops)
         return False
+
+    def _is_torch_cudart(self, receiver: ast.AST, fn: ast.AST | None) -> bool:
+        """`torch.cuda.cudart()`, or a name bound only to it in `fn` or at module level."""
+        if isinstance(receiver, ast.Call):
+            return self.qualname(receiver.func) == "torch.cuda.cudart"
+        if isinstance(receiver, ast.Name):
+            values = self.name_assignments(fn).get(receiver.id, []) if fn is not None else []
+            if not values:
+                values = [v for st in self.tree.body if isinstance(st, ast.Assign) and len(st.targets) == 1
+                          and isinstance(st.targets[0], ast.Name) and st.targets[0].id == receiver.id for v in [st.value]]
+            return bool(values) and all(isinstance(v, ast.Call) and self.qualname(v.func) == "torch.cuda.cudart" for v in values)
+        return False
+
+    def arguments_passed(self, fn: ast.AST, name: str) -> list[tuple[ast.AST, ast.AST | None]] | None:
+        """What the file's calls of function `fn` pass for its parameter `name`, each with the
+        function the call sits in; None where `name` is no parameter, `fn` is solution() (PKB
+        calls it), or some call passes nothing for it (a default) or unpacks its arguments."""
+        params = [a.arg for a in getattr(fn, "args", ast.arguments(args=[])).args]
+        if name not in params or fn is self.functions.get("solution"):
+            return None
+        pos = params.index(name) - (1 if params[0] in ("self", "cls") else 0)
+        out: list[tuple[ast.AST, ast.AST | None]] = []
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)) and \
+                    (node.func.id if isinstance(node.func, ast.Name) else node.func.attr) == fn.name:
+                if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+                    return None
+                arg = node.args[pos] if 0 <= pos < len(node.args) else next((k.value for k in node.keywords if k.arg == name), None)
+                if arg is None:
+                    return None
+                out.append((arg, self.enclosing.get(id(node))))
+        return out or None
 
     def _is_host_tensor(self, value: ast.AST) -> bool:
         if not isinstance(value, ast.Call):
@@ -280,7 +326,11 @@ class CallCategories:
         if last in ("copy_", "clone", "copy") and isinstance(node.func, ast.Attribute):
             return "tensor_copy", f"tensor.{last}"
         if re.fullmatch(r"cudaMemcpy(Peer)?(Async)?|cudaMemcpy2D(Async)?|cuMemcpy\w*", last) and isinstance(node.func, ast.Attribute):
-            return "cudart_copy", f"cudart.{last}"  # `torch.cuda.cudart().cudaMemcpyAsync(dst, src, n, kind, s)`
+            if self._is_torch_cudart(node.func.value, self.enclosing.get(id(node))):
+                # torch's _cudart binds no copy (only error strings, the profiler, host register,
+                # streams and memory info): the call raises AttributeError and moves nothing
+                return "", ""
+            return "cudart_copy", f"cudart.{last}"  # `ctypes.CDLL("libcudart.so").cudaMemcpyAsync(dst, src, n, kind, s)`
         if last in COMPUTE_FUNCS and (q.startswith("torch.") or q.startswith("F.") or "functional" in q):
             return "compute", q
         return "", ""

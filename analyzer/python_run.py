@@ -77,6 +77,17 @@ def _is_size_expr(node: ast.AST) -> bool:
     return isinstance(node, ast.Name) and bool(_SIZE_NAME.search(node.id))
 
 
+_NO_LITERAL = object()
+
+
+def _literal(node: ast.AST) -> object:
+    """The value of a literal (`-1`, `None`, `"x"`); _NO_LITERAL for anything else."""
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _NO_LITERAL
+
+
 def _is_world_group(node: ast.AST) -> bool:
     """`dist.group.WORLD`, `torch.distributed.group.WORLD`, `group.WORLD`."""
     return isinstance(node, ast.Attribute) and node.attr == "WORLD" and isinstance(node.value, ast.Attribute) \
@@ -261,13 +272,131 @@ class RunBranches:
             return self.qualname(node.func).endswith("get_world_size")
         return False
 
+    def module_constant(self, name: str) -> ast.AST | None:
+        """The value of a module-level name bound once at the top of the file and never rebound
+        (`NUM_DEVICES = 8`, `DTYPE_TO_IDX = {torch.float32: 0, ...}`); None otherwise."""
+        table = self._module_constants
+        if table is None:
+            bound: dict[str, list[ast.AST]] = {}
+            for st in self.tree.body:
+                if isinstance(st, (ast.Assign, ast.AnnAssign)):
+                    targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+                    for t in targets:
+                        if isinstance(t, ast.Name) and st.value is not None:
+                            bound.setdefault(t.id, []).append(st.value)
+            rebound = {n for node in ast.walk(self.tree) if isinstance(node, ast.Global) for n in node.names}
+            table = {k: v[0] for k, v in bound.items() if len(v) == 1 and k not in rebound}
+            self._module_constants = table
+        return table.get(name)
+
+    def _constant_of(self, node: ast.AST, fn: ast.AST | None) -> ast.AST:
+        """`NUM_DEVICES` -> `8` where the name is a module-level integer constant that `fn` does not
+        bind itself; the node unchanged otherwise."""
+        if isinstance(node, ast.Name) and not (fn is not None and node.id in self.name_assignments(fn)):
+            value = self.module_constant(node.id)
+            if isinstance(value, ast.Constant) and isinstance(value.value, int) and not isinstance(value.value, bool):
+                return value
+        return node
+
+    def _dtype_table(self, node: ast.AST, fn: ast.AST | None) -> list[str | None] | None:
+        """The dtypes a tuple, list, set or dict literal (or a module-level name bound to one) holds
+        as its elements or keys: `(torch.float16, torch.bfloat16)`, `DTYPE_TO_IDX`."""
+        if isinstance(node, ast.Name) and not (fn is not None and node.id in self.name_assignments(fn)):
+            node = self.module_constant(node.id) or node
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            elts = node.elts
+        elif isinstance(node, ast.Dict) and None not in node.keys:
+            elts = node.keys  # type: ignore[assignment]
+        else:
+            return None
+        return [self._dtype_of(e) for e in elts]
+
+    def _dtype_lookup(self, node: ast.AST, fn: ast.AST | None) -> tuple[bool, ast.AST] | None:
+        """`idx = DTYPE_TO_IDX.get(x.dtype, -1)`: (whether the run's dtype is a key, the default)."""
+        if isinstance(node, ast.Name) and fn is not None:
+            node = self._single_assignment(node.id, fn)
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                and len(node.args) == 2 and self._is_dtype_expr(node.args[0]) and _literal(node.args[1]) is not _NO_LITERAL):
+            return None
+        keys = self._dtype_table(node.func.value, fn)
+        if not keys or any(k is None for k in keys) or not self.run_ctx.dtype:
+            return None
+        if self.run_ctx.dtype not in keys and any(k not in _FLOAT_DTYPES for k in keys):
+            return None  # an integer tensor may be what is looked up, and an integer key may hit
+        return self.run_ctx.dtype in keys, node.args[1]
+
+    def _input_extent(self, node: ast.AST, fn: ast.AST | None) -> bool:
+        """An extent of one of solution()'s inputs: `M` of `M, K = a.shape`, `a.shape[0]`,
+        `a.size(1)`, `len(tensors)`. PKB's inputs are never empty, so none of these is 0 on the run."""
+        sol = self.functions.get("solution")
+        if sol is None or fn is not sol:
+            return False
+        params = {a.arg for a in sol.args.args}
+
+        def of_param(expr: ast.AST) -> bool:
+            if isinstance(expr, ast.Subscript):
+                expr = expr.value
+            if isinstance(expr, ast.Attribute) and expr.attr == "shape":
+                return isinstance(expr.value, ast.Name) and expr.value.id in params
+            if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "size":
+                return isinstance(expr.func.value, ast.Name) and expr.func.value.id in params
+            if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "len" and len(expr.args) == 1:
+                return isinstance(expr.args[0], ast.Name) and expr.args[0].id in params
+            return False
+
+        if of_param(node):
+            return True
+        if not isinstance(node, ast.Name) or node.id in params:
+            return False
+        binds = [n for n in ast.walk(sol) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.NamedExpr))
+                 and any(isinstance(t, ast.Name) and t.id == node.id
+                         for tgt in (n.targets if isinstance(n, ast.Assign) else [n.target]) for t in ast.walk(tgt))]
+        if len(binds) != 1 or not isinstance(binds[0], ast.Assign) or len(binds[0].targets) != 1:
+            return False
+        target, value = binds[0].targets[0], binds[0].value
+        if isinstance(target, ast.Name):
+            return of_param(value)
+        # `M, K = a.shape`: every name of the unpacking is an extent of `a`
+        return isinstance(target, ast.Tuple) and isinstance(value, ast.Attribute) and value.attr == "shape" \
+            and isinstance(value.value, ast.Name) and value.value.id in params
+
+    def _rounded_down(self, node: ast.AST, fn: ast.AST | None, depth: int = 0) -> str | None:
+        """`(n // 8) * 8`, through names bound once (`chunks = n // 8; tail_start = chunks * 8`):
+        the text of the size `n` rounded down to a multiple; None for anything else."""
+        if isinstance(node, ast.Name) and fn is not None and depth < 3:
+            value = self._single_assignment(node.id, fn)
+            return self._rounded_down(value, fn, depth + 1) if value is not None else None
+        if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult)):
+            return None
+        for a, b in ((node.left, node.right), (node.right, node.left)):
+            k = _literal(b)
+            quotient = a
+            if isinstance(a, ast.Name) and fn is not None:
+                quotient = self._single_assignment(a.id, fn) or a
+            if isinstance(k, int) and isinstance(quotient, ast.BinOp) and isinstance(quotient.op, ast.FloorDiv) \
+                    and _literal(quotient.right) == k:
+                return ast.unparse(quotient.left)
+        return None
+
     def _compare_value(self, left: ast.AST, op: ast.cmpop, right: ast.AST, fn: ast.AST | None) -> bool | None:
         run = self.run_ctx
+        left, right = self._constant_of(left, fn), self._constant_of(right, fn)
+        # `tail_start = (n // 8) * 8; if tail_start < n:` the tail of an aligned size is empty.
+        if _is_size_expr(right) and self._rounded_down(left, fn) == ast.unparse(right):
+            table = {ast.Lt: False, ast.NotEq: False, ast.Eq: True, ast.GtE: True}
+            if type(op) in table:
+                return table[type(op)]
+        # `DTYPE_TO_IDX.get(x.dtype, -1) == -1`: the lookup misses only for a dtype the table lacks.
+        lookup = self._dtype_lookup(left, fn)
+        if lookup is not None and _literal(right) == _literal(lookup[1]) \
+                and isinstance(op, (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)):
+            missing = not lookup[0]
+            return missing if isinstance(op, (ast.Eq, ast.Is)) else not missing
         # dtype: `x.dtype == torch.float32`, `dtype in (torch.float16, torch.bfloat16)`
         if run.dtype and (self._is_dtype_expr(left) or self._is_dtype_expr(right)):
             other = right if self._is_dtype_expr(left) else left
-            if isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
-                names = [self._dtype_of(e) for e in right.elts]
+            names = self._dtype_table(right, fn) if isinstance(op, (ast.In, ast.NotIn)) else None
+            if names is not None:
                 if not names or any(n not in _FLOAT_DTYPES for n in names):
                     return None
                 hit = run.dtype in names
@@ -328,7 +457,7 @@ class RunBranches:
                 return True
             if isinstance(op, ast.NotEq):
                 return False
-        if isinstance(right, ast.Constant) and right.value == 0 and _is_size_expr(left):
+        if isinstance(right, ast.Constant) and right.value == 0 and (_is_size_expr(left) or self._input_extent(left, fn)):
             if isinstance(op, (ast.Eq, ast.LtE)):
                 return False
             if isinstance(op, (ast.Gt, ast.NotEq)):
@@ -346,6 +475,10 @@ class RunBranches:
             return True
         if not isinstance(arg, ast.Name):
             return False
+        if self._group_param_left_unset(arg.id, fn) and not any(
+                isinstance(n, ast.Assign) and n.lineno < value.lineno and any(isinstance(t, ast.Name) and t.id == arg.id for t in n.targets)
+                for n in ast.walk(fn)):
+            return True  # `dist.get_world_size(group)` with the parameter still None: the default group
         bound = self._single_assignment(arg.id, fn)
         if not (isinstance(bound, ast.BoolOp) and isinstance(bound.op, ast.Or) and len(bound.values) == 2
                 and _is_world_group(bound.values[1]) and isinstance(bound.values[0], ast.Name)):

@@ -486,9 +486,18 @@ def solution(x: torch.Tensor) -> torch.Tensor:
 
 
 def test_cudart_memcpy_from_a_peer_address_passed_to_a_helper_is_copy_engine(tmp_path):
-    rec = analyze(tmp_path, "2_allgather_cuda.py", CUDART_COPY.replace("SOURCE", "int(hdl.buffer_ptrs[p])"))
+    src = CUDART_COPY.replace("SOURCE", "int(hdl.buffer_ptrs[p])").replace(
+        "cudart = torch.cuda.cudart()", 'cudart = ctypes.CDLL("libcudart.so")')
+    rec = analyze(tmp_path, "2_allgather_cuda.py", src)
     assert rec.label_values("mechanism") == ["copy_engine"]
     assert line_of(rec, "cudart.cudaMemcpyAsync(") in evidence_lines(rec, "mechanism", "copy_engine")
+
+
+def test_torch_cudart_binds_no_copy_so_its_memcpy_moves_nothing(tmp_path):
+    # torch.cuda.cudart() binds error strings, the profiler, host register, streams and memory
+    # info only: cudaMemcpyAsync through it raises AttributeError on every call
+    rec = analyze(tmp_path, "2_allgather_cuda.py", CUDART_COPY.replace("SOURCE", "int(hdl.buffer_ptrs[p])"))
+    assert "copy_engine" not in rec.label_values("mechanism")
 
 
 def test_cudart_memcpy_between_local_buffers_is_no_transfer(tmp_path):
