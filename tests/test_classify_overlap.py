@@ -280,3 +280,79 @@ def test_launches_with_the_handle_inside_a_side_stream_block_are_judged_with_the
                       "        _ext.async_copy(nxt, int(hdl.buffer_ptrs[peer]), nxt.numel(), copy_stream.cuda_stream)\n")
     assert "with torch.cuda.stream(copy_stream):" in src
     assert "multi_stream" not in overlap(analyzer, tmp_path, src)
+
+
+PREFETCH_LOOP = '''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+
+_copy_stream = torch.cuda.Stream()
+
+def solution(A_local, B):
+    world, rank = dist.get_world_size(), dist.get_rank()
+    buf = symm_mem.empty(A_local.shape, dtype=A_local.dtype, device=A_local.device)
+    hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+    buf.copy_(A_local)
+    hdl.barrier(channel=0)
+    cur = torch.cuda.current_stream()
+    slots = [torch.empty_like(A_local) for _ in range(2)]
+    outs = []
+    for step in range(world):
+        peer = (rank + step) % world
+        SERIALISE
+        with torch.cuda.stream(_copy_stream):
+            slots[step % 2].copy_(hdl.get_buffer(peer, A_local.shape, A_local.dtype))
+            ready = torch.cuda.Event()
+            ready.record(_copy_stream)
+        cur.wait_event(ready)
+        outs.append(torch.matmul(slots[step % 2], B))
+    hdl.barrier(channel=0)
+    return torch.cat(outs)
+'''
+
+
+def test_a_transfer_joined_inside_the_loop_runs_beside_the_previous_chunks_compute(analyzer, tmp_path):
+    # this step's matmul is issued after the join, the next step's copy goes on the side stream
+    # without waiting for it: the two run together
+    src = PREFETCH_LOOP.replace("        SERIALISE\n", "")
+    assert "multi_stream" in overlap(analyzer, tmp_path, src)
+
+
+def test_the_same_loop_whose_side_stream_waits_for_the_current_one_is_not_multi_stream(analyzer, tmp_path):
+    src = PREFETCH_LOOP.replace("SERIALISE", "_copy_stream.wait_stream(cur)")
+    assert "multi_stream" not in overlap(analyzer, tmp_path, src)
+
+
+TRITON_BESIDE = '''
+import torch
+import torch.distributed as dist
+import triton
+import triton.language as tl
+
+_side = torch.cuda.Stream()
+
+
+@triton.jit
+def _local_loss(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(out_ptr + offs, tl.exp(x) * x, mask=offs < n)
+
+
+def solution(A_local, B):
+    parts = [torch.empty_like(A_local) for _ in range(dist.get_world_size())]
+    local = torch.empty_like(A_local)
+    grid = (triton.cdiv(A_local.numel(), 1024),)
+    _side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(_side):
+        dist.all_gather(parts, A_local)
+    _local_loss[grid](A_local, local, A_local.numel(), BLOCK=1024)
+    torch.cuda.current_stream().wait_stream(_side)
+    return torch.matmul(torch.cat(parts), B) + local.sum()
+'''
+
+
+def test_a_triton_launch_before_the_join_is_work_beside_the_side_stream(analyzer, tmp_path):
+    # `kernel[grid](...)` has no name right before its parenthesis: it is still GPU work
+    assert "multi_stream" in overlap(analyzer, tmp_path, TRITON_BESIDE)
