@@ -270,3 +270,38 @@ def solution(grads, hdl):
 ''')
     assert f.ext_arg_kinds["scale"][0] == "local"
     assert f.ext_arg_kinds["pull"][0] in ("peer_ptr", "peer_ptr_array")
+
+
+WRAPPED_PEER = '''
+    import torch
+    import triton
+    import triton.language as tl
+    import torch.distributed as dist
+    import torch.distributed._symmetric_memory as symm_mem
+    @triton.jit
+    def scatter_tile(x_ptr, dst0, dst1, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        v = tl.load(x_ptr + offs, mask=offs < n)
+        tl.store(dst0 + offs, v * 2.0, mask=offs < n)
+        tl.store(dst1 + offs, v * 2.0, mask=offs < n)
+    def solution(x, out):
+        hdl = symm_mem.rendezvous(out, dist.group.WORLD)
+        views = []
+        for i in range(2):
+            ptr = int(hdl.buffer_ptrs[i])
+            views.append(ext.WRAP(ptr, out, out.shape, out.stride()))
+        scatter_tile[(4,)](x, views[0], views[1], x.numel(), BLOCK=128)
+        return out
+'''
+
+
+def test_a_peer_address_wrapped_as_a_tensor_carries_triton_stores_to_the_peer():
+    f = facts(WRAPPED_PEER.replace("WRAP", "create_tensor_from_ptr"))
+    (k,) = f.triton_kernels
+    assert k.peer_params.get("dst0") == "peer_tensor" and len(k.peer_stores) == 2
+
+
+def test_an_unrelated_helper_fed_the_address_is_not_a_peer_view():
+    f = facts(WRAPPED_PEER.replace("WRAP", "checksum"))
+    (k,) = f.triton_kernels
+    assert not k.peer_stores
