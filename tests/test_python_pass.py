@@ -305,3 +305,34 @@ def test_an_unrelated_helper_fed_the_address_is_not_a_peer_view():
     f = facts(WRAPPED_PEER.replace("WRAP", "checksum"))
     (k,) = f.triton_kernels
     assert not k.peer_stores
+
+
+REBOUND_TO_HOST = '''
+    import torch
+    import torch.distributed as dist
+    def solution(mask):
+        counts = mask.sum(dim=(1, 2))
+        gathered = torch.empty(8 * counts.numel(), dtype=counts.dtype, device=counts.device)
+        dist.all_gather_into_tensor(gathered, counts)
+        per_expert = gathered.view(8, -1)[:, :2].contiguous()
+        FIRST
+        SECOND
+        return splits, per_expert
+'''
+
+
+def _tolist_syncs(src: str) -> list[int]:
+    f = facts(src)
+    return [c.line for c in f.calls if c.qualname.endswith("tolist") and c.category in ("cuda_sync", "host_sync")]
+
+
+def test_a_device_tensor_read_back_before_its_name_is_rebound_to_a_host_copy_syncs():
+    src = REBOUND_TO_HOST.replace("FIRST", "splits = per_expert.sum(dim=1).tolist()").replace(
+        "SECOND", 'per_expert = per_expert.to("cpu", non_blocking=True)')
+    assert len(_tolist_syncs(src)) == 1
+
+
+def test_the_same_read_after_the_host_copy_does_not():
+    src = REBOUND_TO_HOST.replace("FIRST", 'per_expert = per_expert.to("cpu")').replace(
+        "SECOND", "splits = per_expert.sum(dim=1).tolist()")
+    assert _tolist_syncs(src) == []
