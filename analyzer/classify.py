@@ -481,8 +481,14 @@ class Classifier:
         # Inside a loop joined only after it: the next iteration's work (before the block in the
         # loop body) also runs while this iteration's side-stream work is in flight.
         loop = self._enclosing_loop(first)
-        if loop is not None and (loop.end_lineno or loop.lineno) < end:
+        loop_end = (loop.end_lineno or loop.lineno) if loop is not None else 0
+        if loop is not None and loop_end < end:
             between += list(range(loop.body[0].lineno, first))
+        elif loop is not None and not self._side_stream_waits_current(block, loop):
+            # Joined inside the loop: the work issued after the join (this chunk's compute) runs
+            # while the next iteration's side-stream work (the next chunk's transfer) is in flight,
+            # unless each iteration makes the side stream wait for the current one first.
+            between += list(range(end + 1, loop_end + 1))
         for i in between:
             code = self.lines[i - 1].split("#")[0].strip()
             # Work is a call that is not stream plumbing nor a builtin on host numbers.
@@ -491,8 +497,21 @@ class Classifier:
             if work and not re.search(r"\b(wait_stream|wait_event|record|synchronize|Event|stream)\(", code) \
                     and not code.startswith(("def ", "return", "if ", "for ", "with ", "elif ")):
                 return True
-        # A matmul written as `@` between the block and the join counts as other work.
-        return any(m in between for m in matmul_lines)
+        # A matmul written as `@` or a Triton launch (`kernel[grid](...)`, no name before its
+        # parenthesis) between the block and the join counts as other work.
+        launches = {c.line for c in calls if c.category in ("triton_launch", "cupy_launch")}
+        return any(m in between for m in matmul_lines) or any(i in launches for i in between)
+
+    def _side_stream_waits_current(self, block: tuple[str, int, int, int], loop: ast.AST) -> bool:
+        """Whether the side stream of `block` waits for the whole current stream
+        (`s.wait_stream(torch.cuda.current_stream())`) in the loop body before the block."""
+        _, with_line, first, _ = block
+        head = self.lines[with_line - 1]
+        m = re.search(r"\bstream\(\s*([\w.\[\]]+)\s*\)", head) or re.search(r"([\w.\[\]]+)\.cuda_stream", head)
+        if m is None:
+            return True  # the side stream is not named: keep the serial reading
+        waits = re.compile(rf"(?<![\w.]){re.escape(m.group(1))}\.wait_stream\(")
+        return any(waits.search(self.lines[i - 1].split("#")[0]) for i in range(loop.body[0].lineno, first))
 
     def _enclosing_loop(self, line: int) -> ast.AST | None:
         """The innermost `for`/`while` whose body holds `line`."""

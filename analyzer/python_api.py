@@ -209,6 +209,8 @@ class CallCategories:
             return self._is_host_value(node.value)  # `cpu_t.T`, `cpu_t[i]`
         if isinstance(node, ast.Name) and self._in_host_locals(node):
             return True
+        if isinstance(node, ast.Name) and self._before_host_binding(node):
+            return False  # read before this function rebinds the name to a host copy
         if isinstance(node, (ast.Name, ast.Attribute)):
             return dotted(node) in self.facts.host_tensors
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr not in ("cuda", "to") \

@@ -55,6 +55,8 @@ class AssertsAndLoops:
         for c in self.facts.calls:
             if c.category == "stream" and c.qualname.endswith("Stream"):
                 self.facts.streams.append(c.line)
+        recording_loops: dict[str, int] = {}  # event list -> a side-stream transfer loop recording `events[i]`
+        waiting_loops: list[tuple[int, set[str]]] = []  # (line, event lists) of compute loops waiting on `events[i]`
         for loop, fname in getattr(self, "loop_nodes", []):
             # The loop's own calls and those of the file's functions it calls (a prefetch helper
             # issues the copies, a block function the compute): one iteration does all of it.
@@ -72,15 +74,62 @@ class AssertsAndLoops:
                         continue
                     cats.add(c.category)
                     streamed = streamed or bool(c.stream_context) or c.category in ("event", "stream")
-            # One stream runs an iteration's transfer and compute one after the other: chunks
-            # pipeline only when a side stream or events let the next transfer run under this compute.
-            if not streamed:
-                continue
             transfer = cats & {"collective", "p2p", "tensor_copy", "cudart_copy", "ext_kernel", "triton_launch", "cupy_launch", "symm_handle"}
             compute = cats & {"compute", "ext_kernel", "triton_launch"}
             has_matmul = any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult) for b in bodies for n in ast.walk(b))
+            per_chunk = self._per_chunk_events(loop, loop.target.id) if isinstance(loop, ast.For) and isinstance(
+                loop.target, ast.Name) else {"record": set(), "wait": set()}
+            # One stream runs an iteration's transfer and compute one after the other: chunks
+            # pipeline only when a side stream or events let the next transfer run under this compute.
+            if not (streamed or per_chunk["wait"]):
+                continue
             if transfer and (compute - transfer or has_matmul or len(transfer) > 1):
                 self.facts.chunk_loops.append(loop.lineno)
+            elif per_chunk["record"] & per_chunk["wait"] and len(self._stream_handles(loop)) > 1:
+                # One iteration launches on two streams (`ext.step(..., a.cuda_stream)`, then
+                # `ext.gather(..., b.cuda_stream)`) linked by this chunk's event: the next chunk's
+                # first launch runs while this chunk's second is in flight.
+                self.facts.chunk_loops.append(loop.lineno)
+            else:
+                if transfer and streamed and per_chunk["record"]:
+                    recording_loops.update(dict.fromkeys(per_chunk["record"], loop.lineno))
+                if (compute or has_matmul) and per_chunk["wait"]:
+                    waiting_loops.append((loop.lineno, per_chunk["wait"]))
+        # Transfers issued chunk by chunk on a side stream, each recording its own event, and a
+        # later compute loop whose iteration waits only on its chunk's event: chunk c computes
+        # while later chunks still move, a pipeline split over two loops.
+        for line, events in waiting_loops:
+            if any(e in recording_loops and recording_loops[e] != line for e in events):
+                self.facts.chunk_loops.append(line)
+
+    @staticmethod
+    def _stream_handles(loop: ast.AST) -> set[str]:
+        """The streams whose handles (`s.cuda_stream`) the loop's calls are handed."""
+        return {dotted(a.value) for n in ast.walk(loop) if isinstance(n, ast.Call)
+                for a in n.args if isinstance(a, ast.Attribute) and a.attr == "cuda_stream"}
+
+    @staticmethod
+    def _per_chunk_events(loop: ast.For, var: str) -> dict[str, set[str]]:
+        """Event lists indexed by the loop variable that the loop records (`ev[c].record(s)`) or
+        waits on (`ev[c].wait(s)`, `s.wait_event(ev[c])`, `ev[c].synchronize()` is a host wait, not counted)."""
+        out: dict[str, set[str]] = {"record": set(), "wait": set()}
+
+        def indexed_event(node: ast.AST) -> str:
+            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Name) and node.slice.id == var:
+                return dotted(node.value)
+            return ""
+
+        for n in ast.walk(loop):
+            if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)):
+                continue
+            name = indexed_event(n.func.value)
+            if name and n.func.attr == "record":
+                out["record"].add(name)
+            elif name and n.func.attr == "wait":
+                out["wait"].add(name)
+            elif n.func.attr == "wait_event" and n.args and indexed_event(n.args[0]):
+                out["wait"].add(indexed_event(n.args[0]))
+        return out
 
     def _range_over_peers(self, range_call: ast.Call) -> bool:
         """`for p in range(8): ... buffer_ptrs[p]`: the loop variable picks a rank (a peer's buffer,

@@ -29,10 +29,22 @@ class HostTensors:
 
     def _in_host_locals(self, node: ast.Name) -> bool:
         fn = self.enclosing.get(id(node))
-        return fn is not None and node.id in getattr(self, "host_locals", {}).get(id(fn), ())
+        if fn is None or node.id not in getattr(self, "host_locals", {}).get(id(fn), ()):
+            return False
+        # `counts = gathered[:, s:e].contiguous()`, `counts.sum(1).tolist()`, then
+        # `counts = counts.to("cpu")`: the name holds a host tensor only from its first host binding on.
+        return node.lineno >= getattr(self, "host_from", {}).get((id(fn), node.id), 0)
+
+    def _before_host_binding(self, node: ast.Name) -> bool:
+        """`node` reads a local of its function above the line where the function first binds
+        that name to a host tensor."""
+        fn = self.enclosing.get(id(node))
+        first = getattr(self, "host_from", {}).get((id(fn), node.id)) if fn is not None else None
+        return first is not None and node.lineno < first
 
     def _host_tensor_flow(self) -> None:
         self.host_locals = {}
+        self.host_from: dict[tuple[int, str], int] = {}  # (function, local) -> line of its first host binding (0: a parameter)
         returns: dict[str, list[bool]] = {}  # function name -> which returned tuple items are host tensors
         for _ in range(4):  # each sweep follows one more hop (call -> parameter -> return -> caller)
             before = (sum(map(len, self.host_locals.values())), len(self.facts.host_tensors), sum(map(sum, returns.values())))
@@ -40,9 +52,9 @@ class HostTensors:
                 mine = self.host_locals.setdefault(id(fn), set())
                 for node in ast.walk(fn):
                     if isinstance(node, ast.Assign):
-                        self._host_assign(node.targets, node.value, mine, returns)
+                        self._host_assign(node.targets, node.value, mine, returns, fn)
                     elif isinstance(node, ast.AnnAssign) and node.value is not None:
-                        self._host_assign([node.target], node.value, mine, returns)
+                        self._host_assign([node.target], node.value, mine, returns, fn)
                     elif isinstance(node, ast.Call):
                         self._host_arguments(node)
                     elif isinstance(node, ast.Return) and node.value is not None and self.enclosing.get(id(node)) is fn:
@@ -54,15 +66,22 @@ class HostTensors:
             if after == before:
                 break
 
-    def _host_assign(self, targets: list[ast.AST], value: ast.AST, mine: set[str], returns: dict[str, list[bool]]) -> None:
+    def _host_assign(self, targets: list[ast.AST], value: ast.AST, mine: set[str], returns: dict[str, list[bool]],
+                     fn: ast.AST | None = None) -> None:
+        def bind(name: ast.Name) -> None:
+            mine.add(name.id)
+            key = (id(fn), name.id)
+            if key not in self.host_from or name.lineno < self.host_from[key]:
+                self.host_from[key] = name.lineno
+
         for t in targets:
             if isinstance(t, ast.Tuple) and isinstance(value, ast.Call) and isinstance(value.func, ast.Name) \
                     and value.func.id in returns and len(returns[value.func.id]) == len(t.elts):
                 for te, host in zip(t.elts, returns[value.func.id]):
                     if host and isinstance(te, ast.Name):
-                        mine.add(te.id)
+                        bind(te)
             elif isinstance(t, ast.Name) and self._is_host_value(value):
-                mine.add(t.id)
+                bind(t)
             elif isinstance(t, ast.Attribute) and self._is_host_value(value):
                 name = dotted(t)
                 if name and name not in self.facts.host_tensors:
@@ -78,7 +97,9 @@ class HostTensors:
         for param, arg in zip(params, call.args):
             if not isinstance(arg, ast.Starred) and self._is_host_value(arg):
                 mine.add(param)
+                self.host_from[(id(callee), param)] = 0
         names = set(params) | {a.arg for a in callee.args.kwonlyargs}
         for kw in call.keywords:
             if kw.arg in names and self._is_host_value(kw.value):
                 mine.add(kw.arg)
+                self.host_from[(id(callee), kw.arg)] = 0

@@ -9,9 +9,14 @@ Triton and CuPy launches that the clang pass follows into the kernels.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 
 from analyzer.python_api import RANK_NAMES, SYMM_HANDLE_ATTRS, dotted
+
+
+# Names of helpers that make a tensor over a raw address: `tensor_from_ptr`, `from_blob`, `wrap_ptr`.
+_WRAPS_ADDRESS = re.compile(r"from_(ptr|blob|address|pointer)|(tensor|wrap|view)_?(from|of|at)?_?(ptr|address|pointer)", re.I)
 
 
 @dataclass
@@ -82,6 +87,11 @@ class PointerKinds:
             if isinstance(node.func, ast.Name) and node.func.id in self.returns:
                 kinds = self.returns[node.func.id]
                 return kinds[0] if len(kinds) == 1 else "unknown"
+            # An extension that wraps a raw address as a tensor (`ext.create_tensor_from_ptr(ptr, like,
+            # sizes, strides)`, `ext.from_blob(ptr, ...)`) fed a peer address gives a view of the
+            # peer's buffer: what a kernel stores through it lands in peer memory.
+            if _WRAPS_ADDRESS.search(last) and any(self.kind_of(a, scope) == "peer_ptr" for a in node.args[:1]):
+                return "peer_tensor"
             return "unknown"
         if isinstance(node, ast.BinOp):
             return stronger(self.kind_of(node.left, scope), self.kind_of(node.right, scope))

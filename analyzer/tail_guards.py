@@ -37,6 +37,12 @@ def _tail_slice(node: ast.AST) -> bool:
                for n in ast.walk(node))
 
 
+def _pads(node: ast.AST) -> bool:
+    """`F.pad(x, ...)`, `torch.nn.functional.pad(...)`: a tensor padded up to a size."""
+    return isinstance(node, ast.Call) and (
+        isinstance(node.func, ast.Attribute) and node.func.attr == "pad" or isinstance(node.func, ast.Name) and node.func.id == "pad")
+
+
 def python_guards_tail(tree: ast.AST | None, call_lines: list[int]) -> bool:
     """Every call at `call_lines` sits under a remainder test, after a check of the remainder in
     its function, or in a function that also copies the tail."""
@@ -68,7 +74,8 @@ def python_guards_tail(tree: ast.AST | None, call_lines: list[int]) -> bool:
                 if isinstance(st, ast.Assert) and _mentions_remainder(st.test):
                     guarded = True
                 elif isinstance(st, ast.If) and _mentions_remainder(st.test) and any(
-                        isinstance(b, (ast.Raise, ast.Return)) for b in ast.walk(st)):
+                        isinstance(b, (ast.Raise, ast.Return)) or _pads(b) for b in ast.walk(st)):
+                    # rejected, or padded up to a multiple (`if K % 64: A = F.pad(A, ...)`)
                     guarded = True
             if any(isinstance(st, (ast.Assign, ast.AugAssign, ast.Expr)) and _tail_slice(st) for st in ast.walk(fn)):
                 guarded = True

@@ -10,6 +10,9 @@ How the judged fields were decided (pkb_catalog.json's "source" says it too):
 - has_compute: True when the reference computes something beyond moving or reducing data (GEMM,
   norm, softmax, FFT, sort, RoPE, kNN, losses, optimizer steps, quantization); a collective's own
   reduction, index bookkeeping (split sizes, counts) and row gathers/scatter-adds are not compute.
+  A local reduction of a whole input tensor into a value the problem returns (an expert mask summed
+  into per-expert counts or a routing map) is compute: it is GPU work a solution can overlap with
+  the exchange; such entries say why in `has_compute_why`.
 - category: problems/__init__.py's CATEGORIES where one fits, plus "training" (optimizer steps,
   gradient clipping, DDP/ZeRO/FSDP steps), "quantization" (FP8/int8 around a collective),
   "embedding" (sharded embedding and jagged-tensor exchanges) and "apps" (workloads of named
@@ -46,6 +49,7 @@ class CatalogEntry:
     min_world_size_why: str = ""
     group_args: tuple[str, ...] = ()  # parameters PKB's input factory passes a process group (else None)
     communicates: bool = True  # False: the reference moves no data between ranks
+    has_compute_why: str = ""  # for the entries where reading the reference needed a judgement
 
     @property
     def stem(self) -> str:
@@ -69,6 +73,7 @@ def entries() -> dict[int, CatalogEntry]:
             min_world_size_why=row.get("min_world_size_why", ""),
             group_args=tuple(row.get("group_args", ())),
             communicates=row.get("communicates", True),
+            has_compute_why=row.get("has_compute_why", ""),
         )
     return out
 

@@ -25,7 +25,7 @@ def test_json_is_well_formed():
     allowed = set(problems.CATEGORIES) | set(catalog.EXTRA_CATEGORIES)
     for r in rows:
         assert set(r) <= {"id", "name", "params", "required", "has_compute", "category", "min_world_size", "min_world_size_why",
-                          "group_args", "communicates"}, r["id"]
+                          "group_args", "communicates", "has_compute_why"}, r["id"]
         assert r.get("communicates", True) in (True, False), r
         assert set(r.get("group_args", ())) <= set(r["params"]), r  # a group is passed to a parameter
         assert r["name"] and r["name"].isidentifier(), r
@@ -86,3 +86,13 @@ def test_communicates_is_false_exactly_where_the_reference_moves_no_data():
     refs = sorted(Path(os.environ["PKB_ROOT"], "reference").glob("*_*.py"))
     local = {int(p.stem.split("_", 1)[0]) for p in refs if not silent.search(p.read_text(encoding="utf-8"))}
     assert local and {i for i, e in catalog.entries().items() if not e.communicates} == local
+
+
+def test_local_reduction_of_an_input_is_compute():
+    # 26 sums its expert mask into the counts it returns; 28 reduces it to the routing map it
+    # returns and permutes tokens by expert: work besides the exchange, so overlap is not `n/a`.
+    table = catalog.entries()
+    for pid in (26, 28):
+        assert table[pid].has_compute is True and "expert_mask" in table[pid].has_compute_why, pid
+    # split-size bookkeeping stays a bare exchange
+    assert table[70].has_compute is False and table[67].has_compute is False

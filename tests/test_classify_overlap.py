@@ -280,3 +280,153 @@ def test_launches_with_the_handle_inside_a_side_stream_block_are_judged_with_the
                       "        _ext.async_copy(nxt, int(hdl.buffer_ptrs[peer]), nxt.numel(), copy_stream.cuda_stream)\n")
     assert "with torch.cuda.stream(copy_stream):" in src
     assert "multi_stream" not in overlap(analyzer, tmp_path, src)
+
+
+PREFETCH_LOOP = '''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+
+_copy_stream = torch.cuda.Stream()
+
+def solution(A_local, B):
+    world, rank = dist.get_world_size(), dist.get_rank()
+    buf = symm_mem.empty(A_local.shape, dtype=A_local.dtype, device=A_local.device)
+    hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+    buf.copy_(A_local)
+    hdl.barrier(channel=0)
+    cur = torch.cuda.current_stream()
+    slots = [torch.empty_like(A_local) for _ in range(2)]
+    outs = []
+    for step in range(world):
+        peer = (rank + step) % world
+        SERIALISE
+        with torch.cuda.stream(_copy_stream):
+            slots[step % 2].copy_(hdl.get_buffer(peer, A_local.shape, A_local.dtype))
+            ready = torch.cuda.Event()
+            ready.record(_copy_stream)
+        cur.wait_event(ready)
+        outs.append(torch.matmul(slots[step % 2], B))
+    hdl.barrier(channel=0)
+    return torch.cat(outs)
+'''
+
+
+def test_a_transfer_joined_inside_the_loop_runs_beside_the_previous_chunks_compute(analyzer, tmp_path):
+    # this step's matmul is issued after the join, the next step's copy goes on the side stream
+    # without waiting for it: the two run together
+    src = PREFETCH_LOOP.replace("        SERIALISE\n", "")
+    assert "multi_stream" in overlap(analyzer, tmp_path, src)
+
+
+def test_the_same_loop_whose_side_stream_waits_for_the_current_one_is_not_multi_stream(analyzer, tmp_path):
+    src = PREFETCH_LOOP.replace("SERIALISE", "_copy_stream.wait_stream(cur)")
+    assert "multi_stream" not in overlap(analyzer, tmp_path, src)
+
+
+TRITON_BESIDE = '''
+import torch
+import torch.distributed as dist
+import triton
+import triton.language as tl
+
+_side = torch.cuda.Stream()
+
+
+@triton.jit
+def _local_loss(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(out_ptr + offs, tl.exp(x) * x, mask=offs < n)
+
+
+def solution(A_local, B):
+    parts = [torch.empty_like(A_local) for _ in range(dist.get_world_size())]
+    local = torch.empty_like(A_local)
+    grid = (triton.cdiv(A_local.numel(), 1024),)
+    _side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(_side):
+        dist.all_gather(parts, A_local)
+    _local_loss[grid](A_local, local, A_local.numel(), BLOCK=1024)
+    torch.cuda.current_stream().wait_stream(_side)
+    return torch.matmul(torch.cat(parts), B) + local.sum()
+'''
+
+
+def test_a_triton_launch_before_the_join_is_work_beside_the_side_stream(analyzer, tmp_path):
+    # `kernel[grid](...)` has no name right before its parenthesis: it is still GPU work
+    assert "multi_stream" in overlap(analyzer, tmp_path, TRITON_BESIDE)
+
+
+TWO_LOOPS = '''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+
+_comm = torch.cuda.Stream()
+
+def solution(A_local, B):
+    world, rank = dist.get_world_size(), dist.get_rank()
+    buf = symm_mem.empty(A_local.shape, dtype=A_local.dtype, device=A_local.device)
+    hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+    buf.copy_(A_local)
+    hdl.barrier(channel=0)
+    cur = torch.cuda.current_stream()
+    _comm.wait_stream(cur)
+    full = torch.empty((world,) + tuple(A_local.shape), dtype=A_local.dtype, device=A_local.device)
+    ready = [torch.cuda.Event() for _ in range(world)]
+    for c in range(world):
+        with torch.cuda.stream(_comm):
+            full[c].copy_(hdl.get_buffer(c, A_local.shape, A_local.dtype))
+            ready[c].record(_comm)
+    outs = []
+    for c in range(world):
+        WAIT
+        outs.append(torch.matmul(full[c], B))
+    hdl.barrier(channel=0)
+    return torch.cat(outs)
+'''
+
+
+def test_a_compute_loop_waiting_on_each_chunks_own_event_pipelines_with_the_transfer_loop(analyzer, tmp_path):
+    src = TWO_LOOPS.replace("WAIT", "ready[c].wait(cur)")
+    assert "chunked_pipeline" in overlap(analyzer, tmp_path, src)
+
+
+def test_a_compute_loop_after_one_join_of_the_whole_transfer_is_not_a_pipeline(analyzer, tmp_path):
+    src = TWO_LOOPS.replace("WAIT", "cur.wait_stream(_comm)")
+    assert "chunked_pipeline" not in overlap(analyzer, tmp_path, src)
+
+
+TWO_STREAM_LOOP = '''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+_ext = load_inline(name="steps", cpp_sources="void step(torch::Tensor p, int64_t s); void gather(torch::Tensor o, int64_t ptrs, int64_t s);",
+                   functions=["step", "gather"])
+_side = torch.cuda.Stream()
+
+def solution(A_local, B):
+    buf = symm_mem.empty(A_local.shape, dtype=A_local.dtype, device=A_local.device)
+    hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+    cur = torch.cuda.current_stream()
+    done = [torch.cuda.Event() for _ in range(4)]
+    out = torch.empty_like(A_local)
+    for c in range(4):
+        _ext.step(buf, cur.cuda_stream)
+        done[c].record(cur)
+        _side.wait_event(done[c])
+        _ext.gather(out, int(hdl.buffer_ptrs[0]), SECOND.cuda_stream)
+    cur.wait_stream(_side)
+    return out
+'''
+
+
+def test_a_loop_launching_on_two_streams_linked_by_each_chunks_event_is_a_pipeline(analyzer, tmp_path):
+    assert "chunked_pipeline" in overlap(analyzer, tmp_path, TWO_STREAM_LOOP.replace("SECOND", "_side"))
+
+
+def test_the_same_loop_on_one_stream_is_not(analyzer, tmp_path):
+    assert "chunked_pipeline" not in overlap(analyzer, tmp_path, TWO_STREAM_LOOP.replace("SECOND", "cur"))

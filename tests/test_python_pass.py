@@ -270,3 +270,69 @@ def solution(grads, hdl):
 ''')
     assert f.ext_arg_kinds["scale"][0] == "local"
     assert f.ext_arg_kinds["pull"][0] in ("peer_ptr", "peer_ptr_array")
+
+
+WRAPPED_PEER = '''
+    import torch
+    import triton
+    import triton.language as tl
+    import torch.distributed as dist
+    import torch.distributed._symmetric_memory as symm_mem
+    @triton.jit
+    def scatter_tile(x_ptr, dst0, dst1, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        v = tl.load(x_ptr + offs, mask=offs < n)
+        tl.store(dst0 + offs, v * 2.0, mask=offs < n)
+        tl.store(dst1 + offs, v * 2.0, mask=offs < n)
+    def solution(x, out):
+        hdl = symm_mem.rendezvous(out, dist.group.WORLD)
+        views = []
+        for i in range(2):
+            ptr = int(hdl.buffer_ptrs[i])
+            views.append(ext.WRAP(ptr, out, out.shape, out.stride()))
+        scatter_tile[(4,)](x, views[0], views[1], x.numel(), BLOCK=128)
+        return out
+'''
+
+
+def test_a_peer_address_wrapped_as_a_tensor_carries_triton_stores_to_the_peer():
+    f = facts(WRAPPED_PEER.replace("WRAP", "create_tensor_from_ptr"))
+    (k,) = f.triton_kernels
+    assert k.peer_params.get("dst0") == "peer_tensor" and len(k.peer_stores) == 2
+
+
+def test_an_unrelated_helper_fed_the_address_is_not_a_peer_view():
+    f = facts(WRAPPED_PEER.replace("WRAP", "checksum"))
+    (k,) = f.triton_kernels
+    assert not k.peer_stores
+
+
+REBOUND_TO_HOST = '''
+    import torch
+    import torch.distributed as dist
+    def solution(mask):
+        counts = mask.sum(dim=(1, 2))
+        gathered = torch.empty(8 * counts.numel(), dtype=counts.dtype, device=counts.device)
+        dist.all_gather_into_tensor(gathered, counts)
+        per_expert = gathered.view(8, -1)[:, :2].contiguous()
+        FIRST
+        SECOND
+        return splits, per_expert
+'''
+
+
+def _tolist_syncs(src: str) -> list[int]:
+    f = facts(src)
+    return [c.line for c in f.calls if c.qualname.endswith("tolist") and c.category in ("cuda_sync", "host_sync")]
+
+
+def test_a_device_tensor_read_back_before_its_name_is_rebound_to_a_host_copy_syncs():
+    src = REBOUND_TO_HOST.replace("FIRST", "splits = per_expert.sum(dim=1).tolist()").replace(
+        "SECOND", 'per_expert = per_expert.to("cpu", non_blocking=True)')
+    assert len(_tolist_syncs(src)) == 1
+
+
+def test_the_same_read_after_the_host_copy_does_not():
+    src = REBOUND_TO_HOST.replace("FIRST", 'per_expert = per_expert.to("cpu")').replace(
+        "SECOND", "splits = per_expert.sum(dim=1).tolist()")
+    assert _tolist_syncs(src) == []

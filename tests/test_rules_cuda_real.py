@@ -663,3 +663,42 @@ def test_pkb004_buffers_of_one_set_up_tuple_are_told_apart_by_their_rendezvous(t
     early = ONE_BUNDLE.replace("    meta.copy_(x[:1])\n", "    meta.copy_(x[:1])\n    data.zero_()\n    data.copy_(x)\n", 1)
     rec = analyze(tmp_path, early, "36_ulysses_all_gather_variable_primitive_cuda.py")
     assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.pull(data_ptrs")]
+
+
+PADDED_TRITON = '''
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def rows_dot(a_ptr, b_ptr, out_ptr, K, BLOCK_K: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        a = tl.load(a_ptr + row * K + k + offs)
+        b = tl.load(b_ptr + k + offs)
+        acc += a * b
+    tl.store(out_ptr + row, tl.sum(acc))
+
+
+def solution(A: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    M, K = A.shape
+    GUARD
+    out = torch.empty(M, device=A.device, dtype=torch.float32)
+    rows_dot[(M,)](A, b, out, K, BLOCK_K=64)
+    return out
+'''
+
+
+def test_pkb006_triton_loads_without_mask_on_an_unpadded_size(tmp_path):
+    rec = analyze(tmp_path, PADDED_TRITON.replace("    GUARD\n", ""), name="13_gemm_allreduce_triton.py")
+    assert {line_of(rec, "a = tl.load("), line_of(rec, "b = tl.load(")} <= set(lines_of(rec, "PKB006"))
+
+
+def test_pkb006_not_where_python_pads_the_size_to_the_block(tmp_path):
+    guard = "if K % 64 != 0:\n        pad = 64 - K % 64\n        A, b = F.pad(A, (0, pad)), F.pad(b, (0, pad))\n        K += pad"
+    rec = analyze(tmp_path, PADDED_TRITON.replace("GUARD", guard), name="13_gemm_allreduce_triton.py")
+    assert lines_of(rec, "PKB006") == []
