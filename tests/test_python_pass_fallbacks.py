@@ -3,19 +3,10 @@ module constants, dtype tables and the inputs' extents, a process group left at 
 candidate itself calls its fallback, and metadata exchanged through a helper. Small candidates
 written for the purpose."""
 
-import textwrap
+from static_helpers import facts, paths
 
-from analyzer.python_pass import RunContext, analyze_python, is_metadata_collective
+from analyzer.python_pass import RunContext, is_metadata_collective
 
-RUN = RunContext(dtype="bfloat16", world_size=8, multicast=True)  # solutions_cuda_bf16_h100_8_...
-
-
-def facts(src: str, run: RunContext | None = RUN):
-    return analyze_python(textwrap.dedent(src), "cand.py", run=run)
-
-
-def paths(f, qualname: str) -> list[str]:
-    return [c.path for c in f.calls if c.qualname.endswith(qualname)]
 
 
 def test_world_size_compared_with_a_module_constant():

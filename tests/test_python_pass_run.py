@@ -2,19 +2,10 @@
 into a local, calls reached through attributes, host syncs that are not, and the facts behind
 PKB018 and PKB019. Small candidates written for the purpose."""
 
-import textwrap
+from static_helpers import RUN, facts, paths
 
-from analyzer.python_pass import RunContext, analyze_python, run_context
+from analyzer.python_pass import RunContext, run_context
 
-RUN = RunContext(dtype="bfloat16", world_size=8, multicast=True)  # solutions_cuda_bf16_h100_8_...
-
-
-def facts(src: str, run: RunContext | None = RUN):
-    return analyze_python(textwrap.dedent(src), "cand.py", run=run)
-
-
-def paths(f, qualname: str) -> list[str]:
-    return [c.path for c in f.calls if c.qualname.endswith(qualname)]
 
 
 def test_run_context_from_the_tree_tokens():

@@ -7,21 +7,8 @@ and a kernel branch on `multicast_ptr == 0` (a fallback on the run, where multic
 
 from __future__ import annotations
 
-import textwrap
-from pathlib import Path
 
-import pytest
-
-from analyzer.pipeline import StaticAnalyzer, StaticOptions
-from pkb.corpus import read_candidate
-
-
-def analyze(tmp_path: Path, name: str, body: str):
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(body))
-    rec = read_candidate(path, tmp_path)
-    StaticAnalyzer(StaticOptions(ptx=False, use_cache=False)).analyze(rec)
-    return rec
+from static_helpers import analyze
 
 
 def line_of(rec, needle: str) -> int:

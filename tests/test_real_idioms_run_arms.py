@@ -3,19 +3,7 @@ local : peer`): only the arm the run takes carries its pointer kind. A small can
 
 from __future__ import annotations
 
-import textwrap
-from pathlib import Path
-
-from analyzer.pipeline import StaticAnalyzer, StaticOptions
-from pkb.corpus import read_candidate
-
-
-def analyze(tmp_path: Path, name: str, body: str):
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(body))
-    rec = read_candidate(path, tmp_path)
-    StaticAnalyzer(StaticOptions(ptx=False, use_cache=False)).analyze(rec)
-    return rec
+from static_helpers import analyze
 
 
 RECV = r'''
