@@ -7,7 +7,6 @@ and a kernel branch on `multicast_ptr == 0` (a fallback on the run, where multic
 
 from __future__ import annotations
 
-
 from static_helpers import analyze
 
 
