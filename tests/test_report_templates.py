@@ -119,6 +119,7 @@ def test_record_text_comes_out_escaped_on_the_corpus_page_and_a_kernel_page(tmp_
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html_text, name
         shown = _text(html_text)
         assert f"evil/{HOSTILE}.py" in shown and "&lt;" not in shown, name  # escaped once, read back verbatim
+        assert not re.search(r"\{[{%#]|[}%#]\}", shown), name  # no template syntax leaks into the page
     assert f"m{HOSTILE}" in _text(pages["corpus"]) and f"wrong: {HOSTILE}" in _text(pages["corpus"])
     for text in (f"spin on {HOSTILE}", f"rank 0: {HOSTILE}", f"Traceback: {HOSTILE}", f"wrong: {HOSTILE}"):
         assert text in _text(pages["kernel"]), text
