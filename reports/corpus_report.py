@@ -317,7 +317,8 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
         "evaluated": any_eval, "n_evaluated": len(evaluated), "n_correct": n_correct,
         "static_note": STATIC_NOTE, "how": {"eval": run_eval, "report": run_report, "where": EVALUATE_WHERE}, "not_run_text": NOT_RUN,
         "toc": TOC, "mechanisms_used": used, "never_used": ", ".join(unused), "no_transfer": no_transfer,
-        "top_findings": [{"rule": k, "name": rule_names.get(k, ""), "n": v} for k, v in counts.most_common(5)],
+        # ties in rule order: Counter's order follows set iteration, which varies with the hash seed
+        "top_findings": [{"rule": k, "name": rule_names.get(k, ""), "n": v} for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:5]],
         "failed_table": _table(fh, fb_, num=range(1, len(fh) - 2), id="failed-table"),
         "fastest": [{"problem": p, "page": r["page"], "path": r["path"], "short": Path(r["path"]).parent.name + "/" + Path(r["path"]).name,
                      "model": r["model"], "speed": r["speed"], "mechanism": "+".join(r["mechanism"]), "sync": "+".join(r["sync"]),
