@@ -26,11 +26,15 @@ def _markdown():
     return MarkdownIt("commonmark", {"html": False})
 
 
+# Rule documentation is the Markdown here: a few dozen texts, repeated on every page whose
+# candidate has the rule's finding, so each is rendered once per process.
+@lru_cache(maxsize=512)
 def markdown(text: str) -> Markup:
     """Markdown as HTML (block level: headings, fenced code, lists)."""
     return Markup(_markdown().render(text or ""))
 
 
+@lru_cache(maxsize=512)
 def markdown_inline(text: str) -> Markup:
     """Markdown of one paragraph as inline HTML (`code`, *emphasis*), for table cells."""
     return Markup(_markdown().renderInline(text or ""))
