@@ -1,6 +1,8 @@
 """The corpus report: one self-contained HTML page (plus the same tables in Markdown) and a page
 per candidate under kernels/.
 
+Python prepares the page's data; templates/corpus.html.j2 writes its markup.
+
 Made to answer within a minute: which mechanisms were used (and by correct candidates), which
 problems failed and why, which kernel is fastest per problem. With static data only it says so
 and shows labels and findings.
@@ -17,8 +19,9 @@ from typing import Any
 from pkb import taxonomy
 from pkb.metrics import device_label, speed_text, speed_verdict
 from reports import kernel_page, paper_table
-from reports.html_parts import badge, esc, fig_to_img, fmt, matplotlib_agg, page, pct, table
-from reports.report_parts import breakable, candidates_table, failed_problems
+from reports.html_parts import Plot, fig_to_img, fmt, matplotlib_agg, pct
+from reports.report_parts import failed_problems
+from reports.templating import render
 
 # The paper's mechanism families (TAXONOMY words in each).
 MECHANISM_GROUPS = (
@@ -117,7 +120,7 @@ def _shares(rows: list[dict[str, Any]], axis: str, values: list[tuple[str, tuple
 # ---- plots -----------------------------------------------------------------------------------
 
 
-def _plot_shares(mech: list[dict[str, Any]], evaluated: bool) -> str:
+def _plot_shares(mech: list[dict[str, Any]], evaluated: bool) -> Plot:
     plt = matplotlib_agg()
     names = [m["name"] for m in mech][::-1]
     fig, ax = plt.subplots(figsize=(8, 3.6))
@@ -134,7 +137,7 @@ def _plot_shares(mech: list[dict[str, Any]], evaluated: bool) -> str:
     return fig_to_img(fig, "transfer mechanism shares")
 
 
-def _plot_sync_overlap(rows: list[dict[str, Any]]) -> str:
+def _plot_sync_overlap(rows: list[dict[str, Any]]) -> Plot:
     plt = matplotlib_agg()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
     for ax, axis, words in ((axes[0], "sync", taxonomy.SYNC), (axes[1], "overlap", taxonomy.OVERLAP)):
@@ -147,7 +150,7 @@ def _plot_sync_overlap(rows: list[dict[str, Any]]) -> str:
     return fig_to_img(fig, "synchronization and overlap shares")
 
 
-def _plot_findings(rows: list[dict[str, Any]], rule_names: dict[str, str]) -> str:
+def _plot_findings(rows: list[dict[str, Any]], rule_names: dict[str, str]) -> Plot:
     plt = matplotlib_agg()
     counts = Counter(f for r in rows for f in set(r["findings"]))
     rules = sorted(counts, key=lambda k: (-counts[k], k))[:16]
@@ -162,7 +165,7 @@ def _plot_findings(rows: list[dict[str, Any]], rule_names: dict[str, str]) -> st
 from reports.report_parts import OUTCOME_COLORS  # noqa: E402  (colour-blind safe; one palette for plots and badges)
 
 
-def _plot_outcomes(rows: list[dict[str, Any]], key: str) -> str:
+def _plot_outcomes(rows: list[dict[str, Any]], key: str) -> Plot:
     plt = matplotlib_agg()
     ev = [r for r in rows if r["evaluated"]]
     groups = sorted({r[key] for r in ev})
@@ -183,7 +186,7 @@ def _plot_outcomes(rows: list[dict[str, Any]], key: str) -> str:
 TIE_COLOR = "#9e9e9e"  # a speed tie: neither the faster nor the slower colour
 
 
-def _plot_speedups(rows: list[dict[str, Any]]) -> str:
+def _plot_speedups(rows: list[dict[str, Any]]) -> Plot:
     plt = matplotlib_agg()
     sp = [r for r in rows if r["correct"] and r["speedup"]]
     probs = sorted({r["problem"] for r in sp})
@@ -248,11 +251,24 @@ def how_to_evaluate(info: dict[str, Any]) -> tuple[str, str]:
 
 NOT_RUN = "not known: no candidate was run (see the note at the top)"
 EVALUATE_WHERE = "CORPUS is the folder the static run was given; CUDA GPUs run every candidate, a CPU only the pure-PyTorch ones"
+STATIC_NOTE = ("Static data only: no candidate was run, so this report names no failed problem and no fastest kernel "
+               "(no outcomes, pass@k or speedups); it shows labels and findings. An evaluation gives them: ")
+TOC = ("summary", "outcomes", "metrics", "mechanisms", "sync-overlap", "findings", "failures", "paper-table", "fastest", "candidates")
+CANDIDATE_HEADERS = ["problem", "model", "candidate", "outcome", "subtype", "speedup", "mechanism", "sync", "overlap", "findings"]
 
 
-def _commands_html(info: dict[str, Any]) -> str:
-    run_eval, run_report = how_to_evaluate(info)
-    return f"<code>{esc(run_eval)}</code>, then <code>{esc(run_report)}</code> ({esc(EVALUATE_WHERE)})"
+def _table(headers: list[str], rows: list[list[Any]], num: set[int] | range = frozenset(), id: str = "", key: str = "") -> dict[str, Any]:
+    """A plain table for macros.html.j2 (`key` names it where the page titles it)."""
+    return {"headers": headers, "rows": rows, "num": set(num), "id": id, "key": key}
+
+
+def _candidate_cells(r: dict[str, Any]) -> dict[str, Any]:
+    """One row of the candidates table: what each cell shows and the keys cells sort by."""
+    return {"problem": r["problem"], "problem_key": r["problem_id"] if r["problem_id"] is not None else "", "model": r["model"],
+            "path": r["path"], "page": r["page"], "file": Path(r["path"]).name, "evaluated": r["evaluated"], "outcome": r["outcome"],
+            "subtype": r["subtype"], "speed": r["speed"], "speedup_key": "" if r["speedup"] is None else r["speedup"],
+            "mechanism": " + ".join(r["mechanism"]) or "-", "sync": " + ".join(r["sync"]) or "-", "overlap": " + ".join(r["overlap"]) or "-",
+            "findings": " ".join(sorted(set(r["findings"]))), "n_findings": len(r["findings"])}
 
 
 def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -279,6 +295,8 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     n = len(rows)
     problems_seen = sorted({r["problem"] for r in rows})
     models = sorted({r["model"] for r in rows})
+    run_eval, run_report = how_to_evaluate(info)
+    n_correct = sum(r["correct"] for r in evaluated)
 
     # ---- the minute answers ----
     # most used first: "which mechanisms were used" is answered by the top of the list
@@ -288,174 +306,120 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     unused = [m["name"] for m in mech if not m["n"] and m["name"] not in ("none found", "unknown")]
     fastest = fastest_per_problem(rows)
     unnamed = no_fastest(rows, fastest)
+    counts = Counter(f for r in rows for f in set(r["findings"]))
+    example = {k: next(r for r in rows if k in r["findings"]) for k in counts}
+    fails = Counter((r["outcome"], r["subtype"]) for r in evaluated if not r["correct"])
+    fh, fb_ = failed_problems(rows) if any_eval else ([], [])
 
-    def link(r: dict[str, Any], text: str | None = None, anchor: str = "") -> str:
-        return f'<a href="{esc(r["page"])}{anchor}">{esc(text or r["path"])}</a>'
-
-    cards = [
-        "<div class=\"card\"><h3>Mechanisms used</h3><ul>" + "".join(f"<li>{esc(u)}</li>" for u in used)
-        + (f"<li class=\"muted\">never used: {esc(', '.join(unused))}</li>" if unused else "")
-        + (f"<li class=\"muted\">no peer transfer found: {no_transfer}</li>" if no_transfer else "")
-        + "</ul><p class=\"muted\">candidates using each (a candidate may use several)</p></div>",
-    ]
-    if any_eval:
-        fh, fb_ = failed_problems(rows)
-        ftable = table(fh, fb_, num=set(range(1, len(fh) - 2)), id="failed-table") if fb_ else "<p>none failed</p>"
-        fa = "".join(f"<li><b>{esc(p)}</b>: {link(r, Path(r['path']).parent.name + '/' + Path(r['path']).name)} {esc(r['speed'])}</li>" for p, r in sorted(fastest.items()))
-        fa += "".join(f"<li class=\"muted\"><b>{esc(p)}</b>: {esc(why)}</li>" for p, why in unnamed.items())
-        cards.append(f"<div class=\"card\"><h3>Fastest kernel per problem</h3><ul>{fa}</ul></div>")
-        cards.append(f"<div class=\"card wide\"><h3>Failed problems and why</h3>{ftable}</div>")  # a full row, under the two lists
-    else:
-        top = Counter(f for r in rows for f in set(r["findings"])).most_common(5)
-        cards.append("<div class=\"card\"><h3>Most common findings</h3><ul>" + "".join(f"<li><b>{esc(k)}</b> {esc(rule_names.get(k, ''))}: {v} candidates</li>" for k, v in top) + "</ul></div>")
-        cards.append("<div class=\"card\"><h3>Failed problems / fastest kernel</h3><p><b>Not known: no candidate was run</b> "
-                     "(static passes only), so none is failed and none is fastest.</p>"
-                     f"<p>They come from an evaluation: {_commands_html(info)}.</p></div>")
-
-    body: list[str] = []
+    page = {
+        "title": "pkb-analyze corpus report", "n": n, "n_problems": len(problems_seen), "n_models": len(models),
+        "sources": [f"{k}: {v}" for k, v in info.items() if v not in ("", None)],
+        "evaluated": any_eval, "n_evaluated": len(evaluated), "n_correct": n_correct,
+        "static_note": STATIC_NOTE, "how": {"eval": run_eval, "report": run_report, "where": EVALUATE_WHERE}, "not_run_text": NOT_RUN,
+        "toc": TOC, "mechanisms_used": used, "never_used": ", ".join(unused), "no_transfer": no_transfer,
+        # ties in rule order: Counter's order follows set iteration, which varies with the hash seed
+        "top_findings": [{"rule": k, "name": rule_names.get(k, ""), "n": v} for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:5]],
+        "failed_table": _table(fh, fb_, num=range(1, len(fh) - 2), id="failed-table"),
+        "fastest": [{"problem": p, "page": r["page"], "path": r["path"], "short": Path(r["path"]).parent.name + "/" + Path(r["path"]).name,
+                     "model": r["model"], "speed": r["speed"], "mechanism": "+".join(r["mechanism"]), "sync": "+".join(r["sync"]),
+                     "overlap": "+".join(r["overlap"])} for p, r in sorted(fastest.items())],
+        "unnamed": [{"problem": p, "why": why} for p, why in unnamed.items()],
+        "outcome_tables": [_table(h, b, num=range(1, len(h)), key=key) for key, (h, b) in
+                           ((key, _crosstab(rows, key)) for key in ("category", "model"))] if any_eval else [],
+        "outcome_plot": _plot_outcomes(rows, "category") if any_eval else None,
+        "metric_tables": [],
+        "findings": [{"rule": k, "name": rule_names.get(k, ""), "severity": catalogue[k].severity if k in catalogue else "", "n": v,
+                      "page": example[k]["page"], "path": example[k]["path"]} for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))],
+        "failures": [],
+        "paper": None,
+        "candidate_headers": CANDIDATE_HEADERS, "candidates": [_candidate_cells(r) for r in rows],
+    }
     md: list[str] = []
-    plots: list[str] = []
-    body.append("<h1>pkb-analyze corpus report</h1>")
-    src = " &middot; ".join(esc(f"{k}: {v}") for k, v in info.items() if v not in ("", None))
-    body.append(f'<p class="sub">{n} candidates, {len(problems_seen)} problems, {len(models)} models &middot; {src}</p>')
     md += ["# pkb-analyze corpus report", "", f"{n} candidates, {len(problems_seen)} problems, {len(models)} models.", ""]
     if not any_eval:
-        note = ("Static data only: no candidate was run, so this report names no failed problem and no fastest kernel "
-                "(no outcomes, pass@k or speedups); it shows labels and findings. An evaluation gives them: ")
-        body.append(f'<p class="notice">{esc(note)}{_commands_html(info)}.</p>')
-        md += [f"> {note}`{how_to_evaluate(info)[0]}`, then `{how_to_evaluate(info)[1]}` ({EVALUATE_WHERE}).", ""]
+        md += [f"> {STATIC_NOTE}`{run_eval}`, then `{run_report}` ({EVALUATE_WHERE}).", ""]
     else:
-        body.append(f'<p class="sub">{len(evaluated)} of {n} candidates evaluated; {sum(r["correct"] for r in evaluated)} correct.</p>')
-        md += [f"{len(evaluated)} of {n} candidates evaluated; {sum(r['correct'] for r in evaluated)} correct.", ""]
-    toc = ["summary", "outcomes", "metrics", "mechanisms", "sync-overlap", "findings", "failures", "paper-table", "fastest", "candidates"]
-    body.append('<nav class="toc">' + "".join(f'<a href="#{t}">{t.replace("-", " and ")}</a>' for t in toc) + "</nav>")
-    body.append('<h2 id="summary">At a glance</h2><div class="cards">' + "".join(cards) + "</div>")
+        md += [f"{len(evaluated)} of {n} candidates evaluated; {n_correct} correct.", ""]
     md += ["## At a glance", "", "Mechanisms used: " + (", ".join(used) or "none") + (f"; never used: {', '.join(unused)}" if unused else ""), ""]
     if any_eval:
-        fh, fb_ = failed_problems(rows)
         md += ["Failed problems and why:", "", _md_table(fh, fb_) if fb_ else "none failed", ""]
         md += ["Fastest per problem: " + "; ".join([f"{p}: {r['path']} {r['speed']}" for p, r in sorted(fastest.items())]
                                                   + [f"{p}: {why}" for p, why in unnamed.items()]), ""]
 
     # outcomes
-    body.append('<h2 id="outcomes">Outcomes by problem category and by model</h2>')
     md.append("## Outcomes by problem category and by model\n")
-    if any_eval:
-        for key in ("category", "model"):
-            h, b = _crosstab(rows, key)
-            body.append(f"<h3>by {key}</h3>" + table(h, b, num=set(range(1, len(h)))))
-            md += [f"### by {key}", "", _md_table(h, b), ""]
-        img = _plot_outcomes(rows, "category")
-        plots.append(img)
-        body.append(img)
-    else:
-        body.append(f'<p class="muted">{NOT_RUN}</p>')
+    for t in page["outcome_tables"]:
+        md += [f"### by {t['key']}", "", _md_table(t["headers"], t["rows"]), ""]
+    if not any_eval:
         md.append("No evaluation: no outcomes.\n")
 
     # metrics
-    body.append('<h2 id="metrics">pass@k and fast_p@k</h2>')
     md.append("## pass@k and fast_p@k\n")
     if any_eval:
-        body.append('<p class="muted">pass@k: unbiased estimator over the samples of a group; fast_p: share correct with speedup &gt; p; fast_p@k: pass@k with "correct and faster than p".</p>')
         for key in ("category", "model", "problem"):
             h, b = _metrics(rows, key)
-            body.append(f"<h3>by {key}</h3>" + table(h, b, num=set(range(1, len(h)))))
+            page["metric_tables"].append(_table(h, b, num=range(1, len(h)), key=key))
             md += [f"### by {key}", "", _md_table(h, b), ""]
     else:
-        body.append(f'<p class="muted">{NOT_RUN}</p>')
         md.append("No evaluation: no pass@k.\n")
 
     # mechanisms
-    body.append('<h2 id="mechanisms">Transfer mechanisms</h2>')
     h = ["mechanism", "labels", "candidates", "share of candidates", "correct candidates", "share of correct"]
     b = [[m["name"], ", ".join(m["words"]), m["n"], pct(m["share"]), "" if m["n_correct"] is None else m["n_correct"],
           "n/a (no evaluation)" if m["share_correct"] is None and not any_eval else pct(m["share_correct"])] for m in mech]
-    body.append(table(h, b, num={2, 3, 4, 5}))
+    page["mechanism_table"] = _table(h, b, num={2, 3, 4, 5})
+    page["mechanism_plot"] = _plot_shares(mech, any_eval)
     md += ["## Transfer mechanisms", "", _md_table(h, b), ""]
-    img = _plot_shares(mech, any_eval)
-    plots.append(img)
-    body.append(img)
 
     # sync / overlap
-    body.append('<h2 id="sync-overlap">Synchronization and overlap</h2>')
     md.append("## Synchronization and overlap\n")
+    page["sync_overlap_tables"] = []
     for title, shares in (("synchronization", sync), ("overlap", overlap)):
         h = [title, "candidates", "share", "share of correct"]
         b = [[s["name"], s["n"], pct(s["share"]), pct(s["share_correct"]) if any_eval else "n/a"] for s in shares if s["n"]]
-        body.append(f"<h3>{title}</h3>" + table(h, b, num={1, 2, 3}))
+        page["sync_overlap_tables"].append(_table(h, b, num={1, 2, 3}, key=title))
         md += [f"### {title}", "", _md_table(h, b), ""]
-    img = _plot_sync_overlap(rows)
-    plots.append(img)
-    body.append(img)
+    page["sync_overlap_plot"] = _plot_sync_overlap(rows)
 
     # findings
-    body.append('<h2 id="findings">Most common findings</h2>')
-    counts = Counter(f for r in rows for f in set(r["findings"]))
-    example = {k: next(r for r in rows if k in r["findings"]) for k in counts}
-    h = ["rule", "name", "severity", "candidates", "example"]
-    fb = [[k, rule_names.get(k, ""), catalogue[k].severity if k in catalogue else "", v, link(example[k], example[k]["path"], "#findings")]
-          for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
-    body.append(table(h, fb, raw={4}, num={3}) if fb else '<p class="muted">no findings</p>')
-    md += ["## Most common findings", "", _md_table(h, [[*r[:4], f"[{example[r[0]]['path']}]({example[r[0]]['page']}#findings)"] for r in fb]) if fb else "none", ""]
-    if counts:
-        img = _plot_findings(rows, rule_names)
-        plots.append(img)
-        body.append(img)
+    page["findings_plot"] = _plot_findings(rows, rule_names) if counts else None
+    md += ["## Most common findings", "", _md_table(["rule", "name", "severity", "candidates", "example"],
+                                                    [[f["rule"], f["name"], f["severity"], f["n"], f"[{f['path']}]({f['page']}#findings)"] for f in page["findings"]])
+           if counts else "none", ""]
 
     # failures
-    body.append('<h2 id="failures">Failure outcomes and subtypes</h2>')
-    fails = Counter((r["outcome"], r["subtype"]) for r in evaluated if not r["correct"])
-    h = ["outcome", "subtype", "candidates", "example", "explanation of the example"]
-    fr = []
     for (o, s), v in sorted(fails.items(), key=lambda kv: -kv[1]):
         ex = next(r for r in evaluated if (r["outcome"], r["subtype"]) == (o, s) and not r["correct"])
-        fr.append([badge(o), esc(s), v, link(ex), esc(ex["headline"][:200])])
-    body.append(table(h, fr, raw={0, 1, 3, 4}, num={2}) if fr else f'<p class="muted">{"no failures" if any_eval else NOT_RUN}</p>')
-    md += ["## Failure outcomes and subtypes", "", _md_table(h[:3], [[o, s, v] for (o, s), v in fails.most_common()]) if fails else ("none" if any_eval else "not known: no candidate was run"), ""]
-    if any_eval and any(r["speedup"] for r in rows if r["correct"]):
-        img = _plot_speedups(rows)
-        plots.append(img)
+        page["failures"].append({"outcome": o, "subtype": s, "n": v, "page": ex["page"], "path": ex["path"], "headline": ex["headline"][:200]})
+    md += ["## Failure outcomes and subtypes", "", _md_table(["outcome", "subtype", "candidates"], [[o, s, v] for (o, s), v in fails.most_common()])
+           if fails else ("none" if any_eval else "not known: no candidate was run"), ""]
+    has_speedups = any_eval and any(r["speedup"] for r in rows if r["correct"])
+    page["speedup_plot"] = _plot_speedups(rows) if has_speedups else None
 
     # the paper's failure table (columns of PKB's blog), ours beside its figures
-    body.append('<h2 id="paper-table">Failures in the paper\'s columns</h2>')
     md.append("## Failures in the paper's columns\n")
     if any_eval:
         prows = paper_table.model_rows(records)
         paper_table.write_csv(prows, out_dir / "paper_table.csv")
         note = f"Rules in reports/paper_table.py; the paper's rows: {paper_table.PAPER_SOURCE}. Also in paper_table.csv."
-        body.append(f'<p class="muted">{esc(note)}</p>' + paper_table.html(prows))
+        ph, pb = paper_table.table_cells(prows)
+        page["paper"] = {"note": note, "table": _table(ph, pb, num=range(3, len(ph)))}
         md += [note, "", paper_table.markdown(prows), ""]
     else:
-        body.append(f'<p class="muted">{NOT_RUN}</p>')
         md.append("No evaluation.\n")
 
     # fastest
-    body.append('<h2 id="fastest">Fastest kernel per problem</h2>')
     h = ["problem", "fastest candidate", "model", "speedup", "mechanism", "sync", "overlap"]
-    fb2 = [[esc(p), link(r), esc(r["model"]), esc(r["speed"]), esc("+".join(r["mechanism"])), esc("+".join(r["sync"])), esc("+".join(r["overlap"]))] for p, r in sorted(fastest.items())]
-    body.append(table(h, fb2, raw=set(range(7)), num={3}) if fb2 else f'<p class="muted">{"none named" if any_eval else NOT_RUN}</p>')
-    if unnamed:
-        body.append('<ul class="muted">' + "".join(f"<li><b>{esc(p)}</b>: {esc(why)}</li>" for p, why in unnamed.items()) + "</ul>")
-    if any_eval and any(r["speedup"] for r in rows if r["correct"]):
-        body.append(plots[-1])
-    md += ["## Fastest kernel per problem", "", _md_table(h, [[p, f"[{r['path']}]({r['page']})", r["model"], r["speed"], "+".join(r["mechanism"]), "+".join(r["sync"]), "+".join(r["overlap"])] for p, r in sorted(fastest.items())]) if fastest else ("none" if any_eval else "not known: no candidate was run"), ""]
+    md += ["## Fastest kernel per problem", "", _md_table(h, [[f["problem"], f"[{f['path']}]({f['page']})", f["model"], f["speed"], f["mechanism"], f["sync"], f["overlap"]]
+                                                           for f in page["fastest"]]) if fastest else ("none" if any_eval else "not known: no candidate was run"), ""]
 
     # candidates
-    body.append('<h2 id="candidates">Candidates</h2>')
-    body.append('<input class="filter" placeholder="filter rows (problem, model, label, outcome...)" oninput="pkbFilter(this, \'cand-table\')">')
-    h = ["problem", "model", "candidate", "outcome", "subtype", "speedup", "mechanism", "sync", "overlap", "findings"]
-    # The model has its own column: the candidate shows its file name, the full path on hover.
-    cb = [[breakable(esc(r["problem"])), breakable(esc(r["model"])), f'<a href="{esc(r["page"])}" title="{esc(r["path"])}">{breakable(esc(Path(r["path"]).name))}</a>',
-           badge(r["outcome"]) if r["evaluated"] else '<span class="muted">not evaluated</span>', breakable(esc(r["subtype"])), esc(r["speed"]),
-           breakable(esc(" + ".join(r["mechanism"]) or "-")), breakable(esc(" + ".join(r["sync"]) or "-")), breakable(esc(" + ".join(r["overlap"]) or "-")), esc(" ".join(sorted(set(r["findings"]))))] for r in rows]
-    keys = [[r["problem_id"] if r["problem_id"] is not None else "", None, r["path"], r["outcome"] or "not evaluated", None,
-             "" if r["speedup"] is None else r["speedup"], None, None, None, len(r["findings"])] for r in rows]
-    body.append(candidates_table(h, cb, keys))
-    md += ["## Candidates", "", _md_table(h, [[r["problem"], r["model"], f"[{r['path']}]({r['page']})", r["outcome"] or "not evaluated", r["subtype"], r["speed"],
-                                               "+".join(r["mechanism"]), "+".join(r["sync"]), "+".join(r["overlap"]), " ".join(sorted(set(r["findings"])))] for r in rows]), ""]
+    md += ["## Candidates", "", _md_table(CANDIDATE_HEADERS, [[r["problem"], r["model"], f"[{r['path']}]({r['page']})", r["outcome"] or "not evaluated", r["subtype"], r["speed"],
+                                                              "+".join(r["mechanism"]), "+".join(r["sync"]), "+".join(r["overlap"]), " ".join(sorted(set(r["findings"])))] for r in rows]), ""]
 
+    plots = [p for p in (page["outcome_plot"], page["mechanism_plot"], page["sync_overlap_plot"], page["findings_plot"], page["speedup_plot"]) if p]
     html_path = out_dir / "index.html"
-    html_path.write_text(page("pkb-analyze corpus report", "\n".join(body)), encoding="utf-8")
+    html_path.write_text(render("corpus.html.j2", **page), encoding="utf-8")
     md_path = out_dir / "report.md"
     md_path.write_text("\n".join(md) + "\n", encoding="utf-8")
     return {"html": str(html_path), "markdown": str(md_path), "plots": len(plots), "pages": [str(out_dir / kernel_page.PAGES_DIR / n_) for n_ in names],

@@ -1,5 +1,8 @@
 """One HTML page per candidate (in the report's kernels/ folder, linking back to the corpus page).
 
+The functions here prepare plain data; templates/kernel.html.j2 and its sections in
+templates/kernel_parts.html.j2 write the markup (escaped by autoescape).
+
 Labels per axis for the candidate and for each kernel with their evidence (file:line, pass,
 snippet), findings with the rule's fix, the evaluation's figures per trial and rank, the stored profile
 summary and ncu counters, the diagnosis, the timeline of one profiled call (profiling.timeline.plot_call on the record's trace,
@@ -14,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from pkb.metrics import speed_text
+from reports import templating
 from reports.explain_view import merged_evidence
-from reports.html_parts import badge, esc, fmt, page, png_to_img, table
+from reports.html_parts import Plot, fmt, png_to_img
+from reports.templating import macro
 
 AXES = ("mechanism", "sync", "ordering", "overlap")
 PAGES_DIR = "kernels"
@@ -26,37 +31,39 @@ def page_name(index: int, record: Any) -> str:
     return f"{index:03d}_{stem}.html"
 
 
-def _evidence_cell(lab: Any) -> str:
-    if not lab.evidence:
-        return '<span class="muted">no evidence recorded</span>'
-    parts = []
+def evidence_data(lab: Any) -> dict[str, Any]:
+    """A label's value and its evidence, one entry per place (at most six, then how many more)."""
     places = merged_evidence(lab.evidence)
-    for file, line, pass_name, snippet, notes in places[:6]:
-        note = f' <span class="muted">({esc(notes)})</span>' if notes else ""
-        parts.append(f"<div><code>{esc(file)}:{line}</code> [{esc(pass_name)}] <code>{esc(snippet)}</code>{note}</div>")
-    if len(places) > 6:
-        parts.append(f'<div class="muted">and {len(places) - 6} more</div>')
-    return "".join(parts)
+    return {"value": lab.value, "more": max(0, len(places) - 6),
+            "places": [{"file": f, "line": line, "pass_name": p, "snippet": snip, "notes": notes} for f, line, p, snip, notes in places[:6]]}
+
+
+def labels_data(labels: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    return [{"axis": axis, **evidence_data(lab)} for axis in AXES for lab in labels.get(axis, [])]
+
+
+def _evidence_cell(lab: Any) -> str:
+    return macro("kernel_parts.html.j2", "evidence_cell")(evidence_data(lab))
 
 
 def labels_table(labels: dict[str, list[Any]]) -> str:
-    rows = [[axis, f"<code>{esc(lab.value)}</code>", _evidence_cell(lab)] for axis in AXES for lab in labels.get(axis, [])]
-    if not rows:
-        return '<p class="muted">no labels</p>'
-    return table(["axis", "label", "evidence (file:line [pass] snippet)"], rows, raw={1, 2})
+    return macro("kernel_parts.html.j2", "labels_table")(labels_data(labels))
+
+
+def timeline_data(record: Any) -> dict[str, Any]:
+    """The record's profiled call as a plot, or a sentence why there is none; where the ranks'
+    merged trace exists, its path (the page says how to open it)."""
+    plot, note = _timeline_plot(record)
+    return {"plot": plot, "note": note, "merged": str((record.profile or {}).get("merged_trace") or "")}
 
 
 def timeline_img(record: Any) -> tuple[str, int]:
-    """(HTML, number of images) for the record's profiled call, or a sentence why there is none;
-    where the ranks' merged trace exists, a line saying how to open it."""
-    html, images = _timeline_img(record)
-    merged = (record.profile or {}).get("merged_trace")
-    if merged:
-        html += f'<p class="muted">every rank in one trace: <code>{esc(str(merged))}</code>; open it at ui.perfetto.dev ("Open trace file")</p>'
-    return html, images
+    """(HTML, number of images) of the timeline section."""
+    data = timeline_data(record)
+    return macro("kernel_parts.html.j2", "timeline")(data), int(data["plot"] is not None)
 
 
-def _timeline_img(record: Any) -> tuple[str, int]:
+def _timeline_plot(record: Any) -> tuple[Plot | None, str]:
     prof = record.profile or {}
     ranks = prof.get("ranks") or []
     png = prof.get("timeline_png")
@@ -74,102 +81,90 @@ def _timeline_img(record: Any) -> tuple[str, int]:
             call = 1 if (summary.get("n_calls") or 0) > 1 else 0
             with tempfile.TemporaryDirectory() as tmp:
                 out = plot_call(trace, call, Path(tmp) / "call.png", comm_kernel_names(record), title=f"rank {rank}: candidate call {call}")
-                return png_to_img(out.read_bytes(), f"timeline of rank {rank}, call {call}"), 1
+                return png_to_img(out.read_bytes(), f"timeline of rank {rank}, call {call}"), ""
         except Exception as exc:
-            return f'<p class="muted">timeline not drawn: {esc(type(exc).__name__)}: {esc(str(exc)[:200])}</p>', 0
+            return None, f"timeline not drawn: {type(exc).__name__}: {str(exc)[:200]}"
     if png and Path(png).is_file():
-        return png_to_img(Path(png).read_bytes(), "timeline of one candidate call"), 1
-    return '<p class="muted">no profile trace for this candidate</p>', 0
+        return png_to_img(Path(png).read_bytes(), "timeline of one candidate call"), ""
+    return None, "no profile trace for this candidate"
 
 
-def _findings_html(record: Any, cited: list[str] | None = None) -> str:
-    """Each finding once (reports.explain_view), the noqa-suppressed ones named, and each fired
-    rule's documentation rendered from its Markdown (templates/findings.html.j2)."""
+def findings_data(record: Any, cited: list[str] | None = None) -> dict[str, Any]:
+    """Each finding once (reports.explain_view), the noqa-suppressed ones, and each fired rule's
+    documentation (Markdown, rendered by templates/findings.html.j2)."""
     from analyzer.rules import all_rules
     from reports.explain_view import finding_rows
-    from reports.templating import render
 
     catalogue = {r.id: r for r in all_rules()}
     fired = sorted({f.rule for f in record.findings} & set(catalogue))
-    return render("findings.html.j2", findings=finding_rows(record, cited or []), suppressed=list(record.suppressed),
-                  rules=[{"id": rid, "name": catalogue[rid].name, "doc": catalogue[rid].doc()} for rid in fired])
+    return {"rows": finding_rows(record, cited or []), "suppressed": list(record.suppressed),
+            "rules": [{"id": rid, "name": catalogue[rid].name, "doc": catalogue[rid].doc()} for rid in fired]}
 
 
-def _evaluation_html(record: Any) -> str:
+def evaluation_data(record: Any) -> dict[str, Any] | None:
+    """The evaluation's figures, its trials per rank, and its error dumps; None when not evaluated."""
     ev = record.evaluation or {}
     if not ev:
-        return '<p class="notice">Not evaluated: no evaluation data for this candidate (static passes only).</p>'
+        return None
     d = ev.get("details") or {}
-    rows = [
+    figures = [
         ["status", ev.get("status")], ["outcome", ev.get("outcome")], ["subtype", ev.get("subtype")],
         ["speedup", speed_text(ev) or fmt(ev.get("speedup"))], ["reference ms (slowest rank)", fmt(d.get("reference_ms"))],
         ["candidate ms (slowest rank)", fmt(d.get("candidate_ms"))], ["speedup by CUDA events only", fmt(d.get("speedup_event"))],
         ["world size", ev.get("world_size")], ["backend / device / dtype", f"{ev.get('backend', '')} / {ev.get('device', '')} / {ev.get('dtype', '')}"],
         ["reason", ev.get("reason")], ["wall s", fmt(ev.get("wall_s"))],
     ]
-    out = table(["figure", "value"], [r for r in rows if r[1] not in (None, "", " /  / ")])
-    trial_rows = []
+    trials = []
     for t in ev.get("trials", []):
         for e in t.get("ranks", []):
             mism = "; ".join(f"flat {m.get('flat')} {m.get('coords')}: got {fmt(m.get('got'))} want {fmt(m.get('expected'))}" for m in (e.get("first_mismatches") or [])[:3])
             rep = e.get("repeat")
             rep_s = "" if rep is None else ("same" if rep.get("equal") else f"differs ({rep.get('differing')})")
-            trial_rows.append([t["trial"], e.get("rank"), "yes" if e.get("matched") else "no", e.get("numel"), e.get("mismatches"),
-                               fmt(e.get("max_abs_err")), fmt(e.get("max_violation")), e.get("nan_inf"), e.get("sentinel"), rep_s, mism])
-    if trial_rows:
-        out += "<h3>Trials per rank</h3>" + table(
-            ["trial", "rank", "matched", "elements", "mismatches", "max |err|", "max violation", "nan/inf", "poison", "repeat call", "first mismatches"],
-            trial_rows, num={0, 1, 3, 4, 5, 6, 7, 8})
-    for key in ("errors", "stuck_ranks", "crashed_ranks"):
-        if d.get(key):
-            out += f"<h3>{esc(key.replace('_', ' '))}</h3><pre>{esc(d[key])[:3000]}</pre>"
-    return out
+            trials.append([t["trial"], e.get("rank"), "yes" if e.get("matched") else "no", e.get("numel"), e.get("mismatches"),
+                           fmt(e.get("max_abs_err")), fmt(e.get("max_violation")), e.get("nan_inf"), e.get("sentinel"), rep_s, mism])
+    # cut before escaping: an entity is never cut in half
+    dumps = [(key.replace("_", " "), str(d[key])[:3000]) for key in ("errors", "stuck_ranks", "crashed_ranks") if d.get(key)]
+    return {"figures": [r for r in figures if r[1] not in (None, "", " /  / ")], "trials": trials, "dumps": dumps}
 
 
-def _diagnosis_html(record: Any) -> str:
+def _evaluation_html(record: Any) -> str:
+    return macro("kernel_parts.html.j2", "evaluation")(evaluation_data(record))
+
+
+def diagnosis_data(record: Any) -> dict[str, Any]:
+    """Wrong-result hypotheses per trial and rank (held, then up to eight rejected), and the
+    slowness causes with up to four pieces of evidence each."""
     diag = record.diagnosis or {}
-    out = ""
     wrong = diag.get("wrong")
+    out: dict[str, Any] = {"wrong": None, "slow": []}
     if wrong:
         rows = []
         for c in wrong.get("cases", [])[:12]:
-            for h in c.get("held", []):
-                rows.append([c["trial"], c["rank"], f"<b>{esc(h['name'])}</b>", "held", esc(h.get("figure"))])
-            for h in c.get("rejected", [])[:8]:
-                rows.append([c["trial"], c["rank"], esc(h["name"]), '<span class="muted">did not hold</span>', esc(h.get("figure"))])
-        out += "<h3>Wrong-result hypotheses</h3>"
-        out += table(["trial", "rank", "hypothesis", "verdict", "figure"], rows, raw={2, 3, 4}) if rows else '<p class="muted">no case could be tested</p>'
-        for n in wrong.get("notes", []):
-            out += f'<p class="muted">note: {esc(n)}</p>'
-    slow = diag.get("slow") or []
-    if slow:
-        rows = [[esc(c["cause"]), esc(c["cost"]), "<br>".join(esc(e["text"]) for e in c["evidence"][:4])] for c in slow]
-        out += "<h3>Slowness causes (ranked by measured cost)</h3>" + table(["cause", "cost", "evidence"], rows, raw={0, 1, 2})
-    return out or '<p class="muted">nothing to diagnose</p>'
+            rows += [{"trial": c["trial"], "rank": c["rank"], "name": h["name"], "held": True, "figure": h.get("figure")} for h in c.get("held", [])]
+            rows += [{"trial": c["trial"], "rank": c["rank"], "name": h["name"], "held": False, "figure": h.get("figure")} for h in c.get("rejected", [])[:8]]
+        out["wrong"] = {"rows": rows, "notes": list(wrong.get("notes", []))}
+    out["slow"] = [{"cause": c["cause"], "cost": c["cost"], "evidence": [e["text"] for e in c["evidence"][:4]]} for c in diag.get("slow") or []]
+    return out
 
 
 _PROFILE_COLUMNS = (("cpu_us", "CPU us"), ("gpu_span_us", "GPU span us"), ("comm_us", "comm us"), ("compute_us", "compute us"),
                     ("overlap_share", "overlap"), ("launches", "launches"), ("host_syncs", "host syncs"), ("achieved_GBps", "GB/s"))
 
 
-def profile_html(record: Any) -> str:
+def profile_data(record: Any) -> dict[str, Any]:
     """The stored profile summary of `eval --profile`: per rank, the medians over its profiled
-    calls, the trace it was read from, and what went wrong reading one; or why there is none."""
+    calls and the trace it was read from; its notes; what went wrong reading one."""
     prof = record.profile or {}
     ranks = [r for r in prof.get("ranks") or [] if r]
-    errors = prof.get("errors") or []
-    if not ranks and not errors:
-        return '<p class="muted">no profile recorded (pkb-analyze eval --profile)</p>'
-    rows = [[r.get("rank"), r.get("n_calls")] + [fmt((r.get("median") or {}).get(c)) for c, _ in _PROFILE_COLUMNS]
-            + [f"<code>{esc(Path(str(r.get('path') or '')).name)}</code>"] for r in ranks]
-    out = table(["rank", "calls"] + [h for _, h in _PROFILE_COLUMNS] + ["trace"], rows, num=set(range(0, 2 + len(_PROFILE_COLUMNS))),
-                raw={2 + len(_PROFILE_COLUMNS)}) if rows else ""
-    notes = sorted({n for r in ranks for n in r.get("notes") or []})
-    out += "".join(f'<p class="muted">note: {esc(n)}</p>' for n in notes)
-    for e in errors:
-        text = e.get("error") if isinstance(e, dict) else e
-        out += f'<p class="notice">profile: {esc(str(text)[:300])}</p>'
-    return out
+    errors = [str(e.get("error") if isinstance(e, dict) else e)[:300] for e in prof.get("errors") or []]
+    return {"headers": [h for _, h in _PROFILE_COLUMNS], "errors": errors,
+            "ranks": [{"figures": [r.get("rank"), r.get("n_calls")] + [fmt((r.get("median") or {}).get(c)) for c, _ in _PROFILE_COLUMNS],
+                       "trace": Path(str(r.get("path") or "")).name} for r in ranks],
+            "notes": sorted({n for r in ranks for n in r.get("notes") or []})}
+
+
+def profile_html(record: Any) -> str:
+    return macro("kernel_parts.html.j2", "profile")(profile_data(record))
 
 
 _NCU_COLUMNS = (("duration_ns", "ns"), ("nvlink_tx_bytes", "NVLink tx B"), ("nvlink_rx_bytes", "NVLink rx B"),
@@ -177,67 +172,47 @@ _NCU_COLUMNS = (("duration_ns", "ns"), ("nvlink_tx_bytes", "NVLink tx B"), ("nvl
                 ("dram_bytes", "DRAM B"), ("sm_throughput_pct", "SM %"))
 
 
-def ncu_html(record: Any) -> str:
-    """The Nsight Compute rows of `eval --ncu`, one per profiled kernel and rank, or why none."""
+def ncu_data(record: Any) -> dict[str, Any] | None:
+    """The Nsight Compute rows of `eval --ncu`, one per profiled kernel and rank; None without a pass."""
     ncu = (record.profile or {}).get("ncu")
     if not ncu:
-        return '<p class="muted">no Nsight Compute pass (pkb-analyze eval --ncu)</p>'
-    out = ""
-    if ncu.get("unavailable_metrics"):
-        out += f'<p class="muted">not available on the machine: {esc(", ".join(ncu["unavailable_metrics"]))}</p>'
-    if ncu.get("status") != "ok":
-        return out + f'<p class="notice">ncu {esc(ncu.get("status"))}: {esc(ncu.get("error") or "")}</p>'
-    rows = [[k.get("rank"), k.get("kernel", "")[:90]] + [fmt(k.get(c)) for c, _ in _NCU_COLUMNS] for k in ncu.get("kernels", [])]
-    return out + table(["rank", "kernel"] + [h for _, h in _NCU_COLUMNS], rows, num=set(range(2, 2 + len(_NCU_COLUMNS))))
+        return None
+    return {"unavailable": list(ncu.get("unavailable_metrics") or []), "status": ncu.get("status") or "", "error": ncu.get("error") or "",
+            "headers": [h for _, h in _NCU_COLUMNS],
+            "rows": [[k.get("rank"), k.get("kernel", "")[:90]] + [fmt(k.get(c)) for c, _ in _NCU_COLUMNS] for k in ncu.get("kernels", [])]}
 
 
-def explanation_html(expl: dict[str, Any]) -> str:
-    """The explanation without what the findings and labels tables already show."""
+def ncu_html(record: Any) -> str:
+    return macro("kernel_parts.html.j2", "ncu")(ncu_data(record))
+
+
+def page_data(record: Any, back: str = "../index.html") -> dict[str, Any]:
+    """Everything kernel.html.j2 shows of one candidate, as plain data."""
     from reports.explain_view import explanation_parts
-    from reports.templating import render
 
-    if not expl:
-        return ""
-    return render("explanation.html.j2", **explanation_parts(expl))
+    ev = record.evaluation or {}
+    diag = record.diagnosis or {}
+    expl = diag.get("explanation") or {}
+    where = ", ".join(x for x in (f"problem {record.problem_id}_{record.problem_name}" if record.problem_id is not None else record.problem_name,
+                                  f"model {record.model}" if record.model else "", record.run_tree) if x)
+    explanation = explanation_parts(expl) if expl else None
+    return {
+        "title": f"pkb-analyze: {record.path}", "back": back, "path": record.path, "where": where,
+        "outcome": ev.get("outcome") or "", "subtype": ev.get("subtype") or diag.get("subtype") or "",
+        "parse_status": record.parse_status, "parse_message": record.parse_message or "",
+        "explanation": explanation, "labels": labels_data(record.labels),
+        "kernels": [{"name": k.name, "language": k.language, "line": k.line, "labels": labels_data(k.labels)} for k in record.kernels],
+        "passes": ", ".join(f"{p.name}: {p.status}" + (f" ({p.message})" if p.message else "") for p in record.passes),
+        "findings_part": findings_data(record, explanation["cited"] if explanation else []),
+        "evaluation": evaluation_data(record), "profile": profile_data(record), "ncu": ncu_data(record),
+        "diagnosis": diagnosis_data(record), "timeline": timeline_data(record),
+    }
 
 
 def render(record: Any, back: str = "../index.html") -> tuple[str, int]:
     """(HTML, number of <img> plots) of one candidate's page."""
-    ev = record.evaluation or {}
-    expl = (record.diagnosis or {}).get("explanation") or {}
-    where = ", ".join(x for x in (f"problem {record.problem_id}_{record.problem_name}" if record.problem_id is not None else record.problem_name,
-                                  f"model {record.model}" if record.model else "", record.run_tree) if x)
-    parts = [
-        f'<nav class="toc"><a href="{esc(back)}">&larr; corpus report</a> <a href="#labels">labels</a> <a href="#kernels">kernels</a> '
-        '<a href="#findings">findings</a> <a href="#evaluation">evaluation</a> <a href="#profile">profile</a> <a href="#ncu">ncu</a> <a href="#diagnosis">diagnosis</a> <a href="#timeline">timeline</a></nav>',
-        f"<h1>{esc(record.path)}</h1>",
-        f'<p class="sub">{esc(where)} &middot; {badge(ev.get("outcome", ""))}'
-        + (f" <code>{esc(ev.get('subtype') or (record.diagnosis or {}).get('subtype'))}</code>" if (ev.get("subtype") or (record.diagnosis or {}).get("subtype")) else "")
-        + f" &middot; read: {esc(record.parse_status)}"
-        + (f" ({esc(record.parse_message)})" if record.parse_message else "") + "</p>",
-        '<h2 id="explanation">Explanation</h2>', explanation_html(expl) or '<p class="muted">no explanation</p>',
-        '<h2 id="labels">Labels of the candidate</h2>', labels_table(record.labels),
-        '<h2 id="kernels">Kernels</h2>',
-    ]
-    if record.kernels:
-        for k in record.kernels:
-            parts.append(f"<h3>{esc(k.name)} <span class=\"muted\">({esc(k.language)}, line {k.line})</span></h3>")
-            parts.append(labels_table(k.labels))
-    else:
-        parts.append('<p class="muted">no CUDA or Triton kernel found</p>')
-    passes = ", ".join(f"{p.name}: {p.status}" + (f" ({p.message})" if p.message else "") for p in record.passes)
-    if passes:
-        parts.append(f'<p class="muted">passes: {esc(passes)}</p>')
-    from reports.explain_view import explanation_parts
-
-    parts += ['<h2 id="findings">Findings</h2>', _findings_html(record, explanation_parts(expl)["cited"] if expl else [])]
-    parts += ['<h2 id="evaluation">Evaluation</h2>', _evaluation_html(record)]
-    parts += ['<h2 id="profile">Profile (medians over the profiled calls)</h2>', profile_html(record)]
-    parts += ['<h2 id="ncu">Nsight Compute counters (second call)</h2>', ncu_html(record)]
-    parts += ['<h2 id="diagnosis">Diagnosis</h2>', _diagnosis_html(record)]
-    img, n = timeline_img(record)
-    parts += ['<h2 id="timeline">Timeline of one call</h2>', img]
-    return page(f"pkb-analyze: {record.path}", "\n".join(parts)), n
+    data = page_data(record, back)
+    return templating.render("kernel.html.j2", **data), int(data["timeline"]["plot"] is not None)
 
 
 def write(record: Any, out_dir: Path, name: str, back: str = "../index.html") -> tuple[Path, int]:

@@ -28,7 +28,7 @@ load time with the build failures; a module missing because of the tool's own en
     record_column(record) -> column key
     model_rows(records) -> one row per (model, backend): file count and per-column counts
     rows_beside_paper(rows) -> ours and the paper's figures, row after row, for the CSV and tables
-    write_csv(rows, path); markdown(rows) -> str; html(rows) -> str
+    write_csv(rows, path); markdown(rows) -> str; table_cells(rows) -> (headers, rows)
 """
 
 from __future__ import annotations
@@ -222,10 +222,3 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in body]
     return "\n".join(lines)
-
-
-def html(rows: list[dict[str, Any]]) -> str:
-    from reports.html_parts import table
-
-    headers, body = table_cells(rows)
-    return table(headers, body, num=set(range(3, len(headers))))

@@ -1,5 +1,5 @@
-"""Parts of the corpus report that answer "which problems failed and why" at a glance, the
-outcome colours, and the sortable candidates table.
+"""Parts of the corpus report that answer "which problems failed and why" at a glance, and the
+outcome colours (page.html.j2 writes them as the badges' CSS; the plots use them too).
 
 Outcome colours are the Okabe-Ito palette (Okabe and Ito, "Color Universal Design"), chosen to
 stay distinct under the common colour-vision deficiencies; every badge also carries its word, so
@@ -27,10 +27,6 @@ OUTCOME_PALETTE: dict[str, tuple[str, str]] = {
     "": ("#999999", "#1d232a"),  # not evaluated / other
 }
 OUTCOME_COLORS = {k: bg for k, (bg, _) in OUTCOME_PALETTE.items()}
-
-
-def badge_css() -> str:
-    return "\n".join(f".o-{k or 'none'} {{ background: {bg}; color: {fg}; }}" for k, (bg, fg) in OUTCOME_PALETTE.items())
 
 
 # What each failure subtype means, in plain words (TAXONOMY.md's subtypes).
@@ -98,63 +94,3 @@ def failed_problems(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[An
         body.append([problem, *[counts.get(o, 0) for o in outcomes], correct,
                      f"{top_sub} ({top_n} of {len(fails)})" if top_sub else "", meaning(top_sub)])
     return ["problem", *outcomes, "correct", "most common subtype", "what it means"], body
-
-
-SORT_SCRIPT = """
-function pkbSort(th) {
-  var table = th.closest('table'), body = table.tBodies[0], col = th.cellIndex;
-  var dir = th.dataset.dir === 'asc' ? 'desc' : 'asc';
-  Array.prototype.forEach.call(th.parentNode.cells, function (c) { delete c.dataset.dir; });
-  th.dataset.dir = dir;
-  var key = function (row) {
-    var cell = row.cells[col], v = cell.dataset.sort !== undefined ? cell.dataset.sort : cell.textContent.trim();
-    var n = parseFloat(v);
-    return v !== '' && !isNaN(n) && isFinite(v) ? [0, n] : [v === '' ? 2 : 1, v.toLowerCase()];
-  };
-  var rows = Array.prototype.slice.call(body.rows);
-  rows.sort(function (a, b) {
-    var x = key(a), y = key(b);
-    if (x[0] !== y[0]) return x[0] - y[0];  // numbers, then words, then empty cells, either way
-    var c = x[1] < y[1] ? -1 : x[1] > y[1] ? 1 : 0;
-    return dir === 'asc' ? c : -c;
-  });
-  rows.forEach(function (r) { body.appendChild(r); });
-}
-function pkbMeasure() {
-  var t = document.getElementById('cand-table');
-  if (t) { document.body.dataset.candWidth = String(t.scrollWidth); document.body.dataset.candVisible = String(t.clientWidth); }
-}
-window.addEventListener('load', pkbMeasure);
-"""
-
-SORT_CSS = """
-.card.wide { grid-column: 1 / -1; }
-table.sortable th { cursor: pointer; user-select: none; white-space: nowrap; }
-table.sortable th::after { content: " \\2195"; color: var(--muted); font-weight: 400; }
-table.sortable th[data-dir="asc"]::after { content: " \\2191"; } table.sortable th[data-dir="desc"]::after { content: " \\2193"; }
-#cand-table { display: table; table-layout: fixed; width: 100%; }
-#cand-table td { overflow-wrap: break-word; } #cand-table .badge { white-space: nowrap; }
-#cand-table col.c-problem { width: 13%; } #cand-table col.c-model { width: 9%; } #cand-table col.c-candidate { width: 16%; }
-#cand-table col.c-outcome { width: 10%; } #cand-table col.c-subtype { width: 9%; } #cand-table col.c-speedup { width: 8%; }
-#cand-table col.c-mechanism { width: 10%; } #cand-table col.c-sync { width: 10%; } #cand-table col.c-overlap { width: 8%; }
-#cand-table col.c-findings { width: 7%; }
-"""
-
-
-def breakable(html_text: str) -> str:
-    """Escaped text that may wrap after its underscores (long problem and file names)."""
-    return html_text.replace("_", "_<wbr>")
-
-
-def candidates_table(headers: list[str], rows: list[list[str]], sort_keys: list[list[Any]]) -> str:
-    """The candidates table: fixed column widths that fit the page, every header sorts (click),
-    cells with a sort key sort by it (speedups as numbers, empty last)."""
-    from reports.html_parts import esc
-
-    cols = "".join(f'<col class="c-{esc(h)}">' for h in headers)
-    head = "".join(f'<th onclick="pkbSort(this)" title="sort by {esc(h)}">{esc(h)}</th>' for h in headers)
-    body = []
-    for cells, keys in zip(rows, sort_keys):
-        tds = "".join(f'<td data-sort="{esc(k)}">{c}</td>' if k is not None else f"<td>{c}</td>" for c, k in zip(cells, keys))
-        body.append(f"<tr>{tds}</tr>")
-    return f'<table id="cand-table" class="sortable"><colgroup>{cols}</colgroup><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'

@@ -313,3 +313,14 @@ def test_a_problem_without_a_fastest_kernel_says_why():
         "2_allgather": "no correct candidate",
         "8_alltoall": "none named: 2 correct, 1 not timed, 1 a tie within its timing spread",
     }
+
+
+def test_the_static_findings_card_lists_ties_in_rule_order(tmp_path):
+    from pkb.record import CandidateRecord, Finding
+
+    records = [CandidateRecord(path=f"{i}_allreduce.py", problem_id=1, problem_name="allreduce") for i in range(2)]
+    for rec, rule in zip(records, ("PKB018", "PKB017")):  # first seen: PKB018
+        rec.findings = [Finding(rule, "r", "warning", "m", rec.path, 1)]
+    html = Path(corpus_report.build(records, tmp_path)["html"]).read_text()
+    card = html[html.index("<h3>Most common findings</h3>"):]
+    assert re.findall(r"<li><b>(PKB\d+)</b>", card[:card.index("</ul>")]) == ["PKB017", "PKB018"]
