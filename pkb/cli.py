@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import sys
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from typing import Optional
@@ -180,7 +181,6 @@ def write_tables(records, out: Path) -> None:
 
 def _progress(total: int, quiet: bool):
     """A progress bar on stderr for long runs at a terminal; a no-op elsewhere."""
-    from contextlib import contextmanager
 
     @contextmanager
     def bar():
@@ -215,24 +215,21 @@ def open_run(ctx: typer.Context, out: Path, store_path: str | None) -> None:
         raise typer.Exit(2)
 
 
-def run_eval(records, out: Path, options, quiet: bool, emit=None) -> None:
-    """Evaluate records (builds in a CPU pool, launches in slots as their builds land), writing eval.jsonl as results land,
-    and saying each outcome as it lands: above a progress bar at a terminal, a plain line otherwise
-    (piped output shows progress too). Ctrl-C says what was saved and how to resume. `emit(line)`,
-    when given, receives each eval.jsonl line as it is written (`--output-format jsonl`). A harness
-    error leaves the candidates it did not reach `not_run` ("evaluation failed: ..."), so the run
-    ends with exit 1 and the reason, as README's contract says, rather than a traceback."""
-    from pkb.eval import evaluate
+@contextmanager
+def _landing(records, path: Path, options, quiet: bool, emit):
+    """What the real and the emulated runs share: eval.jsonl (or eval_emulated.jsonl) written as
+    each result lands, the later parts stored, each outcome said as it lands (above a progress bar
+    at a terminal, a plain line otherwise: piped output shows progress too), and Ctrl-C saying what
+    was saved and how to resume (exit 130). Yields `landed(rec)`."""
     from reports import console
 
-    path = out / "eval.jsonl"
     done = 0
     lines_out = not sys.stdout.isatty()
     try:
         with path.open("w", encoding="utf-8") as jsonl, _progress(len(records), quiet) as (progress, task), \
                 _open_store(options.store_path) as store:
 
-            def landed(rec, evaluation, rank_results) -> None:
+            def landed(rec) -> None:
                 nonlocal done
                 store_later_parts(store, rec)
                 record_line = json.dumps(rec.to_json_line(), default=str)
@@ -248,18 +245,32 @@ def run_eval(records, out: Path, options, quiet: bool, emit=None) -> None:
                     progress.console.print(escape(line), highlight=False)
                 progress.advance(task)
 
-            try:
-                evaluate(records, options, on_result=landed)
-            except Exception as exc:  # noqa: BLE001 - the harness failed: what landed stays, the rest is not_run
-                reason = f"evaluation failed: {type(exc).__name__}: {exc}"
-                for rec in records:
-                    if not rec.evaluation:
-                        rec.evaluation = {"status": "not_run", "outcome": "", "subtype": "", "reason": reason}
-                        landed(rec, rec.evaluation, [])
+            yield landed
     except KeyboardInterrupt:
         err.print(f"interrupted: {done} of {len(records)} candidates were evaluated and saved (the store {escape(str(options.store_path))}, "
                   f"{escape(str(path))}); the same command resumes: stored results are not run again (--force runs them again)")
         raise typer.Exit(130)
+
+
+def run_eval(records, out: Path, options, quiet: bool, emit=None) -> None:
+    """Evaluate records (builds in a CPU pool, launches in slots as their builds land), writing
+    eval.jsonl as results land (`_landing`). `emit(line)`, when given, receives each eval.jsonl
+    line as it is written (`--output-format jsonl`). A harness error leaves the candidates it did
+    not reach `not_run` ("evaluation failed: ..."), so the run ends with exit 1 and the reason, as
+    README's contract says, rather than a traceback."""
+    from pkb.eval import evaluate
+    from reports import console
+
+    path = out / "eval.jsonl"
+    with _landing(records, path, options, quiet, emit) as landed:
+        try:
+            evaluate(records, options, on_result=lambda rec, evaluation, rank_results: landed(rec))
+        except Exception as exc:  # noqa: BLE001 - the harness failed: what landed stays, the rest is not_run
+            reason = f"evaluation failed: {type(exc).__name__}: {exc}"
+            for rec in records:
+                if not rec.evaluation:
+                    rec.evaluation = {"status": "not_run", "outcome": "", "subtype": "", "reason": reason}
+                    landed(rec)
     typer.echo(console.eval_table(records))
     typer.echo(console.eval_totals(records))
     typer.echo(f"wrote {path} and the store {options.store_path}")
@@ -286,23 +297,14 @@ def parse_jobs(value: str) -> int:
 def run_emulated(records, out: Path, world_size: int, options, quiet: bool, emit=None) -> None:
     """Emulated ranks: protocol bugs on one device, each candidate in a process of its own.
     Results are marked emulated (no timing, nothing about NVLink) and stored under keys of their
-    own, beside real evaluations, never over them. `emit` as in run_eval."""
+    own, beside real evaluations, never over them; written and said as they land, Ctrl-C as in
+    run_eval (`_landing`)."""
     from pkb.emulate.records import emulate_records
     from reports import console
 
     path = out / "eval_emulated.jsonl"
-    with path.open("w", encoding="utf-8") as jsonl, _progress(len(records), quiet) as (progress, task), \
-            _open_store(options.store_path) as store:
-        def done(rec) -> None:
-            store_later_parts(store, rec)
-            record_line = json.dumps(rec.to_json_line(), default=str)
-            jsonl.write(record_line + "\n")
-            jsonl.flush()
-            if emit is not None:
-                emit(record_line)
-            progress.advance(task)
-
-        emulate_records(records, world_size, options, on_result=done)
+    with _landing(records, path, options, quiet, emit) as landed:
+        emulate_records(records, world_size, options, on_result=landed)
     typer.echo(console.eval_table(records))
     typer.echo(console.eval_totals(records) + f" (EMULATED: {world_size} virtual ranks, correctness only, no timing)")
     typer.echo(f"wrote {path} and the store {options.store_path}")

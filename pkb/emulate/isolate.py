@@ -20,8 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pkb.eval.interrupt import raise_if_requested
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STACK_GRACE_S = 3.0  # for faulthandler to write the stacks after SIGUSR1
+POLL_S = 0.2  # how often a waiting parent looks for Ctrl-C
 
 
 def outer_limit(job: dict[str, Any]) -> float:
@@ -34,6 +37,7 @@ def outer_limit(job: dict[str, Any]) -> float:
 
 def run_child(job: dict[str, Any], job_dir: Path, *, wall_limit_s: float | None = None, python: str | None = None) -> dict[str, Any]:
     """Run one emulated evaluation in its own process; always returns an evaluation dict."""
+    raise_if_requested()  # queued behind a Ctrl-C: never started
     job_dir.mkdir(parents=True, exist_ok=True)
     job = dict(job)
     paths = {k: str(job_dir / name) for k, name in (
@@ -53,13 +57,13 @@ def run_child(job: dict[str, Any], job_dir: Path, *, wall_limit_s: float | None 
                                 stdout=out, stderr=err, env=env, cwd=str(job_dir), start_new_session=True)
         killed = False
         try:
-            rc = proc.wait(timeout=limit)
+            rc = _wait(proc, t0 + limit)
         except subprocess.TimeoutExpired:
             killed = True
             _dump_stacks(proc)
             _kill_session(proc)
             rc = proc.wait()
-        finally:
+        finally:  # Ctrl-C (Interrupted) ends up here too: the session is killed, the interruption goes on
             if proc.poll() is None:
                 _kill_session(proc)
                 proc.wait()
@@ -77,6 +81,18 @@ def run_child(job: dict[str, Any], job_dir: Path, *, wall_limit_s: float | None 
     stderr_tail = _tail(job_dir / "stderr.txt")
     stacks = parse_stacks(_read_text(paths["stacks_path"]), progress.get("rank_threads") or {})
     return died_record(job, rc, killed, limit, wall, progress.get("phase", ""), stacks, stderr_tail)
+
+
+def _wait(proc: subprocess.Popen, deadline: float) -> int:
+    """The child's exit status, waited for in short steps so that Ctrl-C (pkb.eval.interrupt)
+    stops it at once; TimeoutExpired at the deadline."""
+    while True:
+        raise_if_requested()
+        try:
+            return proc.wait(timeout=max(0.0, min(POLL_S, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                raise
 
 
 def died_record(job: dict[str, Any], rc: int | None, killed: bool, limit: float, wall: float, phase: str,

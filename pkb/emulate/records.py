@@ -68,8 +68,10 @@ def emulate_records(records: Iterable[Any], world_size: int, options: Any, *, de
     (pkb.eval.build.prebuild_many) before any run's clock starts; then one process per candidate."""
     from pkb.store import Store
 
+    from pkb.eval.interrupt import stopping_on_sigint
+
     dev = device or _default_device()
-    with Store(options.store_path, lock=True) as store:  # a second run on this store is refused
+    with stopping_on_sigint(), Store(options.store_path, lock=True) as store:  # a second run on this store is refused
         ready: list[Prepared] = []
         for rec in records:
             prepared = prepare(rec, world_size, options, store, dev)
@@ -87,7 +89,8 @@ def emulate_records(records: Iterable[Any], world_size: int, options: Any, *, de
         from concurrent.futures import ThreadPoolExecutor, as_completed
 
         slots = options.jobs if getattr(options, "jobs", 0) and options.jobs > 0 else (4 if dev == "cuda" else max(1, (os.cpu_count() or 2) // 2))
-        with ThreadPoolExecutor(max_workers=max(1, min(slots, len(ready) or 1))) as pool:
+        pool = ThreadPoolExecutor(max_workers=max(1, min(slots, len(ready) or 1)))
+        try:
             futures = {}
             for p in ready:
                 writes = _DeferredWrites()
@@ -99,6 +102,9 @@ def emulate_records(records: Iterable[Any], world_size: int, options: Any, *, de
                     store.write_evaluation(*args)
                 if on_result is not None:
                     on_result(p.rec)
+        finally:
+            # after Ctrl-C: queued runs never start, running ones kill their children (isolate._wait)
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def emulate_one(rec: Any, world_size: int, options: Any, store: Any, *, device: str, call_timeout_s: float | None = None) -> dict[str, Any]:
