@@ -586,12 +586,18 @@ def _problem_files(items: Optional[list[str]]) -> dict[int, str]:
 
 def _run_on_cluster(records, out: Path, options, executor, shards, partition, gpus_per_node, cpus_per_task, time_min, account, emit) -> None:
     """--executor slurm|local: shards through submitit, merged into the one store; eval.jsonl after."""
-    from pkb.eval.cluster import ClusterOptions, run_sharded
+    from pkb.eval.cluster import ClusterOptions, ShardsInterrupted, run_sharded
     from reports import console
 
     cluster = ClusterOptions(executor=executor, shards=shards, partition=partition, gpus_per_node=gpus_per_node,
                              cpus_per_task=cpus_per_task, time_min=time_min, account=account, folder=str(out / "shards"))
-    summary = run_sharded(records, options, cluster)
+    try:
+        summary = run_sharded(records, options, cluster)
+    except ShardsInterrupted as stop:
+        done = sum(1 for rec in records if rec.evaluation)
+        err.print(f"interrupted: {stop.cancelled} shard jobs cancelled; {done} of {len(records)} candidates were evaluated and saved "
+                  f"(the store {escape(str(options.store_path))}); the same command resumes: stored results are not submitted again")
+        raise typer.Exit(130)
     with (out / "eval.jsonl").open("w", encoding="utf-8") as jsonl, _open_store(options.store_path) as parts:
         for rec in records:
             store_later_parts(parts, rec)

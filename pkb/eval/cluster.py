@@ -79,13 +79,52 @@ def run_sharded(records: list[Any], options: EvalOptions, cluster: ClusterOption
             for rec in shard:
                 rec.tree = None  # re-parsed on demand; an AST is costly to pickle
         jobs = executor.map_array(run_shard, shards, [shard_options] * len(shards), [str(folder / RESULTS)] * len(shards))
-        for job in jobs:
-            try:
-                job.result()
-            except Exception as exc:  # noqa: BLE001 - a failed shard keeps what it wrote; the rest still merges
-                errors.append(f"shard {job.job_id}: {type(exc).__name__}: {str(exc)[-1000:]}")
+        try:
+            for job in jobs:
+                try:
+                    job.result()
+                except Exception as exc:  # noqa: BLE001 - a failed shard keeps what it wrote; the rest still merges
+                    errors.append(f"shard {job.job_id}: {type(exc).__name__}: {str(exc)[-1000:]}")
+        except KeyboardInterrupt:
+            cancel(jobs)
+            merged = collect(folder, options.store_path, records)
+            raise ShardsInterrupted(merged + merged_before, len(jobs)) from None
     merged = collect(folder, options.store_path, records)
     return {"submitted": len(todo), "shards": len(shards), "skipped": skipped, "merged": merged + merged_before, "errors": errors}
+
+
+class ShardsInterrupted(KeyboardInterrupt):
+    """Ctrl-C while waiting on the shards: they were cancelled and what they wrote was merged."""
+
+    def __init__(self, merged: int, cancelled: int) -> None:
+        super().__init__(f"{cancelled} shard jobs cancelled; {merged} results merged")
+        self.merged, self.cancelled = merged, cancelled
+
+
+CANCEL_GRACE_S = 15.0  # for a cancelled local shard to stop and close its result file
+
+
+def cancel(jobs: list[Any]) -> None:
+    """Cancel every shard job (Slurm: scancel; local: SIGINT, which the shard's evaluation turns
+    into killing its launches), then give them a moment to stop: a rerun submits what the store
+    lacks, and a result a shard writes after this is merged by that rerun."""
+    import time
+
+    for job in jobs:
+        try:
+            job.cancel(check=False)
+        except Exception:  # noqa: BLE001 - cancelling is best effort; the rerun merges what is left
+            continue
+    deadline = time.monotonic() + CANCEL_GRACE_S
+    while time.monotonic() < deadline and not all(_done(job) for job in jobs):
+        time.sleep(0.2)
+
+
+def _done(job: Any) -> bool:
+    try:
+        return bool(job.done())
+    except Exception:  # noqa: BLE001 - a job whose state cannot be read is not waited for
+        return True
 
 
 def split(items: list[Any], n: int) -> list[list[Any]]:
