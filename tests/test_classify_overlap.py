@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from analyzer.classify import _kernel_computes, problem_has_compute
+from analyzer.classify import _kernel_computes, _one_thread, problem_has_compute
 from analyzer.pipeline import StaticAnalyzer, StaticOptions
 from pkb.corpus import read_candidate
 from pkb.record import CandidateRecord
@@ -40,6 +40,33 @@ def test_a_quotient_of_indices_or_layout_sizes_is_addressing_not_computation():
                "    row = tile_idx * G.output.rows();"]
     assert not _kernel_computes(routing)
     assert _kernel_computes(["    acc = x_val * scale;"])
+
+
+def test_a_product_of_indexed_operands_split_over_two_lines_is_computation():
+    # a direct convolution: the operands' subscripts hold index names (in_idx, w_idx), the
+    # product itself multiplies values, and the statement goes on to the next line
+    conv = ["            acc += to_float<scalar_t>(input[in_idx]) *",
+            "                   to_float<scalar_t>(weight[w_idx]);"]
+    assert _kernel_computes(conv)
+    assert not _kernel_computes(["    int64_t in_idx = ((b * C + c) * T + t) *", "        H + h;"])
+
+
+def test_a_kernel_only_one_thread_runs_works_on_a_scalar():
+    # the root of a sum over peers' partial norms: arithmetic, but nothing to overlap
+    norm = """__global__ void total_norm(const int64_t* peer_ptrs, float* out, int n) {
+        if (threadIdx.x == 0 && blockIdx.x == 0) {
+            float total = 0.0f;
+            for (int i = 0; i < n; ++i) total += *reinterpret_cast<const float*>(peer_ptrs[i]);
+            *out = sqrtf(total);
+        }
+    }"""
+    assert _kernel_computes(norm.splitlines()) and _one_thread(norm.splitlines())
+    every_thread = """__global__ void scale(float* x, const float* norm, int n) {
+        if (threadIdx.x == 0 && blockIdx.x == 0) { *flag = 1; }
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) x[i] = x[i] / sqrtf(*norm);
+    }"""
+    assert not _one_thread(every_thread.splitlines())
 
 
 @pytest.mark.parametrize(("path", "name", "pid", "expected"), [
