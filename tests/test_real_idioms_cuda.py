@@ -527,3 +527,67 @@ def test_a_spin_on_this_ranks_symmetric_flag_is_device_flags(tmp_path):
     rec = analyze(tmp_path, "57_ring_attention_pp_cuda.py", OWN_FLAG.replace("FLAG_ARG", "flag.data_ptr<int32_t>()"))
     assert "device_flags" in rec.label_values("sync")
     assert line_of(rec, "while (*flag == 0)") in evidence_lines(rec, "sync", "device_flags")
+
+
+ALIGNED_BRANCH = r'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+#include <torch/extension.h>
+__global__ void push_wide(const uint4* x, uint64_t mc, int64_t n, int64_t off) {
+    int64_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        uint4 v = x[i];
+        uint64_t addr = mc + (off + i) * 16;
+        asm volatile("multimem.st.relaxed.sys.global.v4.f32 [%0], {%1, %2, %3, %4};"
+                     :: "l"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+    }
+}
+__global__ void push_narrow(const __nv_bfloat16* x, const int64_t* ptrs, int64_t n, int rank, int world) {
+    int64_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        for (int p = 0; p < world; ++p) {
+            __nv_bfloat16* dst = reinterpret_cast<__nv_bfloat16*>(ptrs[p]);
+            dst[rank * n + i] = x[i];
+        }
+    }
+}
+void push(torch::Tensor x, uint64_t mc, torch::Tensor ptrs, int64_t rank, int64_t world, int64_t bytes) {
+    bool wide = (reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0) && (bytes % 16 == 0);
+    if (wide) {
+        push_wide<<<(bytes / 16 + 255) / 256, 256>>>((const uint4*)x.data_ptr(), mc, bytes / 16, rank * bytes / 16);
+    } else {
+        push_narrow<<<(bytes / 2 + 255) / 256, 256>>>((const __nv_bfloat16*)x.data_ptr(), ptrs.data_ptr<int64_t>(),
+                                                     bytes / 2, rank, world);
+    }
+}
+"""
+
+_ext = load_inline("ext", cpp_sources="", cuda_sources=CUDA, functions=["push"])
+_cache = {}
+
+
+def solution(x: torch.Tensor) -> torch.Tensor:
+    st = _cache.get("st")
+    if st is None:
+        buf = symm_mem.empty(x.numel() * 8, device=x.device, dtype=x.dtype)
+        hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+        st = (buf, hdl, torch.tensor(hdl.buffer_ptrs, device=x.device))
+        _cache["st"] = st
+    buf, hdl, ptrs = st
+    hdl.barrier(channel=0)
+    _ext.push(x, hdl.multicast_ptr, ptrs, dist.get_rank(), 8, x.numel() * x.element_size())
+    hdl.barrier(channel=0)
+    return buf.clone()
+'''
+
+
+def test_a_branch_on_the_inputs_address_alignment_takes_the_aligned_arm_on_the_run(tmp_path):
+    # `reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0`: torch's allocations are aligned, so
+    # the narrow peer-store arm is a fallback, not the candidate's mechanism
+    rec = analyze(tmp_path, "34_ulysses_all_gather_into_tensor_primitive_cuda.py", ALIGNED_BRANCH)
+    assert rec.label_values("mechanism") == ["nvls"]
+    assert "sm_store" in {lab.value for lab in rec.labels.get("fallback", [])}
