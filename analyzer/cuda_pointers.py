@@ -38,6 +38,9 @@ ARRAY_OF = {"peer_ptr": "peer_ptr_array", "symm_local": "peer_ptr_array", "nvshm
              "signal_ptr": "signal_ptr_array", "peer_tensor": "peer_ptr_array"}
 
 
+_POINTER_TO_POINTER = re.compile(r"\*(?:const|volatile|__restrict__)*\*")
+
+
 def join_kinds(a: tuple[str, str], b: tuple[str, str]) -> tuple[str, str]:
     ka, kb = KIND_PRIORITY.get(a[0], 0), KIND_PRIORITY.get(b[0], 0)
     if ka != kb:
@@ -158,7 +161,13 @@ class PointerFlow:
             return ("unknown", "")
         k = n.kind
         if k in EXPR_WRAPPERS:
-            return self.eval(n.kids[-1]) if n.kids else ("unknown", "")
+            v = self.eval(n.kids[-1]) if n.kids else ("unknown", "")
+            if v[0] == "peer_ptr" and k in ("CSTYLE_CAST_EXPR", "CXX_REINTERPRET_CAST_EXPR") \
+                    and _POINTER_TO_POINTER.search(n.type.spelling.replace(" ", "")):
+                # `reinterpret_cast<const void* const*>(ptrs.data_ptr<int64_t>())`: the address
+                # holds the peers' addresses, so indexing it gives one (a table, not a buffer)
+                return ("peer_ptr_array", derived(v)[1])
+            return v
         if k == "DECL_REF_EXPR":
             if not n.kids or n.kids[0].kind != "OVERLOADED_DECL_REF":
                 return self.getv(self.key_of_ref(n))

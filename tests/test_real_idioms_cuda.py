@@ -591,3 +591,58 @@ def test_a_branch_on_the_inputs_address_alignment_takes_the_aligned_arm_on_the_r
     rec = analyze(tmp_path, "34_ulysses_all_gather_into_tensor_primitive_cuda.py", ALIGNED_BRANCH)
     assert rec.label_values("mechanism") == ["nvls"]
     assert "sm_store" in {lab.value for lab in rec.labels.get("fallback", [])}
+
+
+TABLE_CAST = r'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+#include <torch/extension.h>
+__global__ void push(const float* x, const void* const* dst_ptrs, int64_t n, int rank) {
+    int dst = blockIdx.y;
+    int64_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float* dst_ptr = reinterpret_cast<float*>(const_cast<void*>(dst_ptrs[dst]));
+        dst_ptr[rank * n + i] = x[i];
+    }
+}
+void run(torch::Tensor x, torch::Tensor table, int64_t rank, int64_t world) {
+    const void* const* dst_ptrs = reinterpret_cast<const void* const*>(table.data_ptr<int64_t>());
+    dim3 grid((x.numel() + 255) / 256, world);
+    push<<<grid, 256>>>(x.data_ptr<float>(), dst_ptrs, x.numel(), rank);
+}
+"""
+
+_ext = load_inline("ext", cpp_sources="", cuda_sources=CUDA, functions=["run"])
+_pool = {}
+
+
+def solution(x: torch.Tensor) -> torch.Tensor:
+    if "bufs" not in _pool:
+        bufs, tables = [], []
+        for _ in range(2):
+            buf = symm_mem.empty(x.numel() * 8, device=x.device, dtype=x.dtype)
+            hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+            bufs.append((buf, hdl))
+            tables.append(torch.tensor(hdl.buffer_ptrs, device=x.device))
+        _pool["bufs"], _pool["tables"], _pool["i"] = bufs, tables, 0
+    i = _pool["i"]
+    _pool["i"] = (i + 1) % 2
+    buf, hdl = _pool["bufs"][i]
+    table = _pool["tables"][i]
+    hdl.barrier(channel=0)
+    _ext.run(x, table, dist.get_rank(), 8)
+    hdl.barrier(channel=0)
+    return buf.clone()
+'''
+
+
+def test_an_address_cast_to_a_pointer_to_pointers_is_a_table_of_peer_addresses(tmp_path):
+    # whatever the Python side made of `tables[i]`, `reinterpret_cast<const void* const*>` of it
+    # is an array of addresses: indexing reads the local table, the store through the element
+    # writes a peer (push)
+    rec = analyze(tmp_path, "33_ulysses_all_to_all_tensor_primitive_cuda.py", TABLE_CAST)
+    assert rec.label_values("mechanism") == ["sm_store"]
