@@ -22,6 +22,7 @@ RANK_NAMES = {"rank", "my_rank", "local_rank", "rank_id", "myrank", "my_pe", "my
 # A local named `rank` that takes its value from the launch geometry (`int rank = blockIdx.y;`, one
 # block row per peer) or from a loop over ranks walks the peers: it is not this rank.
 GEOMETRY_INDEX = re.compile(r"\b(blockIdx|threadIdx|warp_id|warpId|lane)\b")
+_LOADED_INIT = re.compile(r"=[^;=]*\w\s*\[[^\]]+\]")
 
 # Higher wins when two facts about one variable meet: the more specific / more dangerous kind.
 KIND_PRIORITY = {
@@ -153,7 +154,9 @@ class PointerFlow:
             return
         in_for = n.parent is not None and n.parent.kind == "DECL_STMT" and n.parent.parent is not None \
             and n.parent.parent.kind == "FOR_STMT"
-        if in_for or GEOMETRY_INDEX.search(self.text_of(n)):
+        text = self.text_of(n)
+        # `int rank = src_ranks[seg];`: read from a table per element, the source's rank, not ours
+        if in_for or GEOMETRY_INDEX.search(text) or _LOADED_INIT.search(text):
             self.peer_index_vars.add(key)
 
     def eval(self, n: Node | None) -> tuple[str, str]:

@@ -646,3 +646,56 @@ def test_an_address_cast_to_a_pointer_to_pointers_is_a_table_of_peer_addresses(t
     # writes a peer (push)
     rec = analyze(tmp_path, "33_ulysses_all_to_all_tensor_primitive_cuda.py", TABLE_CAST)
     assert rec.label_values("mechanism") == ["sm_store"]
+
+
+SOURCE_RANK = r'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+#include <torch/extension.h>
+__global__ void pull(const int32_t* src_ranks, const int64_t* ptrs, float* dst, int64_t seg_len, int64_t total) {
+    int64_t idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= total) return;
+    int64_t seg = idx / seg_len;
+    RANK_DECL
+    const float* src = reinterpret_cast<const float*>(ptrs[rank]);
+    dst[idx] = src[idx % seg_len];
+}
+void run(torch::Tensor src_ranks, torch::Tensor ptrs, torch::Tensor dst, int64_t seg_len) {
+    pull<<<(dst.numel() + 255) / 256, 256>>>(src_ranks.data_ptr<int32_t>(), ptrs.data_ptr<int64_t>(),
+                                             dst.data_ptr<float>(), seg_len, dst.numel());
+}
+"""
+
+_ext = load_inline("ext", cpp_sources="", cuda_sources=CUDA, functions=["run"])
+_cache = {}
+
+
+def solution(x: torch.Tensor, src_ranks: torch.Tensor) -> torch.Tensor:
+    st = _cache.get("st")
+    if st is None:
+        buf = symm_mem.empty(x.numel(), device=x.device, dtype=x.dtype)
+        hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+        st = (buf, hdl, torch.tensor(hdl.buffer_ptrs, device=x.device))
+        _cache["st"] = st
+    buf, hdl, ptrs = st
+    buf.copy_(x)
+    hdl.barrier(channel=0)
+    out = torch.empty(8 * x.numel(), device=x.device, dtype=x.dtype)
+    _ext.run(src_ranks, ptrs, out, x.numel())
+    hdl.barrier(channel=1)
+    return out
+'''
+
+
+def test_a_local_named_rank_read_from_a_table_is_the_source_rank_not_ours(tmp_path):
+    # `int rank = src_ranks[seg];` picks the peer each element comes from: `ptrs[rank]` is a peer
+    rec = analyze(tmp_path, "70_torchrec_kjt_all2all_cuda.py", SOURCE_RANK.replace("RANK_DECL", "int32_t rank = src_ranks[seg];"))
+    assert rec.label_values("mechanism") == ["sm_load"]
+    # this rank's own slot stays local
+    own = SOURCE_RANK.replace("RANK_DECL", "").replace("int64_t seg_len, int64_t total)", "int64_t seg_len, int64_t total, int rank)")
+    own = own.replace("seg_len, dst.numel());", "seg_len, dst.numel(), 0);")
+    assert analyze(tmp_path, "70_torchrec_kjt_all2all_cuda.py", own).label_values("mechanism") == ["none"]
