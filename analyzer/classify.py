@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from analyzer import ptx_ops
 from analyzer.brackets import closing
+from analyzer.python_async import async_library_overlap
 from pkb.facts import PEER_KINDS, SIGNAL_KINDS, CallSite, CudaFacts, CudaSource, Function, PtxFacts
 from analyzer.python_pass import is_metadata_collective
 from pkb.record import CandidateRecord, Evidence, KernelReport, Label
@@ -554,6 +555,16 @@ class Classifier:
                         self.ev(first, "python", "issued on the side stream")] if with_line != first else [
                 self.ev(first, "python", "issued on a side stream (its handle passed to the launch)")]
             rec.add_label(Label("overlap", "multi_stream", evidence))
+        tree = rec.syntax_tree()
+        if not rec.labels.get("overlap") and tree is not None and self.timed("p2p", "collective"):
+            timed_fns = {c.function for c in py.calls if c.path == "timed"} | {"solution"}
+            in_flight = async_library_overlap(tree, timed_fns)
+            if in_flight is not None:
+                issue, compute, wait = in_flight
+                rec.add_label(Label("overlap", "multi_stream", [
+                    self.ev(issue, "python", "asynchronous library transfers issued (NCCL's stream)"),
+                    self.ev(compute, "python", "computation issued while they are in flight"),
+                    self.ev(wait, "python", "waited for only after it")]))
         if py.chunk_loops:
             rec.add_label(Label("overlap", "chunked_pipeline", [self.ev(py.chunk_loops[0], "python", "a loop over chunks issues transfers and compute")]))
         fused = [r for r in mover if self.computes.get(r.name, False)]

@@ -457,3 +457,54 @@ def test_a_loop_launching_on_two_streams_linked_by_each_chunks_event_is_a_pipeli
 
 def test_the_same_loop_on_one_stream_is_not(analyzer, tmp_path):
     assert "chunked_pipeline" not in overlap(analyzer, tmp_path, TWO_STREAM_LOOP.replace("SECOND", "cur"))
+
+
+RING_ASYNC = '''
+import torch
+import torch.distributed as dist
+
+
+class Ring:
+    def __init__(self, group):
+        self.group = group
+        self.ops = []
+        self.reqs = None
+
+    def send_recv(self, t):
+        buf = torch.empty_like(t)
+        self.ops.append(dist.P2POp(dist.isend, t, (dist.get_rank() + 1) % 8, group=self.group))
+        self.ops.append(dist.P2POp(dist.irecv, buf, (dist.get_rank() - 1) % 8, group=self.group))
+        return buf
+
+    def commit(self):
+        self.reqs = dist.batch_isend_irecv(self.ops)
+
+    def wait(self):
+        for r in self.reqs:
+            r.wait()
+        self.ops = []
+
+
+def _block(q, k):
+    return torch.matmul(q, k.transpose(-1, -2)).softmax(-1)
+
+
+def solution(q, k, group=None):
+    ring = Ring(group)
+    out = torch.zeros_like(q)
+    for step in range(8):
+        COMMIT
+        out += _block(q, k)
+        WAIT
+    return out
+'''
+
+
+def test_async_library_transfers_waited_for_after_the_compute_are_multi_stream(analyzer, tmp_path):
+    overlapped = RING_ASYNC.replace("COMMIT", "nxt = ring.send_recv(k)\n        ring.commit()").replace(
+        "WAIT", "ring.wait()\n        k = nxt")
+    assert overlap(analyzer, tmp_path, overlapped) == ["multi_stream"]
+    # waited for before the compute: one after the other
+    serial = RING_ASYNC.replace("COMMIT", "nxt = ring.send_recv(k)\n        ring.commit()\n        ring.wait()").replace(
+        "WAIT", "k = nxt")
+    assert overlap(analyzer, tmp_path, serial) == ["none"]
