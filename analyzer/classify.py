@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 
 from analyzer import ptx_ops
+from analyzer.brackets import closing
+from analyzer.python_async import async_library_overlap
 from pkb.facts import PEER_KINDS, SIGNAL_KINDS, CallSite, CudaFacts, CudaSource, Function, PtxFacts
 from analyzer.python_pass import is_metadata_collective
 from pkb.record import CandidateRecord, Evidence, KernelReport, Label
@@ -85,7 +87,8 @@ class Classifier:
         rep = KernelReport(name=k.fn.name, language="cuda", line=k.fn.line, source_index=k.cuda.source_index)
         # The kernel computes if it, or a device function it calls, does arithmetic.
         self.computes[k.fn.name] = any(_kernel_computes(self.lines[f.line - 1 : f.end_line])
-                                       for f in k.cuda.functions if f.name in k.reach)
+                                       for f in k.cuda.functions if f.name in k.reach) \
+            and not _one_thread(self.lines[k.fn.line - 1 : k.fn.end_line])
         labels: dict[str, list[Label]] = {}
 
         def add(axis: str, value: str, ev: Evidence) -> None:
@@ -552,6 +555,16 @@ class Classifier:
                         self.ev(first, "python", "issued on the side stream")] if with_line != first else [
                 self.ev(first, "python", "issued on a side stream (its handle passed to the launch)")]
             rec.add_label(Label("overlap", "multi_stream", evidence))
+        tree = rec.syntax_tree()
+        if not rec.labels.get("overlap") and tree is not None and self.timed("p2p", "collective"):
+            timed_fns = {c.function for c in py.calls if c.path == "timed"} | {"solution"}
+            in_flight = async_library_overlap(tree, timed_fns)
+            if in_flight is not None:
+                issue, compute, wait = in_flight
+                rec.add_label(Label("overlap", "multi_stream", [
+                    self.ev(issue, "python", "asynchronous library transfers issued (NCCL's stream)"),
+                    self.ev(compute, "python", "computation issued while they are in flight"),
+                    self.ev(wait, "python", "waited for only after it")]))
         if py.chunk_loops:
             rec.add_label(Label("overlap", "chunked_pipeline", [self.ev(py.chunk_loops[0], "python", "a loop over chunks issues transfers and compute")]))
         fused = [r for r in mover if self.computes.get(r.name, False)]
@@ -721,12 +734,39 @@ def _line_computes(line: str) -> bool:
         return False
     while re.search(r"\[[^\[\]]*\]", rhs):
         rhs = re.sub(r"\[[^\[\]]*\]", "", rhs)
-    return bool(_VALUE_PRODUCT.search(rhs)) and not _INDEX_WORDS.search(code)
+    # index words inside the subscripts (`a[in_idx] * w[w_idx]`) address the operands; only
+    # those left outside them make the product index arithmetic
+    return bool(_VALUE_PRODUCT.search(rhs)) and not _INDEX_WORDS.search(lhs + "=" + rhs)
+
+
+# A statement carried on to the next line: `acc += to_float(a[i]) *` / `    to_float(w[j]);`.
+_CONTINUED = re.compile(r"[-+*/(,=]\s*$")
+# A kernel whose body only thread 0 of block 0 runs: arithmetic on a scalar (the root of a
+# reduced sum), nothing another part of the kernel could overlap.
+_ONE_THREAD = re.compile(r"^[^{]*\{\s*if\s*\(\s*(threadIdx\.x\s*==\s*0\s*&&\s*blockIdx\.x\s*==\s*0"
+                         r"|blockIdx\.x\s*==\s*0\s*&&\s*threadIdx\.x\s*==\s*0)\s*\)\s*\{", re.S)
 
 
 def _kernel_computes(body_lines: list[str]) -> bool:
-    """A kernel body with multiply-accumulate, normalisation or tensor-core arithmetic."""
-    return any(_line_computes(line) for line in body_lines)
+    """A kernel body with multiply-accumulate, normalisation or tensor-core arithmetic; a
+    statement split over lines is read whole."""
+    joined: list[str] = []
+    for line in body_lines:
+        if joined and _CONTINUED.search(joined[-1].split("//")[0]):
+            joined[-1] = joined[-1].split("//")[0].rstrip() + " " + line.strip()
+        else:
+            joined.append(line)
+    return any(_line_computes(line) for line in joined)
+
+
+def _one_thread(body_lines: list[str]) -> bool:
+    """The kernel's body is one `if (threadIdx.x == 0 && blockIdx.x == 0) { ... }`."""
+    text = "\n".join(body_lines)
+    m = _ONE_THREAD.match(text)
+    if m is None:
+        return False
+    end = closing(text, m.end() - 1, "{", "}")
+    return end >= 0 and text[end + 1:].strip().rstrip("}").strip() == ""
 
 
 def problem_entry(rec: CandidateRecord):

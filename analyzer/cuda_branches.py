@@ -25,6 +25,9 @@ _MC_NONZERO = re.compile(rf"^(?:\(\s*\w+\s*\))?\s*({_MC_NAME})\s*(?:!=\s*{_ZERO_
 _MC_ZERO = re.compile(rf"^(?:!\s*({_MC_NAME})|({_MC_NAME})\s*==\s*{_ZERO_LIT})$")
 # PKB's inputs are aligned (sizes are multiples of the vector widths): an alignment test holds.
 _ALIGNED = re.compile(r"^[^=!<>]*%\s*\d+\s*\)?\s*==\s*0$")
+# A cast's type argument (`reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0` tests the address:
+# torch's allocations are aligned far beyond any vector width).
+_CAST = re.compile(r"(?<=_cast)\s*<\s*[\w:]+(?:\s*\*)?\s*>|\(\s*(?:uintptr_t|size_t|uint64_t|unsigned long long)\s*\)")
 
 
 def _unparen(s: str) -> str:
@@ -60,7 +63,7 @@ def _on_run(cond: str, flags: dict[str, bool]) -> bool | None:
     if neg and flags.get(neg.group(1)):
         return False
     for t in _split_and(cond):
-        if not (_MC_NONZERO.match(t) or flags.get(t) or _ALIGNED.match(t)):
+        if not (_MC_NONZERO.match(t) or flags.get(t) or _ALIGNED.match(_CAST.sub("", t))):
             return None
     return True
 

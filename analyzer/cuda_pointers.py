@@ -22,6 +22,7 @@ RANK_NAMES = {"rank", "my_rank", "local_rank", "rank_id", "myrank", "my_pe", "my
 # A local named `rank` that takes its value from the launch geometry (`int rank = blockIdx.y;`, one
 # block row per peer) or from a loop over ranks walks the peers: it is not this rank.
 GEOMETRY_INDEX = re.compile(r"\b(blockIdx|threadIdx|warp_id|warpId|lane)\b")
+_LOADED_INIT = re.compile(r"=[^;=]*\w\s*\[[^\]]+\]")
 
 # Higher wins when two facts about one variable meet: the more specific / more dangerous kind.
 KIND_PRIORITY = {
@@ -36,6 +37,9 @@ ARRAY_KINDS = ("peer_ptr_array", "signal_ptr_array")
 ELEMENT_OF = {"peer_ptr_array": "peer_ptr", "signal_ptr_array": "signal_ptr"}
 ARRAY_OF = {"peer_ptr": "peer_ptr_array", "symm_local": "peer_ptr_array", "nvshmem_ptr": "peer_ptr_array",
              "signal_ptr": "signal_ptr_array", "peer_tensor": "peer_ptr_array"}
+
+
+_POINTER_TO_POINTER = re.compile(r"\*(?:const|volatile|__restrict__)*\*")
 
 
 def join_kinds(a: tuple[str, str], b: tuple[str, str]) -> tuple[str, str]:
@@ -150,7 +154,9 @@ class PointerFlow:
             return
         in_for = n.parent is not None and n.parent.kind == "DECL_STMT" and n.parent.parent is not None \
             and n.parent.parent.kind == "FOR_STMT"
-        if in_for or GEOMETRY_INDEX.search(self.text_of(n)):
+        text = self.text_of(n)
+        # `int rank = src_ranks[seg];`: read from a table per element, the source's rank, not ours
+        if in_for or GEOMETRY_INDEX.search(text) or _LOADED_INIT.search(text):
             self.peer_index_vars.add(key)
 
     def eval(self, n: Node | None) -> tuple[str, str]:
@@ -158,7 +164,13 @@ class PointerFlow:
             return ("unknown", "")
         k = n.kind
         if k in EXPR_WRAPPERS:
-            return self.eval(n.kids[-1]) if n.kids else ("unknown", "")
+            v = self.eval(n.kids[-1]) if n.kids else ("unknown", "")
+            if v[0] == "peer_ptr" and k in ("CSTYLE_CAST_EXPR", "CXX_REINTERPRET_CAST_EXPR") \
+                    and _POINTER_TO_POINTER.search(n.type.spelling.replace(" ", "")):
+                # `reinterpret_cast<const void* const*>(ptrs.data_ptr<int64_t>())`: the address
+                # holds the peers' addresses, so indexing it gives one (a table, not a buffer)
+                return ("peer_ptr_array", derived(v)[1])
+            return v
         if k == "DECL_REF_EXPR":
             if not n.kids or n.kids[0].kind != "OVERLOADED_DECL_REF":
                 return self.getv(self.key_of_ref(n))

@@ -113,6 +113,9 @@ class CacheState:
               "transpose", "permute", "as_strided", "contiguous", "unflatten", "expand", "expand_as", "detach",
               "select", "split", "chunk", "unbind", "__getitem__")
 
+    # Functions that return views of their first argument.
+    _VIEW_FUNCS = ("_unflatten_dense_tensors", "split", "chunk", "unbind", "narrow", "tensor_split")
+
     def _reused_returns(self) -> None:
         """solution()'s per-call returns whose value outlives the call: a symmetric buffer, or a
         buffer it keeps in a cache, a global or an attribute (or a view of one)."""
@@ -160,11 +163,18 @@ class CacheState:
                 if node.func.attr == "contiguous" and self._strided_view(node.func.value):
                     return None  # `buf.permute(1, 0, 2).contiguous()` copies into a fresh tensor
                 node = node.func.value
+            elif isinstance(node, ast.Call) and node.args and self.qualname(node.func).split(".")[-1] in self._VIEW_FUNCS:
+                node = node.args[0]  # `_unflatten_dense_tensors(flat, like)`: views of `flat`
+            elif isinstance(node, ast.Attribute) and node.attr in ("data", "data_") and isinstance(node.value, ast.Name):
+                node = node.value  # a tensor's (a ThunderKittens parallel tensor's) own data
+            elif isinstance(node, ast.Starred):
+                node = node.value  # `return (*views, m)`
             else:
                 break
         if isinstance(node, ast.Call):
             last = self.qualname(node.func).split(".")[-1]
-            if last in ("get_buffer",):
+            if last in ("get_buffer", "get_or_create_parallel_tensor"):
+                # PKB's ParallelKittens runtime keeps each parallel tensor for the next call
                 return "symmetric", ast.unparse(node)[:60], node.lineno
             callee = self._local_callee(node, fn)
             if callee is not None and getattr(callee, "name", "") in self.caching_fns:
@@ -185,11 +195,23 @@ class CacheState:
         for value, line in sources:
             if isinstance(value, ast.Constant) and value.value is None and line not in self._rebound_lines(node.id, fn):
                 continue  # `res = None` on a route where nothing is returned from it
+            if self._views_of(value, node.id):
+                continue  # `y = y.reshape(shape)`: a view of what `y` was before
             got = self._kept(value, fn, depth + 1)
             if got is None:
                 return None  # fresh on some route: not reported
             found = found or (got[0], node.id, line)
         return found
+
+    def _views_of(self, value: ast.AST, name: str) -> bool:
+        """`value` is `name` itself seen through views (`name.reshape(shape)`, `name[:n]`)."""
+        while True:
+            if isinstance(value, ast.Subscript):
+                value = value.value
+            elif isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in self._VIEWS:
+                value = value.func.value
+            else:
+                return isinstance(value, ast.Name) and value.id == name
 
     @staticmethod
     def _rebound_lines(name: str, fn: ast.AST) -> set[int]:

@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from analyzer.classify import _kernel_computes, problem_has_compute
+from analyzer.classify import _kernel_computes, _one_thread, problem_has_compute
 from analyzer.pipeline import StaticAnalyzer, StaticOptions
 from pkb.corpus import read_candidate
 from pkb.record import CandidateRecord
@@ -40,6 +40,33 @@ def test_a_quotient_of_indices_or_layout_sizes_is_addressing_not_computation():
                "    row = tile_idx * G.output.rows();"]
     assert not _kernel_computes(routing)
     assert _kernel_computes(["    acc = x_val * scale;"])
+
+
+def test_a_product_of_indexed_operands_split_over_two_lines_is_computation():
+    # a direct convolution: the operands' subscripts hold index names (in_idx, w_idx), the
+    # product itself multiplies values, and the statement goes on to the next line
+    conv = ["            acc += to_float<scalar_t>(input[in_idx]) *",
+            "                   to_float<scalar_t>(weight[w_idx]);"]
+    assert _kernel_computes(conv)
+    assert not _kernel_computes(["    int64_t in_idx = ((b * C + c) * T + t) *", "        H + h;"])
+
+
+def test_a_kernel_only_one_thread_runs_works_on_a_scalar():
+    # the root of a sum over peers' partial norms: arithmetic, but nothing to overlap
+    norm = """__global__ void total_norm(const int64_t* peer_ptrs, float* out, int n) {
+        if (threadIdx.x == 0 && blockIdx.x == 0) {
+            float total = 0.0f;
+            for (int i = 0; i < n; ++i) total += *reinterpret_cast<const float*>(peer_ptrs[i]);
+            *out = sqrtf(total);
+        }
+    }"""
+    assert _kernel_computes(norm.splitlines()) and _one_thread(norm.splitlines())
+    every_thread = """__global__ void scale(float* x, const float* norm, int n) {
+        if (threadIdx.x == 0 && blockIdx.x == 0) { *flag = 1; }
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) x[i] = x[i] / sqrtf(*norm);
+    }"""
+    assert not _one_thread(every_thread.splitlines())
 
 
 @pytest.mark.parametrize(("path", "name", "pid", "expected"), [
@@ -430,3 +457,54 @@ def test_a_loop_launching_on_two_streams_linked_by_each_chunks_event_is_a_pipeli
 
 def test_the_same_loop_on_one_stream_is_not(analyzer, tmp_path):
     assert "chunked_pipeline" not in overlap(analyzer, tmp_path, TWO_STREAM_LOOP.replace("SECOND", "cur"))
+
+
+RING_ASYNC = '''
+import torch
+import torch.distributed as dist
+
+
+class Ring:
+    def __init__(self, group):
+        self.group = group
+        self.ops = []
+        self.reqs = None
+
+    def send_recv(self, t):
+        buf = torch.empty_like(t)
+        self.ops.append(dist.P2POp(dist.isend, t, (dist.get_rank() + 1) % 8, group=self.group))
+        self.ops.append(dist.P2POp(dist.irecv, buf, (dist.get_rank() - 1) % 8, group=self.group))
+        return buf
+
+    def commit(self):
+        self.reqs = dist.batch_isend_irecv(self.ops)
+
+    def wait(self):
+        for r in self.reqs:
+            r.wait()
+        self.ops = []
+
+
+def _block(q, k):
+    return torch.matmul(q, k.transpose(-1, -2)).softmax(-1)
+
+
+def solution(q, k, group=None):
+    ring = Ring(group)
+    out = torch.zeros_like(q)
+    for step in range(8):
+        COMMIT
+        out += _block(q, k)
+        WAIT
+    return out
+'''
+
+
+def test_async_library_transfers_waited_for_after_the_compute_are_multi_stream(analyzer, tmp_path):
+    overlapped = RING_ASYNC.replace("COMMIT", "nxt = ring.send_recv(k)\n        ring.commit()").replace(
+        "WAIT", "ring.wait()\n        k = nxt")
+    assert overlap(analyzer, tmp_path, overlapped) == ["multi_stream"]
+    # waited for before the compute: one after the other
+    serial = RING_ASYNC.replace("COMMIT", "nxt = ring.send_recv(k)\n        ring.commit()\n        ring.wait()").replace(
+        "WAIT", "k = nxt")
+    assert overlap(analyzer, tmp_path, serial) == ["none"]

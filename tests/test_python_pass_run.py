@@ -289,6 +289,21 @@ def test_returned_buffers_that_outlive_the_call():
     assert returning("torch.empty_like(t)") == []
 
 
+def test_returned_views_through_a_split_helper_a_rebinding_or_a_parallel_tensors_data():
+    def returning(body):
+        return [r.name for r in facts(CACHE_LOCAL.replace("    return t\n", body)).reused_returns]
+
+    # `_unflatten_dense_tensors(flat, like)` returns views of `flat`, spread into the tuple
+    assert returning("    views = _unflatten_dense_tensors(buf, [t])\n    return (*views, t)\n") == ["views"]
+    # a name rebound to a view of itself is still the buffer
+    assert returning("    y = buf.view(-1)[: t.numel()]\n    y = y.reshape(t.shape)\n    return y\n") == ["y"]
+    assert returning("    y = buf.clone()\n    y = y.reshape(t.shape)\n    return y\n") == []
+    # PKB's ParallelKittens runtime keeps each parallel tensor it hands out
+    tk = "    y_tk = get_or_create_parallel_tensor(ext, (8,), torch.bfloat16, multicast=True)\n" \
+         "    return y_tk.data_.view(-1)[:4]\n"
+    assert returning(tk) == ["y_tk"]
+
+
 def test_a_group_parameter_left_at_none_is_none_on_the_run():
     f = facts('''
         import torch.distributed as dist

@@ -527,3 +527,175 @@ def test_a_spin_on_this_ranks_symmetric_flag_is_device_flags(tmp_path):
     rec = analyze(tmp_path, "57_ring_attention_pp_cuda.py", OWN_FLAG.replace("FLAG_ARG", "flag.data_ptr<int32_t>()"))
     assert "device_flags" in rec.label_values("sync")
     assert line_of(rec, "while (*flag == 0)") in evidence_lines(rec, "sync", "device_flags")
+
+
+ALIGNED_BRANCH = r'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+#include <torch/extension.h>
+__global__ void push_wide(const uint4* x, uint64_t mc, int64_t n, int64_t off) {
+    int64_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        uint4 v = x[i];
+        uint64_t addr = mc + (off + i) * 16;
+        asm volatile("multimem.st.relaxed.sys.global.v4.f32 [%0], {%1, %2, %3, %4};"
+                     :: "l"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+    }
+}
+__global__ void push_narrow(const __nv_bfloat16* x, const int64_t* ptrs, int64_t n, int rank, int world) {
+    int64_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        for (int p = 0; p < world; ++p) {
+            __nv_bfloat16* dst = reinterpret_cast<__nv_bfloat16*>(ptrs[p]);
+            dst[rank * n + i] = x[i];
+        }
+    }
+}
+void push(torch::Tensor x, uint64_t mc, torch::Tensor ptrs, int64_t rank, int64_t world, int64_t bytes) {
+    bool wide = (reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0) && (bytes % 16 == 0);
+    if (wide) {
+        push_wide<<<(bytes / 16 + 255) / 256, 256>>>((const uint4*)x.data_ptr(), mc, bytes / 16, rank * bytes / 16);
+    } else {
+        push_narrow<<<(bytes / 2 + 255) / 256, 256>>>((const __nv_bfloat16*)x.data_ptr(), ptrs.data_ptr<int64_t>(),
+                                                     bytes / 2, rank, world);
+    }
+}
+"""
+
+_ext = load_inline("ext", cpp_sources="", cuda_sources=CUDA, functions=["push"])
+_cache = {}
+
+
+def solution(x: torch.Tensor) -> torch.Tensor:
+    st = _cache.get("st")
+    if st is None:
+        buf = symm_mem.empty(x.numel() * 8, device=x.device, dtype=x.dtype)
+        hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+        st = (buf, hdl, torch.tensor(hdl.buffer_ptrs, device=x.device))
+        _cache["st"] = st
+    buf, hdl, ptrs = st
+    hdl.barrier(channel=0)
+    _ext.push(x, hdl.multicast_ptr, ptrs, dist.get_rank(), 8, x.numel() * x.element_size())
+    hdl.barrier(channel=0)
+    return buf.clone()
+'''
+
+
+def test_a_branch_on_the_inputs_address_alignment_takes_the_aligned_arm_on_the_run(tmp_path):
+    # `reinterpret_cast<uintptr_t>(x.data_ptr()) % 16 == 0`: torch's allocations are aligned, so
+    # the narrow peer-store arm is a fallback, not the candidate's mechanism
+    rec = analyze(tmp_path, "34_ulysses_all_gather_into_tensor_primitive_cuda.py", ALIGNED_BRANCH)
+    assert rec.label_values("mechanism") == ["nvls"]
+    assert "sm_store" in {lab.value for lab in rec.labels.get("fallback", [])}
+
+
+TABLE_CAST = r'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+#include <torch/extension.h>
+__global__ void push(const float* x, const void* const* dst_ptrs, int64_t n, int rank) {
+    int dst = blockIdx.y;
+    int64_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float* dst_ptr = reinterpret_cast<float*>(const_cast<void*>(dst_ptrs[dst]));
+        dst_ptr[rank * n + i] = x[i];
+    }
+}
+void run(torch::Tensor x, torch::Tensor table, int64_t rank, int64_t world) {
+    const void* const* dst_ptrs = reinterpret_cast<const void* const*>(table.data_ptr<int64_t>());
+    dim3 grid((x.numel() + 255) / 256, world);
+    push<<<grid, 256>>>(x.data_ptr<float>(), dst_ptrs, x.numel(), rank);
+}
+"""
+
+_ext = load_inline("ext", cpp_sources="", cuda_sources=CUDA, functions=["run"])
+_pool = {}
+
+
+def solution(x: torch.Tensor) -> torch.Tensor:
+    if "bufs" not in _pool:
+        bufs, tables = [], []
+        for _ in range(2):
+            buf = symm_mem.empty(x.numel() * 8, device=x.device, dtype=x.dtype)
+            hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+            bufs.append((buf, hdl))
+            tables.append(torch.tensor(hdl.buffer_ptrs, device=x.device))
+        _pool["bufs"], _pool["tables"], _pool["i"] = bufs, tables, 0
+    i = _pool["i"]
+    _pool["i"] = (i + 1) % 2
+    buf, hdl = _pool["bufs"][i]
+    table = _pool["tables"][i]
+    hdl.barrier(channel=0)
+    _ext.run(x, table, dist.get_rank(), 8)
+    hdl.barrier(channel=0)
+    return buf.clone()
+'''
+
+
+def test_an_address_cast_to_a_pointer_to_pointers_is_a_table_of_peer_addresses(tmp_path):
+    # whatever the Python side made of `tables[i]`, `reinterpret_cast<const void* const*>` of it
+    # is an array of addresses: indexing reads the local table, the store through the element
+    # writes a peer (push)
+    rec = analyze(tmp_path, "33_ulysses_all_to_all_tensor_primitive_cuda.py", TABLE_CAST)
+    assert rec.label_values("mechanism") == ["sm_store"]
+
+
+SOURCE_RANK = r'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+#include <torch/extension.h>
+__global__ void pull(const int32_t* src_ranks, const int64_t* ptrs, float* dst, int64_t seg_len, int64_t total) {
+    int64_t idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= total) return;
+    int64_t seg = idx / seg_len;
+    RANK_DECL
+    const float* src = reinterpret_cast<const float*>(ptrs[rank]);
+    dst[idx] = src[idx % seg_len];
+}
+void run(torch::Tensor src_ranks, torch::Tensor ptrs, torch::Tensor dst, int64_t seg_len) {
+    pull<<<(dst.numel() + 255) / 256, 256>>>(src_ranks.data_ptr<int32_t>(), ptrs.data_ptr<int64_t>(),
+                                             dst.data_ptr<float>(), seg_len, dst.numel());
+}
+"""
+
+_ext = load_inline("ext", cpp_sources="", cuda_sources=CUDA, functions=["run"])
+_cache = {}
+
+
+def solution(x: torch.Tensor, src_ranks: torch.Tensor) -> torch.Tensor:
+    st = _cache.get("st")
+    if st is None:
+        buf = symm_mem.empty(x.numel(), device=x.device, dtype=x.dtype)
+        hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+        st = (buf, hdl, torch.tensor(hdl.buffer_ptrs, device=x.device))
+        _cache["st"] = st
+    buf, hdl, ptrs = st
+    buf.copy_(x)
+    hdl.barrier(channel=0)
+    out = torch.empty(8 * x.numel(), device=x.device, dtype=x.dtype)
+    _ext.run(src_ranks, ptrs, out, x.numel())
+    hdl.barrier(channel=1)
+    return out
+'''
+
+
+def test_a_local_named_rank_read_from_a_table_is_the_source_rank_not_ours(tmp_path):
+    # `int rank = src_ranks[seg];` picks the peer each element comes from: `ptrs[rank]` is a peer
+    rec = analyze(tmp_path, "70_torchrec_kjt_all2all_cuda.py", SOURCE_RANK.replace("RANK_DECL", "int32_t rank = src_ranks[seg];"))
+    assert rec.label_values("mechanism") == ["sm_load"]
+    # this rank's own slot stays local
+    own = SOURCE_RANK.replace("RANK_DECL", "").replace("int64_t seg_len, int64_t total)", "int64_t seg_len, int64_t total, int rank)")
+    own = own.replace("seg_len, dst.numel());", "seg_len, dst.numel(), 0);")
+    assert analyze(tmp_path, "70_torchrec_kjt_all2all_cuda.py", own).label_values("mechanism") == ["none"]

@@ -160,6 +160,16 @@ def test_pkb001_relaxed_barrier_after_the_kernels_work(tmp_path):
     assert lines_of(analyze(tmp_path, candidate(src, RELAXED_LAUNCH)), "PKB001") != []
 
 
+def test_pkb001_not_on_a_kernel_only_a_branch_the_run_skips_launches(tmp_path):
+    # the run's inputs are bfloat16: the float32 path (and its relaxed barrier) never runs
+    src = RELAXED_ENTRY.replace("ENTRY", "").replace("EXIT", "barrier(signal_pad_ptrs, rank, world_size);")
+    launch = "if x.dtype == torch.float32:\n        " + RELAXED_LAUNCH + "\n    else:\n        dist.all_reduce(buf)"
+    (tmp_path / "solutions_cuda_bf16_h100_8_m").mkdir()
+    rec = analyze(tmp_path, candidate(src, launch), "solutions_cuda_bf16_h100_8_m/1_allreduce_cuda.py")
+    assert [c.path for c in rec.facts.python.calls if c.qualname == "ext.run"] == ["fallback"]
+    assert lines_of(rec, "PKB001") == []
+
+
 def test_pkb001_relaxed_entry_barrier_before_any_work_is_torchs_pattern(tmp_path):
     src = RELAXED_ENTRY.replace("ENTRY", "barrier(signal_pad_ptrs, rank, world_size);").replace("EXIT", "")
     assert lines_of(analyze(tmp_path, candidate(src, RELAXED_LAUNCH)), "PKB001") == []

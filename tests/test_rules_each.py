@@ -318,3 +318,13 @@ def test_every_rule_has_its_own_cases():
         mod = importlib.import_module(module)
         named = [n for n in vars(mod) if n.startswith(f"test_{rule.lower()}_")]
         assert named, f"{module} has no test_{rule.lower()}_* test"
+
+
+def test_pkb013_a_tile_check_of_the_problems_own_block_size_is_not_narrow(analyzer, tmp_path):
+    checked = _edit(PULL, "void run(int64_t peers, torch::Tensor out, int64_t world) {\n",
+                    "void run(int64_t peers, torch::Tensor out, int64_t world) {\n"
+                    "    TORCH_CHECK(out.numel() % 128 == 0, \"multiple of 128\");\n")
+    assert findings(analyzer, tmp_path, checked).get("PKB013") == [line_of(checked, "TORCH_CHECK(out.numel() % 128")]
+    # solution(x, block_size=128): the problem's inputs are built in blocks of 128
+    own = _edit(checked, "def solution(x):", "def solution(x, block_size: int = 128):")
+    assert "PKB013" not in findings(analyzer, tmp_path, own)

@@ -141,6 +141,14 @@ def test_pkb019_returning_the_symmetric_buffer(analyzer, tmp_path):
     assert "PKB009" not in got and "PKB010" not in got
 
 
+def test_pkb019_one_finding_per_buffer_at_its_first_return(analyzer, tmp_path):
+    # the small-input branch and the general one return the same kept buffer: one defect
+    src = RETURNS.replace("    return RESULT", "    if x.numel() < 1024:\n        return buf.view_as(x)\n    return buf.view_as(x)")
+    lines = textwrap.dedent(src).lstrip("\n").splitlines()
+    got = findings(analyzer, tmp_path, src)
+    assert got.get("PKB019") == [next(i + 1 for i, ln in enumerate(lines) if "return buf.view_as(x)" in ln)]
+
+
 def test_pkb019_a_cached_entry_bound_only_where_used_after_a_none_default(analyzer, tmp_path):
     # `res = None` on the other route: the return inside `if res is not None:` still hands back the cache's buffer
     src = (RETURNS.replace("    buf, hdl = _resources(x)\n", "    res = None\n    if x.numel() > 0:\n        res = _resources(x)\n    buf, hdl = _resources(x)\n")

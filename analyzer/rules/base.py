@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterator
 from functools import lru_cache
 
+from analyzer.buffer_roots import BufferRoots
 from pkb.facts import CallSite, CudaSource
 from pkb.record import CandidateRecord, Finding
 
@@ -54,6 +55,14 @@ class RuleContext:
             for cuda in cudas:
                 out |= reached_functions(cuda, cuda.bindings.get(call.target, call.target))
         return out
+
+    def buffer_roots(self):
+        """Which buffer each expression of the file stands for (analyzer.buffer_roots); None
+        when the file does not parse."""
+        if not hasattr(self, "_buffer_roots"):
+            tree = self.rec.syntax_tree()
+            self._buffer_roots = BufferRoots(tree) if tree is not None else None
+        return self._buffer_roots
 
     def labels(self, axis: str) -> set[str]:
         return set(self.rec.label_values(axis))

@@ -18,7 +18,9 @@ class FlagWithoutOrdering(Rule):
     a peer): a volatile load goes to memory on every test, the loads after the spin cannot be
     moved above it past the `__syncthreads()` or branch that follows, and GPUs do not speculate
     loads, so in practice the poll acquires; the missing release is the writer's defect, reported
-    in the kernel that stores the flag.
+    in the kernel that stores the flag. Nor is a kernel that PKB's run never launches (only a
+    branch the run does not take calls it: another process group, a world size of one); what it
+    would do is the fallback's, not the timed call's.
 
     ## Why is this bad?
     A flag only says "the data is ready" if the data stores become visible to the peer before the
@@ -52,6 +54,9 @@ class FlagWithoutOrdering(Rule):
 
     def check(self, ctx):
         for k in ctx.rec.kernels:
+            run = ctx.run_cuda_functions(k.source_index) if k.language == "cuda" else None
+            if run is not None and k.name not in run:
+                continue  # launched only on a branch PKB's run does not take (or never)
             for lab in k.labels.get("ordering", []):
                 if lab.value in ("volatile_only", "relaxed"):
                     if lab.value == "relaxed" and (_entry_barrier_only(ctx, k) or _barrier_kernel_only(ctx, k)):

@@ -3,6 +3,8 @@ import re
 
 from pkb.facts import PEER_KINDS
 from analyzer import cuda_waits
+from analyzer.brackets import closing
+from analyzer.cuda_text import match_paren
 from analyzer.rules.base import Rule, reached_functions as _reached
 
 _PEER_ARGS = (*PEER_KINDS, "peer_ptr_array", "symm_local")
@@ -45,6 +47,15 @@ class PeerBufferReuseWithoutBarrier(Rule):
     of another group (the CP pair's before the TP buffer's rewrite) is not. With buffers on
     several groups, each peer access is checked on its own: a CP gather whose only later barrier
     is the TP pair's is not closed, however many barriers follow it.
+
+    Not reported either where each buffer read after the call's last barrier is rewritten by the
+    next call only behind a barrier, whatever the names it goes by (the buffer a helper's closure
+    addresses as `crop_hdl.buffer_ptrs[owner]`, the `res["grad"].narrow(...)` view a GEMM writes
+    and the `res["grad_ptrs"]` a reduction reads are each one buffer; two calls of one cached
+    set-up helper are two); where a helper hands out two buffers in turn (`cache["idx"] = (idx +
+    1) % 2`); and where a persistent kernel waits for the peers' flags in every round of its tile
+    loop before reading their tile (round i's reads are closed by round i+1's wait, the last
+    round's by the next call's first).
 
     A push is also reported when no barrier comes before it: the call's first store into peers'
     buffers precedes every barrier, and after the call's last barrier the receivers still read
@@ -121,6 +132,8 @@ class PeerBufferReuseWithoutBarrier(Rule):
             return
         if _entry_barrier_per_buffer(ctx, calls, peer_calls, writers, position, is_barrier):
             return
+        if _rewritten_behind_barrier(ctx, calls, peer_calls, position, is_barrier):
+            return
         if _double_buffered(ctx, last):
             return
         # A kernel that ends with its own wait (a spin after its last peer access) closes itself.
@@ -129,7 +142,14 @@ class PeerBufferReuseWithoutBarrier(Rule):
             kernels = _reached(cuda, entry)
             peer_lines = [a.line for a in cuda.accesses if a.function in kernels and a.pointer_kind in PEER_KINDS]
             src = ctx.py.cuda_sources[cuda.source_index]
-            if peer_lines and any(w > max(peer_lines) for w in cuda_waits.wait_lines(cuda, src, kernels)):
+            waits = cuda_waits.wait_lines(cuda, src, kernels)
+            if peer_lines and any(w > max(peer_lines) for w in waits):
+                return
+            # the data accesses: a release/acquire or system-scope atomic on a peer is a flag
+            data_lines = [a.line for a in cuda.accesses if a.function in kernels and a.pointer_kind in PEER_KINDS
+                          and a.order not in ("acquire", "release", "acq_rel")
+                          and not (a.kind == "atomic" and a.scope == "system")]
+            if data_lines and _waits_each_round(cuda, src, kernels, data_lines, waits):
                 return
         for t in ctx.py.triton_kernels:
             if t.name == last.target and t.spin_loops and t.peer_loads and max(t.spin_loops) > max(t.peer_loads):
@@ -277,6 +297,134 @@ def _entry_barrier_per_buffer(ctx, calls, peer_calls, writers, position, is_barr
     return True
 
 
+_WRITERS = ("tensor_copy", "ext_kernel", "triton_launch", "cupy_launch", "cudart_copy")
+
+
+def _rewritten_behind_barrier(ctx, calls, peer_calls, position, is_barrier) -> bool:
+    """The next call's entry barrier, followed by what each buffer is: every buffer that a peer
+    access after the call's last barrier reads is first written, in the call, only after some
+    barrier. Every peer reaches that barrier of the next call after its own reads of this one,
+    so the rewrite cannot overtake them. A buffer is known by its roots (analyzer.buffer_roots):
+    `crop_hdl.buffer_ptrs[owner]` handed out by a helper, `res["grad_ptrs"]` and the
+    `res["grad"].narrow(...)` view a GEMM writes are each one buffer. A buffer read whose
+    rewrite is not found, or not found behind a barrier, keeps the finding."""
+    roots = ctx.buffer_roots()
+    barriers = [position(c.function, c.line) for c in calls if is_barrier(c)]
+    if roots is None or not barriers:
+        return False
+    unclosed = [c for c in peer_calls if position(c.function, c.line) > max(barriers)]
+    read: list[frozenset] = []
+    for c in unclosed:
+        node = roots.call_at(c.line, c.col, c.qualname)
+        if node is None:
+            return False
+        for a in c.args:
+            if a.pointer_kind in _PEER_ARGS and a.pointer_kind != "symm_local":
+                expr = _arg_node(node, a)
+                got = roots.roots(expr) if expr is not None else frozenset()
+                if not got:
+                    return False
+                read.append(got)
+    if not read:
+        return False
+    written: list[tuple[tuple, frozenset]] = []
+    for c in calls:
+        if c.category not in _WRITERS:
+            continue
+        node = roots.call_at(c.line, c.col, c.qualname)
+        if node is None:
+            return False  # a writer we cannot place might write anything
+        targets = []
+        if c.category == "tensor_copy" and isinstance(node.func, ast.Attribute):
+            targets.append(node.func.value)  # dst.copy_(src) writes dst
+        elif c.category == "cudart_copy" and node.args:
+            targets.append(node.args[0])
+        else:
+            pushes = _stores_into_peers(ctx, c)
+            for a in c.args:
+                if a.pointer_kind in _PEER_ARGS and a.pointer_kind != "symm_local" and not pushes:
+                    continue  # reads the peers' copies; writes none of them
+                expr = _arg_node(node, a)
+                if expr is not None:
+                    targets.append(expr)
+        for t in targets:
+            written.append((position(c.function, c.line), roots.roots(t)))
+    several = len(roots.groups()) > 1
+
+    def site_groups(got: frozenset) -> set[str]:
+        return {roots.site_group(int(r.split(">", 1)[0])) for r in got if re.match(r"\d+>", r)} - {""}
+
+    def orders(barrier, buffer: frozenset) -> bool:
+        # with buffers on several groups, only a barrier of the buffer's own group waits for its readers
+        if not several or barrier.qualname != "handle.barrier" and barrier.category != "ext_kernel":
+            return True
+        node = roots.call_at(barrier.line, barrier.col, barrier.qualname)
+        if node is None:
+            return False
+        if barrier.category == "ext_kernel":  # a device barrier: the group of the pads it is handed
+            handle = frozenset().union(*(roots.roots(a) for a in [*node.args, *(k.value for k in node.keywords)]))
+        elif isinstance(node.func, ast.Attribute):
+            handle = roots.roots(node.func.value)
+        else:
+            return False
+        return bool(handle & buffer) or bool(site_groups(handle)) and site_groups(handle) == site_groups(buffer)
+
+    for buffer in read:
+        rewrites = [pos for pos, got in written if got & buffer]
+        if not rewrites or not any(position(b.function, b.line) < min(rewrites) and orders(b, buffer)
+                                   for b in calls if is_barrier(b)):
+            return False
+    return True
+
+
+def _arg_node(call: ast.Call, arg) -> ast.AST | None:
+    if arg.position >= 0:
+        return call.args[arg.position] if arg.position < len(call.args) else None
+    return next((k.value for k in call.keywords if k.arg == arg.keyword), None)
+
+
+_LOOP_HEAD = re.compile(r"\b(for|while)\s*\(")
+
+
+def _waits_each_round(cuda, src, kernels, peer_lines, waits) -> bool:
+    """A kernel whose every peer read sits in a loop (over tiles) that also waits for the peers'
+    flags before it: round i's reads are closed by round i+1's wait, which the peers pass only
+    after they are done, and the next call rewrites the last round's data only after its own
+    first wait (a per-tile flag barrier in a persistent kernel)."""
+    text = src.text
+    starts = [0]
+    for line in text.split("\n"):
+        starts.append(starts[-1] + len(line) + 1)
+    file_of = {src.file_line(i + 1): i for i in range(len(starts) - 1)}
+    spans = []  # (first, last) text line of each loop body of the kernels
+    for f in cuda.functions:
+        if f.name not in kernels or f.kind == "host":
+            continue
+        body = text[starts[f.text_line - 1]:starts[min(f.text_end_line, len(starts) - 1)]]
+        for m in _LOOP_HEAD.finditer(body):
+            head_end = match_paren(body, m.end() - 1)
+            brace = body.find("{", head_end) if head_end >= 0 else -1
+            if brace < 0 or body[head_end + 1:brace].strip():
+                continue  # a loop without braces, or a do-while's tail
+            end = closing(body, brace, "{", "}")
+            if end < 0:
+                continue
+            first = body.count("\n", 0, brace) + f.text_line - 1
+            spans.append((first, body.count("\n", 0, end) + f.text_line - 1))
+    if not spans:
+        return False
+
+    def loops_of(file_line: int) -> set[tuple[int, int]]:
+        i = file_of.get(file_line)
+        return {s for s in spans if i is not None and s[0] <= i <= s[1]}
+
+    for p in peer_lines:
+        rounds = loops_of(p)
+        if not any(w < p and loops_of(w) & rounds for w in waits):
+            return False
+    return True
+
+
 def _unpacked_bundles(ctx) -> dict[tuple[str, str], tuple[frozenset, str]]:
     """(function, name) -> (the names unpacked with it, the process group its set-up helper was
     given): `data_buf, data_hdl, data_ptrs = _get_data_resources(group, ...)` makes the buffer,
@@ -388,20 +536,22 @@ def _only_flags(ctx, call) -> bool:
 # A parity kept across calls (an attribute, a cache entry, a global): `bufs[st["i"] % 2]`,
 # `self.parity ^= 1`, `_state["p"] = 1 - _state["p"]`. A loop's own `step % 2` is not one.
 _STATE = r"(?:\w+\.\w+|\w+\[[^\]]+\])"
-_TOGGLE = re.compile(rf"\[\s*{_STATE}\s*%\s*2\s*\]|{_STATE}\s*=\s*\(?\s*{_STATE}\s*\+\s*1\s*\)?\s*%\s*2\b"
+_TOGGLE = re.compile(rf"\[\s*{_STATE}\s*%\s*2\s*\]|{_STATE}\s*=\s*\(?\s*(?:{_STATE}|\w+)\s*\+\s*1\s*\)?\s*%\s*2\b"
                      rf"|{_STATE}\s*\^=\s*1\b|{_STATE}\s*=\s*1\s*-\s*{_STATE}")
 
 
 def _double_buffered(ctx, last) -> bool:
-    """Two buffers used alternately from call to call (a parity kept across calls flips)."""
+    """Two buffers used alternately from call to call (a parity kept across calls flips): in
+    solution(), in the function of the access, or in a helper either calls (a cached pool whose
+    `cache["idx"] = (idx + 1) % 2` hands out the other buffer on the next call)."""
     tree = ctx.rec.syntax_tree()
     if tree is None:
         return False
-    for fn in ast.walk(tree):
-        if isinstance(fn, ast.FunctionDef) and fn.name in ("solution", last.function):
-            if _TOGGLE.search(ast.unparse(fn)):
-                return True
-    return False
+    functions = {fn.name: fn for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)}
+    callers = [functions[n] for n in ("solution", last.function) if n in functions]
+    called = {n.func.id for fn in callers for n in ast.walk(fn)
+              if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in functions}
+    return any(_TOGGLE.search(ast.unparse(fn)) for fn in [*callers, *(functions[n] for n in sorted(called))])
 
 
 def _call_positions(ctx):

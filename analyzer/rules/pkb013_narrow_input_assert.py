@@ -1,3 +1,4 @@
+import ast
 import re
 
 from analyzer.rules.base import Rule
@@ -9,7 +10,21 @@ _TORCH_DTYPE = {"torch.float32": "float32", "torch.float": "float32", "torch.bfl
 _CUDA_DTYPE_CHECK = re.compile(
     r"TORCH_CHECK\s*\([^;]*(scalar_type\(\)|dtype\(\))\s*==\s*(torch::|at::|c10::ScalarType::|at::ScalarType::)?k?(Float|BFloat16|Half)\b"
 )
-_CUDA_SHAPE_CHECK = re.compile(r"TORCH_CHECK\s*\([^;]*(numel\(\)|size\(\s*-?\d\s*\))\s*%\s*\d+\s*==\s*0")
+_CUDA_SHAPE_CHECK = re.compile(r"TORCH_CHECK\s*\([^;]*(numel\(\)|size\(\s*-?\d\s*\))\s*%\s*(\d+)\s*==\s*0")
+
+
+def _problem_block_sizes(ctx) -> set[int]:
+    """Integer defaults of solution()'s size parameters (`block_size: int = 128`): the problem's
+    own tile, which its inputs are built to divide."""
+    tree = ctx.rec.syntax_tree()
+    sol = next((n for n in (tree.body if tree is not None else []) if isinstance(n, ast.FunctionDef)
+                and n.name == "solution"), None)
+    if sol is None:
+        return set()
+    args = [*sol.args.args, *sol.args.kwonlyargs]
+    defaults = [*([None] * (len(sol.args.args) - len(sol.args.defaults))), *sol.args.defaults, *sol.args.kw_defaults]
+    return {d.value for a, d in zip(args, defaults) if isinstance(d, ast.Constant) and type(d.value) is int
+            and re.search(r"block|tile|group_size|chunk", a.arg)}
 
 
 class NarrowInputAssert(Rule):
@@ -18,7 +33,8 @@ class NarrowInputAssert(Rule):
     ## What it does
     Finds assertions and `TORCH_CHECK`s that accept only one dtype when the problem is run in
     another (a `bf16` run tree with `assert x.dtype == torch.float32`), or only sizes that are
-    a multiple of a tile (`assert x.numel() % 1024 == 0`).
+    a multiple of a tile (`assert x.numel() % 1024 == 0`). A multiple of the problem's own block
+    size (the default of a `block_size` parameter of `solution()`) asks no more than the problem.
 
     ## Why is this bad?
     The harness feeds the problem's inputs, not the ones the kernel was written for. The
@@ -60,6 +76,7 @@ class NarrowInputAssert(Rule):
             elif a.kind == "shape":
                 yield self.finding(ctx, a.line, "accepts only sizes that are a multiple of a tile")
         names = {"Float": "float32", "BFloat16": "bfloat16", "Half": "float16"}
+        blocks = _problem_block_sizes(ctx)
         spelled = {"bfloat16": ("BFloat16", "bfloat16", "bf16"), "float16": ("Half", "half", "__half"), "float32": ("Float", "float")}
         for line, text, src in ctx.cuda_lines():
             m = _CUDA_DTYPE_CHECK.search(text)
@@ -68,5 +85,5 @@ class NarrowInputAssert(Rule):
             supported = {d for d in accepted if any(w in src.text for w in spelled.get(d, ())) and d != (names[m.group(3)] if m else "")}
             if m and accepted and (accepted - {names[m.group(3)]}) and not supported:
                 yield self.finding(ctx, line, f"TORCH_CHECK accepts only {names[m.group(3)]}", pass_name="clang")
-            elif _CUDA_SHAPE_CHECK.search(text):
+            elif (shape := _CUDA_SHAPE_CHECK.search(text)) and int(shape.group(2)) not in blocks:
                 yield self.finding(ctx, line, "TORCH_CHECK accepts only multiples of a tile", pass_name="clang")
