@@ -187,3 +187,74 @@ def test_each_fallback_says_what_it_leaves_reachable():
     for kind in ("none", "unshare"):
         assert sandbox.REACHABLE[kind].startswith("harness files reachable")
     assert "bwrap" not in sandbox.REACHABLE
+
+
+# What a process inside the unshare walls may open for writing in /proc: its own threads' entries
+# (the CUDA driver names its threads at cuInit) but none of the machine's. Opened, never written.
+PROC_PROBE = r"""
+import errno, json, os, threading
+def opens(path):
+    try:
+        os.close(os.open(path, os.O_WRONLY))
+        return "ok"
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+tid = threading.get_native_id()
+print(json.dumps({"comm": opens(f"/proc/self/task/{tid}/comm"), "sysctl": opens("/proc/sys/vm/drop_caches"),
+                  "repo": opens(os.path.join(os.getcwd(), "pyproject.toml"))}))
+"""
+
+
+@pytest.fixture()
+def unshare_walls(monkeypatch):
+    import os
+    import shutil
+
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("the unshare walls need root (mounts without a user namespace)")
+    monkeypatch.setenv("PKB_SANDBOX", "unshare")
+    monkeypatch.setenv("PKB_SANDBOX_ENCLOSE", "1")
+    sandbox._choose.cache_clear()
+    sandbox.walls_break_cuda.cache_clear()
+    kind, why = sandbox.choose()
+    if kind != "unshare":
+        pytest.skip(f"unshare does not start here: {why}")
+    yield
+    sandbox._choose.cache_clear()
+    sandbox.walls_break_cuda.cache_clear()
+
+
+def _launch_in(box: sandbox.Sandbox, cmd: list[str], cwd: str) -> tuple[str, dict]:
+    proc = subprocess.Popen(box.wrap(cmd, sys.executable, cwd), stdout=subprocess.PIPE, text=True, cwd=cwd,
+                            pass_fds=box.pass_fds, preexec_fn=box.preexec, start_new_session=True)
+    box.started()
+    out = proc.stdout.read()
+    proc.stdout.close()
+    return out, box.finish(proc)
+
+
+def test_inside_the_unshare_walls_a_process_names_its_threads_but_cannot_write_the_machines_proc(tmp_path, unshare_walls):
+    box = sandbox.for_job(writable=[str(tmp_path)], readonly=[str(REPO)], hidden=[], name="proc-probe")
+    out, report = _launch_in(box, [sys.executable, "-c", PROC_PROBE], str(REPO))
+    assert report["isolates"] == sandbox.ENCLOSED_UNSHARE[0], report  # the walls were up
+    seen = json.loads(out)
+    assert seen["comm"] == "ok"
+    assert seen["sysctl"] == "EROFS" and seen["repo"] == "EROFS"
+
+
+def test_the_walls_come_off_with_the_reason_where_they_break_the_probe(tmp_path, unshare_walls, monkeypatch):
+    # A stand-in for cuInit that, like it, works in a plain child and needs what the walls take
+    # away (here a writable /proc/sys, which they keep read-only).
+    monkeypatch.setattr(sandbox, "CUDA_PROBE", "import os\nos.close(os.open('/proc/sys/vm/drop_caches', os.O_WRONLY))\n")
+    box = sandbox.for_job(writable=[str(tmp_path)], readonly=[str(REPO)], hidden=[], name="walls-off")
+    out, report = _launch_in(box, [sys.executable, "-c", PROC_PROBE], str(REPO))
+    assert report["walls_off"].startswith("the unshare walls left off") and "probe exit 1" in report["walls_off"], report
+    assert report["isolates"] == sandbox.ISOLATES["unshare"]  # said as the PID namespace alone
+    assert json.loads(out)["sysctl"] == "ok"
+
+
+def test_the_walls_stay_where_the_probe_fails_outside_them_too(tmp_path, unshare_walls, monkeypatch):
+    monkeypatch.setattr(sandbox, "CUDA_PROBE", "import sys\nsys.exit(3)\n")  # no driver library: no GPU to lose
+    box = sandbox.for_job(writable=[str(tmp_path)], readonly=[str(REPO)], hidden=[], name="walls-kept")
+    _, report = _launch_in(box, [sys.executable, "-c", "print('{}')"], str(REPO))
+    assert "walls_off" not in report and report["isolates"] == sandbox.ENCLOSED_UNSHARE[0]

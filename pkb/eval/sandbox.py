@@ -15,8 +15,10 @@ Inside it the launch (torchrun and its ranks) has:
 and a memory cgroup of its own where the machine lets us make one: its OOM-kill counter is the
 evidence that a SIGKILL came from the OOM killer, and every process in it is killed at the end.
 
-Where bubblewrap is missing or refused, `unshare` (util-linux) gives the PID namespace alone; where
-that fails too, the plain process runs as before. The record says which (details.sandbox), and
+Where bubblewrap is missing or refused, `unshare` (util-linux) gives the PID namespace, and as root
+its init walls the launch in much as bubblewrap would (the network stays shared); where those walls
+keep a child from initialising CUDA that a plain child initialises, they are left off and the record
+says why (`walls_off`). Where unshare fails too, the plain process runs as before. The record says which (details.sandbox), and
 PKB_SANDBOX=bwrap|unshare|none forces one. Under either fallback the store, the work folder and
 the other candidates' jobs stay reachable by path (same user, same filesystem): the record says so
 (`fallback`). Under `none` the harness also makes itself non-dumpable before the launch, which
@@ -67,6 +69,45 @@ ENCLOSED_UNSHARE = (
 def _encloses() -> bool:
     """PKB_SANDBOX_ENCLOSE=0 leaves the unshare fallback a PID namespace alone."""
     return os.environ.get("PKB_SANDBOX_ENCLOSE", "1").strip() != "0"
+
+
+# Run by the launch's interpreter, in a child: exit 0 where the CUDA driver initialises, 3 where
+# there is no driver library, 4 where cuInit fails.
+CUDA_PROBE = (
+    "import ctypes, sys\n"
+    "try:\n    lib = ctypes.CDLL('libcuda.so.1')\nexcept OSError:\n    sys.exit(3)\n"
+    "sys.exit(0 if lib.cuInit(0) == 0 else 4)\n"
+)
+PROBE_TIMEOUT_S = 120
+
+
+@lru_cache(maxsize=None)
+def walls_break_cuda(python: str, readonly: tuple[str, ...]) -> str:
+    """Why the unshare walls must be left off on this machine ('' where they may stay): a cuInit
+    that succeeds in a plain child and fails inside the walls. A launch then gets the PID namespace
+    alone, with this reason in its record, rather than every candidate failing at init with a
+    GPU it cannot see. Probed once per interpreter; where no child sees a GPU the walls cost nothing."""
+    cmd = [python, "-I", "-S", "-c", CUDA_PROBE]
+    try:
+        if subprocess.run(cmd, capture_output=True, timeout=PROBE_TIMEOUT_S).returncode != 0:
+            return ""
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    r, w = os.pipe()
+    spec = json.dumps({"readonly": list(readonly)})
+    try:
+        res = subprocess.run(["unshare", *_UNSHARE_FLAGS, python, "-I", "-S", INIT_SCRIPT, str(w), "--enclose", spec, "--", *cmd],
+                             capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, pass_fds=(w,))
+        code = str(res.returncode)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        code = type(exc).__name__
+    finally:
+        os.close(w)
+    report = {k: v for line in _read_all(r).splitlines() if line.startswith("{") for k, v in json.loads(line).items()}
+    if report.get("exit") == 0:
+        return ""
+    why = report.get("enclose_error") or (f"cuInit failed inside (probe exit {report['exit']})" if "exit" in report else f"probe exit {code}")
+    return f"the unshare walls left off: a plain child initialises CUDA, one inside the walls does not ({why})"
 
 
 def choose() -> tuple[str, str]:
@@ -126,6 +167,7 @@ class Sandbox:
     _oom_before: int | None = None
     _kernel_oom_before: int | None = None
     harness_proc: str = ""
+    walls_off: str = ""  # why the unshare walls were left off for this launch
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
@@ -141,7 +183,10 @@ class Sandbox:
         os.set_inheritable(self._report[1], True)
         init = [python, "-I", "-S", INIT_SCRIPT, str(self._report[1]), "--", *cmd]
         if self.kind == "unshare":
-            enclose = ["--enclose", json.dumps(self._enclose_spec(python))] if _encloses() else []
+            spec = self._enclose_spec(python)
+            if _encloses():
+                self.walls_off = walls_break_cuda(python, tuple(spec["readonly"]))
+            enclose = ["--enclose", json.dumps(spec)] if _encloses() and not self.walls_off else []
             return ["unshare", *_UNSHARE_FLAGS, *init[:5], *enclose, *init[5:]]
         return [*_bwrap_flags(), *self._bwrap_mounts(python), "--chdir", cwd, "--", *init]
 
@@ -214,6 +259,8 @@ class Sandbox:
             out["fallback"] = REACHABLE[self.kind]
         if self.harness_proc:
             out["harness_proc"] = self.harness_proc
+        if self.walls_off:
+            out["walls_off"] = self.walls_off
         if self.kind != "none":
             try:
                 proc.wait(timeout=END_WAIT_S)

@@ -11,8 +11,8 @@ is left in the namespace.
 
 Under `unshare` (root, a private mount namespace from --mount-proc) it is also the one that walls
 the launch in before starting it, as bubblewrap does (`--enclose SPEC`): the whole tree read-only,
-a fresh /tmp and a minimal /dev, the store and the work folder hidden, the job's folders bound back
-(writable) and the paths the ranks read bound back read-only; then every capability dropped from
+a fresh /tmp and a minimal /dev, /proc writable only in the processes' own entries, the store
+and the work folder hidden, the job's folders bound back (writable) and the paths the ranks read bound back read-only; then every capability dropped from
 what its children can hold, so a root candidate can neither undo the mounts nor write through DAC.
 """
 
@@ -89,6 +89,22 @@ def _bind_from(fd: int, target: str, is_dir: bool, readonly: bool) -> None:
     _set_readonly(target, readonly)
 
 
+def _reopen_proc() -> None:
+    """/proc writable again for the processes' own entries, read-only for the machine's.
+
+    The CUDA driver names its threads at init (/proc/<pid>/task/<tid>/comm): under a read-only
+    /proc cuInit fails with error 304 and no rank sees a GPU. The machine-wide entries (sys,
+    sysrq-trigger, driver, irq, ...) stay read-only, each bound over itself, as bubblewrap does:
+    a root candidate without capabilities still owns their files."""
+    _set_readonly("/proc", False)
+    for name in sorted(os.listdir("/proc")):
+        path = f"/proc/{name}"
+        if name.isdigit() or os.path.islink(path):  # self, thread-self, mounts, net: into a process's own
+            continue
+        _mount(path, path, None, MS_BIND | MS_REC)
+        _set_readonly(path, True)
+
+
 def enclose(spec: dict) -> None:
     """The mounts, in bubblewrap's order (later ones cover earlier ones)."""
     import glob
@@ -101,6 +117,7 @@ def enclose(spec: dict) -> None:
             fds[path] = os.open(path, os.O_PATH)
     dev_fds = {d: os.open(d, os.O_PATH) for d in devices if os.path.exists(d)}
     _set_readonly("/", True)
+    _reopen_proc()
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
     _mount("tmpfs", "/dev", "tmpfs", MS_NOSUID, "mode=755")
     for d, fd in dev_fds.items():
