@@ -157,9 +157,9 @@ def pkb_one(pkb_root: Path, f: Path, world_size: int, tmp: Path, timeout: float)
     m = re.match(r"(\d+)_", f.name)
     backend = f.stem.rsplit("_", 1)[1]
     cmd = [sys.executable, "run_local.py", "--mode", "eval", "--problem", m.group(1) if m else "0", "--solution", backend,
-           "--solutions-dir", str(f.parent), "--nproc-per-node", str(world_size), "--trials", "5", "--measure-perf",
-           "--logs-dir", str(tmp / "pkb_logs")]
-    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp / "pkb_ext" / f.stem)}
+           "--solutions-dir", str(f.parent.resolve()), "--nproc-per-node", str(world_size), "--trials", "5", "--measure-perf",
+           "--logs-dir", str((tmp / "pkb_logs").resolve())]
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str((tmp / "pkb_ext" / f.stem).resolve())}
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, check=False, cwd=pkb_root, env=env, capture_output=True, text=True, timeout=timeout)
