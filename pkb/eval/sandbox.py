@@ -18,10 +18,10 @@ evidence that a SIGKILL came from the OOM killer, and every process in it is kil
 Where bubblewrap is missing or refused, `unshare` (util-linux) gives the PID namespace, and as root
 its init walls the launch in much as bubblewrap would (the network stays shared); where those walls
 keep a child from initialising CUDA that a plain child initialises, they are left off and the record
-says why (`walls_off`). Where unshare fails too, the plain process runs as before. The record says which (details.sandbox), and
-PKB_SANDBOX=bwrap|unshare|none forces one. Under either fallback the store, the work folder and
-the other candidates' jobs stay reachable by path (same user, same filesystem): the record says so
-(`fallback`). Under `none` the harness also makes itself non-dumpable before the launch, which
+says why (`walls_off`). Where unshare fails too, the plain process runs as before. The record says
+which (details.sandbox), and PKB_SANDBOX=bwrap|unshare|none forces one. Under either fallback the
+store, the work folder and the other candidates' jobs stay reachable by path (same user, same
+filesystem): the record says so (`fallback`). Under `none` the harness also makes itself non-dumpable before the launch, which
 closes its /proc/<pid>/fd (the open store, the judge's unnamed reference copies), its memory and
 its environment to the candidate's processes, unless they run as root (`harness_proc`).
 """
@@ -103,7 +103,7 @@ def walls_break_cuda(python: str, readonly: tuple[str, ...]) -> str:
         code = type(exc).__name__
     finally:
         os.close(w)
-    report = {k: v for line in _read_all(r).splitlines() if line.startswith("{") for k, v in json.loads(line).items()}
+    report = _init_report(_read_all(r))
     if report.get("exit") == 0:
         return ""
     why = report.get("enclose_error") or (f"cuInit failed inside (probe exit {report['exit']})" if "exit" in report else f"probe exit {code}")
@@ -184,9 +184,10 @@ class Sandbox:
         init = [python, "-I", "-S", INIT_SCRIPT, str(self._report[1]), "--", *cmd]
         if self.kind == "unshare":
             spec = self._enclose_spec(python)
-            if _encloses():
+            walled = _encloses()
+            if walled:
                 self.walls_off = walls_break_cuda(python, tuple(spec["readonly"]))
-            enclose = ["--enclose", json.dumps(spec)] if _encloses() and not self.walls_off else []
+            enclose = ["--enclose", json.dumps(spec)] if walled and not self.walls_off else []
             return ["unshare", *_UNSHARE_FLAGS, *init[:5], *enclose, *init[5:]]
         return [*_bwrap_flags(), *self._bwrap_mounts(python), "--chdir", cwd, "--", *init]
 
@@ -268,9 +269,7 @@ class Sandbox:
                 proc.kill()  # the init dies with it (die-with-parent / kill-child): so does the namespace
                 proc.wait()
                 out["init_unresponsive"] = True
-            report = _read_all(self._report[0]) if self._report else ""
-            lines = [json.loads(x) for x in report.splitlines() if x.startswith("{")]
-            merged = {k: v for line in lines for k, v in line.items()}
+            merged = _init_report(_read_all(self._report[0]) if self._report else "")
             out["init_exit"] = merged.get("exit")
             if merged.get("enclosed"):
                 out["isolates"], out["fallback"] = ENCLOSED_UNSHARE
@@ -340,6 +339,11 @@ def _read_all(fd: int) -> str:
     finally:
         os.close(fd)
     return b"".join(chunks).decode("utf-8", "replace")
+
+
+def _init_report(text: str) -> dict[str, Any]:
+    """The init's report lines (one JSON object each) merged into one."""
+    return {k: v for line in text.splitlines() if line.startswith("{") for k, v in json.loads(line).items()}
 
 
 def _children(pid: int) -> list[int]:

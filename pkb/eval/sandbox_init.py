@@ -12,8 +12,8 @@ is left in the namespace.
 Under `unshare` (root, a private mount namespace from --mount-proc) it is also the one that walls
 the launch in before starting it, as bubblewrap does (`--enclose SPEC`): the whole tree read-only,
 a fresh /tmp and a minimal /dev, /proc writable only in the processes' own entries, the store
-and the work folder hidden, the job's folders bound back (writable) and the paths the ranks read bound back read-only; then every capability dropped from
-what its children can hold, so a root candidate can neither undo the mounts nor write through DAC.
+and the work folder hidden, the job's folders bound back (writable) and the paths the ranks read
+bound back read-only; then every capability dropped from what its children can hold, so a root candidate can neither undo the mounts nor write through DAC.
 """
 
 import ctypes
