@@ -39,7 +39,7 @@ from reports import paper_table  # noqa: E402
 
 # not_run reasons that state a limit of the machine or the problem, not a failure of the tool
 MACHINE_LIMITS = re.compile(
-    r"multicast|needs? (at least )?\d+ ranks|min(imum)?[_ ]world[_ ]size|below the problem's minimum|"
+    r"multicast|needs? (at least )?\d+ ranks|needs world size >= ?\d|min(imum)?[_ ]world[_ ]size|below the problem's minimum|"
     r"no CUDA device|not co-resident|co-residen",
     re.I,
 )
