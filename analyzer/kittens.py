@@ -272,9 +272,10 @@ def augment(facts: CudaFacts, src: CudaSource, text: str) -> None:
         target = name if name in existing else next((k.name for k in sc.kernels if k.name.endswith("::" + name) or name.endswith("::" + k.name)), name)
         if host is not None and target not in host.calls:
             host.calls.append(target)
-    if not facts.bindings:
-        for m in re.finditer(r"\bm\.def\(\s*\"(\w+)\"\s*,\s*&\s*([\w:]+)", text):
-            facts.bindings[m.group(1)] = m.group(2).split("::")[-1]
+    # clang drops an m.def whose bound function's signature uses a type of a missing header
+    # (TKParallelTensor &), while keeping the others: fill in each binding it lost.
+    for m in re.finditer(r"\bm\.def\(\s*\"(\w+)\"\s*,\s*&?\s*([\w:]+)", text):
+        facts.bindings.setdefault(m.group(1), m.group(2).split("::")[-1])
 
 
 def _derived_pointers(name: str, text: str) -> set[str]:

@@ -132,6 +132,23 @@ def test_kittens_tma_store_to_a_peer_is_tma_and_local_load_is_not_peer_traffic(t
     assert evidence_lines(rec, "mechanism", "tma") == {line_of(rec, "tma::store_async(G.output[dst_dev_idx]")}
 
 
+def test_kittens_binding_lost_by_clang_beside_one_it_kept_is_still_followed(tmp_path):
+    # clang keeps the m.def of a plain torch::Tensor entry but drops the one whose function takes
+    # TKParallelTensor & (a missing header's type): the dropped binding is the one the run calls
+    plain = r'''
+__global__ void scale_kernel(float *x, int n) { int i = threadIdx.x; if (i < n) x[i] *= 2.0f; }
+void scale_entry(torch::Tensor x) { scale_kernel<<<1, 32>>>(x.data_ptr<float>(), x.numel()); }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.def("scale", &scale_entry);
+    m.def("tk_run", &entrypoint);
+}'''
+    src = TK_ALLTOALL.replace('PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("tk_run", &entrypoint); }', plain)
+    src = src.replace("    _ext.tk_run(x, out)\n", "    _ext.scale(x)\n    _ext.tk_run(x, out)\n")
+    assert src.count("_ext.scale(x)") == 1
+    rec = analyze(tmp_path, "8_alltoall_parallelkittens.py", src)
+    assert rec.label_values("mechanism") == ["tma"]
+
+
 TK_ELEMENTS = TK_HEAD + r'''
 namespace gather_ns {
 struct config { static constexpr int NUM_THREADS = 256; };
