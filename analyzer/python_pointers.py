@@ -26,6 +26,7 @@ class Scope:
     kinds: dict[str, str] = field(default_factory=dict)
     origin: dict[str, int] = field(default_factory=dict)
     rank_vars: set[str] = field(default_factory=set)
+    params: set[str] = field(default_factory=set)  # the function's parameters: the candidate's inputs
 
 
 def stronger(a: str, b: str) -> str:
@@ -41,7 +42,10 @@ class PointerKinds:
     def _scope_for(self, fn: ast.AST | None) -> Scope:
         if fn is None:
             return self.module_scope
-        return self.scopes.setdefault(getattr(fn, "name", ""), Scope())
+        scope = self.scopes.setdefault(getattr(fn, "name", ""), Scope())
+        if not scope.params and isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            scope.params = {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
+        return scope
 
     def kind_of(self, node: ast.AST, scope: Scope) -> str:
         """What `node` points at, as far as the dataflow knows."""
@@ -108,6 +112,8 @@ class PointerKinds:
                 return "peer_ptr_array"
             if best == "signal_ptr":
                 return "signal_ptr_array"
+            if best == "unknown" and isinstance(node, ast.ListComp) and self._input_addresses(node, scope):
+                return "local"
             return best
         return "unknown"
 
@@ -212,6 +218,18 @@ class PointerKinds:
             if kind not in ("unknown", "local"):
                 inner.kinds[name] = stronger(inner.kinds.get(name, "unknown"), kind)
                 inner.origin.setdefault(name, getattr(arg, "lineno", 0))
+
+    @staticmethod
+    def _input_addresses(comp: ast.ListComp, scope: Scope) -> bool:
+        """`[t.data_ptr() for t in P]` over a parameter of the function: a table of the addresses
+        of the candidate's own input tensors, local memory whatever the kernel names it."""
+        elt = comp.elt
+        if not (isinstance(elt, ast.Call) and isinstance(elt.func, ast.Attribute) and elt.func.attr == "data_ptr"
+                and isinstance(elt.func.value, ast.Name)) or len(comp.generators) != 1:
+            return False
+        gen = comp.generators[0]
+        return isinstance(gen.target, ast.Name) and gen.target.id == elt.func.value.id \
+            and isinstance(gen.iter, ast.Name) and gen.iter.id in scope.params
 
     def _appended_kind(self, value: ast.AST, fn: ast.AST, scope: Scope) -> str:
         """The kind of an appended value; `t.data_ptr()` of a loop variable over one of the

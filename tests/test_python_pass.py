@@ -272,6 +272,25 @@ def solution(grads, hdl):
     assert f.ext_arg_kinds["pull"][0] in ("peer_ptr", "peer_ptr_array")
 
 
+def test_a_comprehension_over_the_inputs_addresses_is_local():
+    f = facts('''
+import torch
+from torch.utils.cpp_extension import load_inline
+ext = load_inline(name="e", cpp_sources="", cuda_sources="", functions=["scale", "pull", "other"])
+
+def solution(grads, hdl, n):
+    ext.scale(torch.tensor([g.data_ptr() for g in grads], dtype=torch.int64, device="cuda"), n)
+    ext.pull(torch.tensor([hdl.buffer_ptrs[r] for r in range(n)], dtype=torch.int64, device="cuda"))
+    made = [torch.empty(4) for _ in range(n)]
+    ext.other(torch.tensor([m.data_ptr() for m in made], dtype=torch.int64, device="cuda"))
+    return grads
+''')
+    assert f.ext_arg_kinds["scale"][0] == "local"
+    assert f.ext_arg_kinds["pull"][0] in ("peer_ptr", "peer_ptr_array")
+    # a list the function built itself may hold anything: not judged
+    assert f.ext_arg_kinds["other"][0] == "unknown"
+
+
 WRAPPED_PEER = '''
     import torch
     import triton

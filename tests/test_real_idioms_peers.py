@@ -75,6 +75,18 @@ def test_the_rank_passed_as_a_kernel_parameter_still_names_this_ranks_buffer(tmp
     assert rec.label_values("mechanism") == ["none"]
 
 
+def test_a_table_of_the_inputs_own_addresses_walked_like_peers_is_local(tmp_path):
+    # the same kernel fed `[t.data_ptr() for t in xs]`: the candidate's own input tensors, one per
+    # block row, read as the peers' buffers would be; no byte crosses to another GPU
+    src = PULL_BY_BLOCK_ROW.replace("def solution(x: torch.Tensor, group=None)", "def solution(x: torch.Tensor, xs: list, group=None)")
+    src = src.replace("_ext.launch_gather(ptrs, out,",
+                      "table = torch.tensor([t.data_ptr() for t in xs], device=x.device, dtype=torch.int64)\n"
+                      "    _ext.launch_gather(table, out,")
+    assert src.count("[t.data_ptr() for t in xs]") == 1
+    rec = analyze(tmp_path, "2_allgather_cuda.py", src)
+    assert rec.label_values("mechanism") == ["none"]
+
+
 COUNTS_BESIDE_PAYLOAD = r'''
 import torch
 import torch.distributed as dist
