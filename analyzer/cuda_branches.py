@@ -123,7 +123,33 @@ def fallback_spans(text: str) -> list[tuple[int, int, str]]:
             else_start, else_end = _statement_end(text, then_end + 1 + em.end())
             if else_end > else_start:
                 spans.append((else_start, else_end, cond))
+        elif _ends_in_return(text, then_start, then_end):
+            # `if (use_multimem) { ...; return; }` then the generic path: what follows in the
+            # enclosing block runs only without multicast
+            block_end = _enclosing_block_end(text, m.start())
+            if block_end > then_end + 1 and text[then_end + 1 : block_end].strip():
+                spans.append((then_end + 1, block_end, cond))
     return spans
+
+
+def _ends_in_return(text: str, start: int, end: int) -> bool:
+    """The block text[start..end] (a `{...}` or one statement) ends with a plain `return`."""
+    body = text[start + 1 : end] if text[start] == "{" else text[start : end + 1]
+    return re.search(r"\breturn\b[^;{}]*;\s*$", body) is not None
+
+
+def _enclosing_block_end(text: str, pos: int) -> int:
+    """The offset of the `}` closing the innermost block that holds `pos`; -1 at file level."""
+    depth = 0
+    for i in range(pos - 1, -1, -1):
+        c = text[i]
+        if c == "}":
+            depth += 1
+        elif c == "{":
+            if depth == 0:
+                return closing(text, i, "{", "}")
+            depth -= 1
+    return -1
 
 
 def fallback_line_ranges(text: str, file_line) -> list[list[int]]:

@@ -449,6 +449,22 @@ def test_a_branch_that_also_tests_something_else_is_not_decided(tmp_path):
     assert set(rec.label_values("mechanism")) == {"nvls", "sm_store"}
 
 
+def test_an_early_return_on_the_multicast_path_leaves_the_rest_of_the_block_a_fallback(tmp_path):
+    # `if (use_multimem) { ...; return; }` and the peer-store path after it, with no else
+    src = MC_BRANCH.replace("""    } else {
+        push_p2p<<<""", """        return;
+    }
+    {
+        push_p2p<<<""")
+    assert "return;" in src and "} else {" not in src
+    rec = analyze(tmp_path, "3_broadcast_cuda.py", src)
+    assert rec.label_values("mechanism") == ["nvls"]
+    assert rec.label_values("fallback") == ["sm_store"]
+    # an early return on a test the run does not decide keeps both paths
+    undecided = src.replace("(multicast_ptr != 0) && (n % 8 == 0)", "(multicast_ptr != 0) || (n < 1024)")
+    assert set(analyze(tmp_path, "3_broadcast_cuda.py", undecided).label_values("mechanism")) == {"nvls", "sm_store"}
+
+
 def test_kittens_kernel_taking_a_templated_globals(tmp_path):
     src = (TK_ALLTOALL.replace("struct globals {", "template <int D> struct globals {")
            .replace("__device__ inline void kernel(const globals &G)", "__device__ inline void kernel(const globals<64> &G)"))
