@@ -1,7 +1,7 @@
 """Which torch, torch.distributed, symmetric-memory and CUDA calls a candidate makes: the names the
 Python pass recognises, and the category it gives each call (collective, p2p, host_sync, symm_mem,
 symm_handle, cuda_sync, host_transfer, stream, event, compile, alloc, launches, tensor_copy,
-compute, library_load).
+tensor_fill, compute, library_load).
 
 Reads the parsed file through the pass's state (import aliases, extension functions, Triton and
 CuPy kernel names, host-tensor names); the library collectives are pkb/collectives.py's.
@@ -327,6 +327,8 @@ class CallCategories:
             return "ext_kernel", f"ext.{node.func.attr}"
         if last in ("copy_", "clone", "copy") and isinstance(node.func, ast.Attribute):
             return "tensor_copy", f"tensor.{last}"
+        if last in ("zero_", "fill_") and isinstance(node.func, ast.Attribute):
+            return "tensor_fill", f"tensor.{last}"  # a flag buffer reset from the host side, per call
         if re.fullmatch(r"cudaMemcpy(Peer)?(Async)?|cudaMemcpy2D(Async)?|cuMemcpy\w*", last) and isinstance(node.func, ast.Attribute):
             if self._is_torch_cudart(node.func.value, self.enclosing.get(id(node))):
                 # torch's _cudart binds no copy (only error strings, the profiler, host register,

@@ -263,6 +263,37 @@ class RunBranches:
             return node.attr == "dtype"
         return isinstance(node, ast.Name) and "dtype" in node.id.lower()
 
+    def _small_int(self, node: ast.AST, fn: ast.AST | None, depth: int = 0) -> int | None:
+        """The value of a small integer expression of literals, module constants and names bound
+        once in `fn` (`numel_per_thread = BYTES_PER_THREAD // 2`); None for anything else."""
+        if depth > 3:
+            return None
+        node = self._constant_of(node, fn)
+        value = _literal(node)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(node, ast.Name) and fn is not None:
+            bound = self._single_assignment(node.id, fn)
+            return self._small_int(bound, fn, depth + 1) if bound is not None else None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.FloorDiv, ast.Add, ast.Sub)):
+            a, b = self._small_int(node.left, fn, depth + 1), self._small_int(node.right, fn, depth + 1)
+            if a is None or b is None or isinstance(node.op, ast.FloorDiv) and b == 0:
+                return None
+            ops = {ast.Mult: lambda: a * b, ast.FloorDiv: lambda: a // b, ast.Add: lambda: a + b, ast.Sub: lambda: a - b}
+            return ops[type(node.op)]()
+        return None
+
+    def _is_world_multiple(self, node: ast.AST, fn: ast.AST | None) -> bool:
+        """`world_size`, or `k * world_size` for a small constant k (a vector width, a few per rank)."""
+        if self._is_world_expr(node):
+            return True
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+            for a, b in ((node.left, node.right), (node.right, node.left)):
+                k = self._small_int(b, fn)
+                if self._is_world_expr(a) and k is not None and 0 < k <= 1024:
+                    return True
+        return False
+
     def _is_world_expr(self, node: ast.AST) -> bool:
         if isinstance(node, ast.Name):
             return node.id in WORLD_NAMES
@@ -409,8 +440,9 @@ class RunBranches:
             if isinstance(op, (ast.NotEq, ast.IsNot)):
                 return run.dtype != name
             return None
-        # `n >= world_size`: PKB's inputs hold far more elements than there are ranks.
-        if _is_size_expr(left) and self._is_world_expr(right) or _is_size_expr(right) and self._is_world_expr(left):
+        # `n >= world_size`, `n >= 8 * world_size`: PKB's inputs hold far more elements than a few
+        # per rank.
+        if _is_size_expr(left) and self._is_world_multiple(right, fn) or _is_size_expr(right) and self._is_world_multiple(left, fn):
             size_left = _is_size_expr(left)
             if isinstance(op, (ast.GtE, ast.Gt)):
                 return size_left

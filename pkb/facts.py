@@ -95,7 +95,7 @@ class CallSite:
     #                symm_mem.rendezvous, handle.barrier, tensor.item, ext.<fn>, ...
     category: str  # collective | p2p | symm_mem | symm_handle | cuda_sync | stream | event
     #                | alloc | compile | host_transfer | ext_kernel | triton_launch | cupy_launch
-    #                | tensor_copy | other
+    #                | tensor_copy | tensor_fill | other
     line: int
     col: int = 0
     end_line: int = 0

@@ -450,6 +450,29 @@ def test_size_at_least_the_world_size_holds_on_the_run():
     assert paths(f, "tensor.item") == ["fallback"]
 
 
+def test_size_at_least_a_few_elements_per_rank_holds_on_the_run():
+    f = facts('''
+        import torch
+        import torch.distributed as dist
+        BYTES_PER_THREAD = 16
+        def solution(x):
+            world_size = dist.get_world_size()
+            n = x.numel()
+            per_thread = BYTES_PER_THREAD // 2
+            if n >= per_thread * world_size:
+                torch.cuda.synchronize()
+            if n < world_size * 4:
+                dist.barrier()
+            if n >= x.shape[0] * world_size:
+                x.sum().item()
+            return x
+    ''')
+    assert paths(f, "torch.cuda.synchronize") == ["timed"]
+    assert paths(f, "barrier") == ["fallback"]
+    # a multiple that is not a small constant is not decided
+    assert paths(f, "tensor.item") == ["timed"]
+
+
 def test_two_autograd_functions_each_reach_their_own_forward():
     f = facts('''
         import torch

@@ -455,6 +455,13 @@ def test_pkb002_constant_flag_never_reset(tmp_path):
     assert lines_of(rec, "PKB002") == [line_of(rec, "st.release.sys.global.u32")]
 
 
+def test_pkb002_flags_zeroed_from_the_host_every_call_before_a_barrier_are_reset(tmp_path):
+    launch = ("flags = _cache.setdefault('flags', hdl.get_signal_pad(dist.get_rank()))\n"
+              "    flags.zero_()\n    hdl.barrier(channel=0)\n    " + FLAG_LAUNCH)
+    rec = analyze(tmp_path, candidate(FLAG_CONST.replace("VALUE", "1u"), launch))
+    assert lines_of(rec, "PKB002") == []
+
+
 def test_pkb002_value_advanced_every_call_is_not_flagged(tmp_path):
     rec = analyze(tmp_path, candidate(FLAG_CONST.replace("VALUE", "want"), FLAG_LAUNCH))
     assert lines_of(rec, "PKB002") == []
