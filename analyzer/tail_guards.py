@@ -27,6 +27,50 @@ def kernel_handles_tail(src: CudaSource, fn: Function) -> bool:
     return any(p.is_pointer is False and _PADDED.search(p.name) for p in fn.params)
 
 
+_DIVISIBLE = re.compile(r"%\s*(?:\w+|\d+)\s*\)?\s*==\s*0")
+
+
+def vector_path_needs_divisibility(src: CudaSource, fn: Function, line: int) -> bool:
+    """The vector code at file line `line` runs only under a test that the count divides
+    (`if (n % 8 == 0) {...}`, or `bool aligned = ... && (d % 8) == 0; if (aligned) {...}`): the
+    other sizes take another path, so no tail is lost."""
+    lines = src.text.split("\n")
+    body = "\n".join(lines[fn.text_line - 1 : fn.text_end_line])
+    body = re.sub(r'"(?:[^"\\]|\\.)*"', '""', body)
+    text_line = next((i + 1 for i, _ in enumerate(lines) if src.file_line(i + 1) == line), None)
+    if text_line is None or not fn.text_line <= text_line <= fn.text_end_line:
+        return False
+    pos = sum(len(ln) + 1 for ln in body.split("\n")[: text_line - fn.text_line])
+    flags = {m.group(1) for m in re.finditer(r"\bbool\s+(\w+)\s*=\s*([^;]+);", body) if _DIVISIBLE.search(m.group(2))}
+    depth = 0
+    for i in range(pos - 1, -1, -1):  # every block that holds the line, innermost first
+        if body[i] == "}":
+            depth += 1
+        elif body[i] == "{":
+            if depth:
+                depth -= 1
+                continue
+            cond = _if_condition_before(body[:i].rstrip())
+            if cond is not None and (_DIVISIBLE.search(cond) or cond.strip() in flags):
+                return True
+    return False
+
+
+def _if_condition_before(head: str) -> str | None:
+    """The condition of the `if (...)` that `head` ends with; None when it ends otherwise."""
+    if not head.endswith(")"):
+        return None
+    depth = 0
+    for j in range(len(head) - 1, -1, -1):
+        if head[j] == ")":
+            depth += 1
+        elif head[j] == "(":
+            depth -= 1
+            if depth == 0:
+                return head[j + 1 : -1] if re.search(r"\bif\s*$", head[:j]) else None
+    return None
+
+
 def _mentions_remainder(node: ast.AST) -> bool:
     return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(node))
 

@@ -290,6 +290,40 @@ def test_pkb006_tail_copied_in_the_kernel_or_guarded_in_python(tmp_path):
     assert lines_of(rec, "PKB006") == []
 
 
+VEC_STRUCT = r"""
+struct CopyArgs { const char* src; char* dst; int64_t nbytes; };
+
+__global__ void copy_vec(CopyArgs a) {
+    int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+GUARD
+        const uint4* s4 = reinterpret_cast<const uint4*>(a.src);
+        uint4* d4 = reinterpret_cast<uint4*>(a.dst);
+        for (int64_t i = tid; i < a.nbytes / 16; i += stride) d4[i] = s4[i];
+    } else {
+        for (int64_t i = tid; i < a.nbytes; i += stride) a.dst[i] = a.src[i];
+    }
+}
+
+void run(torch::Tensor src, torch::Tensor dst, int64_t nbytes) {
+    CopyArgs a{(const char*)src.data_ptr(), (char*)dst.data_ptr(), nbytes};
+    copy_vec<<<64, 256>>>(a);
+}
+"""
+
+
+def test_pkb006_vector_path_taken_only_when_the_count_divides(tmp_path):
+    # the count reaches the kernel in a struct: only the test around the vector path tells
+    divides = "    bool aligned = ((a.nbytes % 16) == 0) && (((uintptr_t)a.src % 16) == 0);\n    if (aligned) {"
+    rec = analyze(tmp_path, candidate(VEC_STRUCT.replace("GUARD", divides), VEC_LAUNCH))
+    assert lines_of(rec, "PKB006") == []
+    rec = analyze(tmp_path, candidate(VEC_STRUCT.replace("GUARD", "    if ((a.nbytes % 16) == 0) {"), VEC_LAUNCH))
+    assert lines_of(rec, "PKB006") == []
+    # a test of something else than the count's divisibility keeps the finding
+    rec = analyze(tmp_path, candidate(VEC_STRUCT.replace("GUARD", "    if (a.nbytes > 4096) {"), VEC_LAUNCH))
+    assert line_of(rec, "const uint4* s4 = reinterpret_cast<const uint4*>(a.src);") in lines_of(rec, "PKB006")
+
+
 PUSH = r"""
 __device__ void barrier_all(const uint64_t* signal_pad_ptrs, int rank, int world_size, uint32_t epoch) {
     int t = threadIdx.x;

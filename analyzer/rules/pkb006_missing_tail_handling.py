@@ -57,7 +57,7 @@ class MissingTailHandling(Rule):
                         # a padded count, or the Python side (a remainder test, a tail copy)
                         handled[fn.name] = tail_guards.kernel_handles_tail(src, fn) or tail_guards.python_guards_tail(
                             tree, tail_guards.ext_call_lines(ctx.py, cuda, fn.name))
-                    if handled[fn.name]:
+                    if handled[fn.name] or tail_guards.vector_path_needs_divisibility(src, fn, line):
                         continue
                 yield self.finding(ctx, line, pass_name="clang")
             yield from self._host_side(ctx, cuda)
