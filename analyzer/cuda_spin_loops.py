@@ -197,8 +197,8 @@ class SpinLoopScan:
                     other_exit = True
             elif e.kind != "BREAK_STMT" or r is None:
                 other_exit = True
-        if poll_exit is None:
-            return
+        if poll_exit is None or self.is_search_loop(poll_exit[0], body):
+            return  # `while (true) { if (keys[slot] == k) break; slot = (slot + 1) % n; }`: a probe
         if any(x.kind == "CALL_EXPR" and x.spelling in CLOCK_NAMES for x in body.walk()):
             other_exit = other_exit or any(
                 (g := self.guarding_if(e, body)) is not None and self.mentions_bound(g, body) for e in exits)

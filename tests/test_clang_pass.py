@@ -546,3 +546,24 @@ def test_a_search_over_an_array_is_not_a_spin_loop():
     text = SEARCH_AND_POLL
     facts = analyze_cuda(make_src(text), "cand.py")
     assert [s.line for s in facts.spin_loops] == [file_line(text, "while (flag[0] == 0)")]
+
+
+PROBE_AND_POLL = """
+__global__ void lookup(const long* keys, long table_size, long key, int* out, volatile int* flag) {
+    long slot = key % table_size;
+    while (true) {
+        if (keys[slot] == key) { out[0] = (int)slot; break; }
+        slot = (slot + 1) % table_size;
+    }
+    while (true) {
+        if (flag[0] != 0) break;
+    }
+}
+"""
+
+
+def test_a_hash_probe_that_breaks_on_a_match_is_not_a_spin_loop():
+    # `while (true) { if (keys[slot] == k) break; slot = ...; }` reads a new slot each time
+    text = PROBE_AND_POLL
+    facts = analyze_cuda(make_src(text), "cand.py")
+    assert [s.line for s in facts.spin_loops] == [file_line(text, "while (true) {", nth=1)]
