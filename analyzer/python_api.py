@@ -203,6 +203,21 @@ class CallCategories:
         factory = last in (*ALLOC_FUNCS, "tensor", "arange", "as_tensor", "linspace", "from_numpy") and not last.endswith("_like")
         return q.startswith("torch.") and factory and "device" not in kws and last != "from_numpy" or q == "torch.from_numpy"
 
+    def _element_of_tensor_param(self, arg: ast.AST, call: ast.Call) -> bool:
+        """`k_ranges[d, 0]` where k_ranges is a parameter the function declares `torch.Tensor`:
+        PKB hands the inputs on the GPU, so reading one element waits for the device."""
+        if not (isinstance(arg, ast.Subscript) and isinstance(arg.value, ast.Name)) or self._is_host_value(arg):
+            return False
+        fn = self.enclosing.get(id(call))
+        args = getattr(getattr(fn, "args", None), "args", [])
+        declared = next((a.annotation for a in args if a.arg == arg.value.id), None)
+        if declared is None or "Tensor" not in ast.unparse(declared) or "List" in ast.unparse(declared) or "list" in ast.unparse(declared):
+            return False
+        rebound = any(isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and any(
+            isinstance(t, ast.Name) and t.id == arg.value.id for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
+            for n in ast.walk(fn))
+        return not rebound
+
     def _is_host_value(self, node: ast.AST) -> bool:
         """A tensor known to live in host memory: a name bound to one, or an expression making one."""
         if isinstance(node, ast.Attribute) and node.attr in ("T", "mT", "data") or isinstance(node, ast.Subscript):
@@ -285,6 +300,9 @@ class CallCategories:
             last == "synchronize" and ("stream" in q.lower() or "event" in q.lower() or q.startswith("torch.cuda"))
         ):
             return "cuda_sync", q
+        if isinstance(node.func, ast.Name) and node.func.id in ("int", "float", "bool") and len(node.args) == 1 \
+                and self._element_of_tensor_param(node.args[0], node):
+            return "cuda_sync", f"tensor.__{node.func.id}__"  # `int(k_ranges[d, 0])`: one element to the host
         if last in ("item", "tolist") and isinstance(node.func, ast.Attribute) and not node.args:
             receiver = node.func.value
             if self._is_host_value(receiver) or (isinstance(receiver, ast.Call) and self._categorize(receiver, self.qualname(receiver.func), self.qualname(receiver.func).split(".")[-1])[0] in ("cuda_sync", "host_transfer")):

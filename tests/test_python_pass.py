@@ -291,6 +291,23 @@ def solution(grads, hdl, n):
     assert f.ext_arg_kinds["other"][0] == "unknown"
 
 
+def test_int_of_an_element_of_a_tensor_input_is_a_host_sync():
+    f = facts('''
+import torch
+from typing import List
+
+def solution(x: torch.Tensor, ranges: torch.Tensor, sizes: List[int], n: int):
+    start = int(ranges[0, 0])
+    width = int(sizes[0])
+    count = int(n)
+    host = ranges.cpu()
+    end = int(host[0, 1])
+    return x[start:end]
+''')
+    syncs = [(c.line, c.qualname) for c in f.calls if c.category == "cuda_sync"]
+    assert syncs == [(6, "tensor.__int__")]
+
+
 WRAPPED_PEER = '''
     import torch
     import triton
