@@ -734,6 +734,8 @@ def _line_computes(line: str) -> bool:
         return False
     while re.search(r"\[[^\[\]]*\]", rhs):
         rhs = re.sub(r"\[[^\[\]]*\]", "", rhs)
+    while re.search(r"\[[^\[\]]*\]", lhs):  # `out[(int64_t)peer * P + i] = ...`: the store's address
+        lhs = re.sub(r"\[[^\[\]]*\]", "", lhs)
     # index words inside the subscripts (`a[in_idx] * w[w_idx]`) address the operands; only
     # those left outside them make the product index arithmetic
     return bool(_VALUE_PRODUCT.search(rhs)) and not _INDEX_WORDS.search(lhs + "=" + rhs)

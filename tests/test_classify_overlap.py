@@ -42,6 +42,13 @@ def test_a_quotient_of_indices_or_layout_sizes_is_addressing_not_computation():
     assert _kernel_computes(["    acc = x_val * scale;"])
 
 
+def test_a_store_whose_address_casts_an_index_still_computes_its_value():
+    # dequantizing a peer's fp8 into out[(int64_t)peer * P + i]: the cast sits in the address
+    assert _kernel_computes(["        out_full[(int64_t)peer * P + local_idx] = __float2bfloat16(val * scale);"])
+    assert not _kernel_computes(["        out_full[(int64_t)peer * P + local_idx] = src[(int64_t)peer * P + local_idx];"])
+    assert not _kernel_computes(["        int64_t off = peer * P;"])
+
+
 def test_a_product_of_indexed_operands_split_over_two_lines_is_computation():
     # a direct convolution: the operands' subscripts hold index names (in_idx, w_idx), the
     # product itself multiplies values, and the statement goes on to the next line
