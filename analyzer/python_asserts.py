@@ -81,6 +81,7 @@ class AssertsAndLoops:
                 loop.target, ast.Name) else {"record": set(), "wait": set()}
             # One stream runs an iteration's transfer and compute one after the other: chunks
             # pipeline only when a side stream or events let the next transfer run under this compute.
+            streamed = streamed or self._async_collective_left_in_flight(loop)
             if not (streamed or per_chunk["wait"]):
                 continue
             if transfer and (compute - transfer or has_matmul or len(transfer) > 1):
@@ -101,6 +102,17 @@ class AssertsAndLoops:
         for line, events in waiting_loops:
             if any(e in recording_loops and recording_loops[e] != line for e in events):
                 self.facts.chunk_loops.append(line)
+
+    @staticmethod
+    def _async_collective_left_in_flight(loop: ast.AST) -> bool:
+        """`req = dist.reduce_scatter(..., async_op=True)` in the loop with no `.wait()` after it
+        in the same iteration: the collective runs on NCCL's stream while the next iteration
+        computes (a side stream of its own)."""
+        issued = [n.lineno for n in ast.walk(loop) if isinstance(n, ast.Call) and any(
+            k.arg == "async_op" and isinstance(k.value, ast.Constant) and k.value.value is True for k in n.keywords)]
+        waits = [n.lineno for n in ast.walk(loop) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                 and n.func.attr == "wait" and not n.args]
+        return bool(issued) and not any(w > min(issued) for w in waits)
 
     @staticmethod
     def _stream_handles(loop: ast.AST) -> set[str]:

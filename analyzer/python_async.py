@@ -75,9 +75,19 @@ def async_library_overlap(tree: ast.Module, timed_functions: set[str]) -> tuple[
                 continue
             compute = sorted(n.lineno for n in ast.walk(fn) if _computes(n) or isinstance(n, ast.Call) and _name(n) in computers)
             wait = sorted(n.lineno for n in ast.walk(fn) if isinstance(n, ast.Call) and (_waits(n) or _name(n) in waiters))
+            loops = [n for n in ast.walk(fn) if isinstance(n, (ast.For, ast.While, ast.AsyncFor))]
             for a in issue:
                 b = next((b for b in compute if b > a), None)
                 c = next((c for c in wait if b is not None and c > b), None)
                 if b is not None and c is not None:
                     return a, b, c
+                # issued inside a loop and waited only after it: the next iteration's compute
+                # runs while this iteration's transfer is in flight
+                for loop in loops:
+                    end = loop.end_lineno or loop.lineno
+                    if loop.lineno <= a <= end:
+                        b = next((b for b in compute if loop.lineno <= b <= end and b != a), None)
+                        later = [c for c in wait if c > a]
+                        if b is not None and later and later[0] > end:
+                            return a, b, later[0]
     return None

@@ -152,6 +152,32 @@ def solution(A_local, B):
     assert overlap(analyzer, tmp_path, serial) == ["none"]
 
 
+ASYNC_LOOP = '''
+import torch
+import torch.distributed as dist
+
+def solution(A_local, B):
+    world = dist.get_world_size()
+    outs, reqs = [], []
+    for part in A_local.chunk(4):
+        y = torch.matmul(part, B)
+        got = torch.empty((world * y.shape[0], y.shape[1]), dtype=y.dtype, device=y.device)
+        reqs.append(dist.all_gather_into_tensor(got, y, async_op=True))
+        WAIT_IN_LOOP
+        outs.append(got)
+    for r in reqs:
+        r.wait()
+    return torch.cat(outs)
+'''
+
+
+def test_async_collectives_left_in_flight_across_a_loops_compute(analyzer, tmp_path):
+    # chunk i's all-gather runs on NCCL's stream while chunk i+1's matmul runs
+    assert overlap(analyzer, tmp_path, ASYNC_LOOP.replace("        WAIT_IN_LOOP\n", "")) == ["chunked_pipeline", "multi_stream"]
+    # waited in the same iteration: one chunk after the other
+    assert overlap(analyzer, tmp_path, ASYNC_LOOP.replace("WAIT_IN_LOOP", "reqs[-1].wait()")) == ["none"]
+
+
 PEER_PULL_LOOP = '''
 import torch
 import torch.distributed as dist
