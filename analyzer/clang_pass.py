@@ -43,6 +43,7 @@ class _ClangPass(PointerFlow, LaunchScan, AccessScan, SpinLoopScan, TailScan, As
         self.ret: dict[str, tuple[str, str]] = {}
         self.var_nodes: dict[tuple, Node] = {}
         self.peer_index_vars: set[tuple] = set()  # locals named like the rank that index peers
+        self.geometry_locals: set[tuple[str, str]] = set()  # (function, local) computed from the thread's position
         self._run_flags: dict[str, bool] | None = None  # bools of the source that hold on the run
         self.changed = False
         self.atomic_refs: dict[tuple, tuple[Node, str]] = {}

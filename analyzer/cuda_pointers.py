@@ -150,13 +150,22 @@ class PointerFlow:
 
     def note_peer_index(self, n: Node, key: tuple) -> None:
         """Remember a device-code local named like the rank that walks the peers (see GEOMETRY_INDEX)."""
-        if n.spelling.lower() not in RANK_NAMES or self.cur_func is None or self.cur_func.kind == "host":
+        if self.cur_func is None or self.cur_func.kind == "host":
+            return
+        text = self.text_of(n)
+        init = text.split("=", 1)[1] if "=" in text else ""
+        # `int64_t tid = blockIdx.x * blockDim.x + threadIdx.x;` then `int rank = tid / chunk;`:
+        # computed from the thread's position, directly or through such a local
+        geometry = bool(GEOMETRY_INDEX.search(init)) or any(
+            (self.cur_func.name, w) in self.geometry_locals for w in re.findall(r"\b\w+\b", init))
+        if geometry:
+            self.geometry_locals.add((self.cur_func.name, n.spelling))
+        if n.spelling.lower() not in RANK_NAMES:
             return
         in_for = n.parent is not None and n.parent.kind == "DECL_STMT" and n.parent.parent is not None \
             and n.parent.parent.kind == "FOR_STMT"
-        text = self.text_of(n)
         # `int rank = src_ranks[seg];`: read from a table per element, the source's rank, not ours
-        if in_for or GEOMETRY_INDEX.search(text) or _LOADED_INIT.search(text):
+        if in_for or geometry or _LOADED_INIT.search(text):
             self.peer_index_vars.add(key)
 
     def eval(self, n: Node | None) -> tuple[str, str]:

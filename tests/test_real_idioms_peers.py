@@ -66,6 +66,18 @@ def test_a_kernel_local_named_rank_from_the_block_index_walks_the_peers(tmp_path
     assert rec.label_values("mechanism") == ["sm_load"]
 
 
+def test_a_rank_computed_from_a_thread_index_local_walks_the_peers(tmp_path):
+    # `int64_t tid = blockIdx.x * blockDim.x + threadIdx.x; int rank = tid / per;`: the rank is the
+    # thread's position, through another local
+    src = PULL_BY_BLOCK_ROW.replace("""    int rank = blockIdx.y;
+    if (rank >= world_size) return;""", """    int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int rank = (int)(tid / shard_bytes);
+    if (rank >= world_size) return;""")
+    assert "int rank = (int)(tid / shard_bytes);" in src
+    rec = analyze(tmp_path, "2_allgather_cuda.py", src)
+    assert rec.label_values("mechanism") == ["sm_load"]
+
+
 def test_the_rank_passed_as_a_kernel_parameter_still_names_this_ranks_buffer(tmp_path):
     src = PULL_BY_BLOCK_ROW.replace("int64_t shard_bytes, int world_size) {\n    int rank = blockIdx.y;",
                                     "int64_t shard_bytes, int world_size, int rank) {")
