@@ -628,7 +628,7 @@ def _fallback_launched(cudas: list[CudaFacts]) -> set[str]:
 # payload, so not the mechanism (as with a collective of split sizes, is_metadata_collective).
 # Models name these buffers and kernels plainly.
 _METADATA_WORDS = {"meta", "metadata", "count", "counts", "cnt", "cnts", "split", "splits", "sizes",
-                   "offsets", "hist", "histogram", "header", "hdr", "lens", "lengths"}
+                   "offsets", "prefix", "hist", "histogram", "header", "hdr", "lens", "lengths"}
 METADATA_NOTE = "metadata: "
 
 

@@ -159,6 +159,13 @@ def test_counts_read_from_peers_beside_a_pushed_payload_are_not_the_mechanism(tm
     assert [lab.value for lab in counts_kernel.labels["mechanism"]] == ["sm_load"]  # still shown per kernel
 
 
+def test_a_peers_prefix_offsets_read_beside_a_pushed_payload_are_metadata(tmp_path):
+    # `remote_prefix[dst_rot_idx]`: where in the peer's buffer to write, read from the peer
+    src = COUNTS_BESIDE_PAYLOAD.replace("gather_counts_kernel", "gather_prefix_kernel").replace("peer_count", "remote_prefix")
+    rec = analyze(tmp_path, "51_moe_ep_wide_cuda.py", src)
+    assert rec.label_values("mechanism") == ["sm_store"]
+
+
 def test_a_peer_load_of_payload_is_kept_even_in_a_file_that_also_exchanges_counts(tmp_path):
     src = COUNTS_BESIDE_PAYLOAD.replace("gather_counts_kernel", "gather_rows_kernel").replace("peer_count", "peer_rows")
     rec = analyze(tmp_path, "51_moe_ep_wide_cuda.py", src)
