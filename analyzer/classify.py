@@ -547,6 +547,10 @@ class Classifier:
         if not problem_compute:
             rec.add_label(Label("overlap", "n/a", [self.ev(py.solution_line or 1, "python", "the problem is a bare collective")]))
             return
+        if all(lab.value == "none" for lab in rec.labels.get("mechanism", [])):
+            # a side stream that only computes overlaps no communication
+            rec.add_label(Label("overlap", "none", [self.ev(py.solution_line or 1, "python", "nothing is communicated on the timed path")]))
+            return
         mover = [r for r in reports if r.name in self.on_run and any(l.value not in ("none", "unknown") for l in r.labels.get("mechanism", []))]
         overlapping = [b for b in self._side_stream_blocks() if self._side_stream_overlaps(b, matmul_lines)]
         if overlapping and (py.streams or self.timed("event", "stream")):

@@ -185,7 +185,12 @@ class RunBranches:
         """A `group=None` parameter of solution(): PKB's inputs are tensors and scalars, and a process
         group only for the parameters its input factory fills (the run's `group_args`), so on
         the run it stays None."""
-        if not isinstance(node, ast.Name) or not self._group_param_left_unset(node.id, fn):
+        if not isinstance(node, ast.Name):
+            return False
+        if self._helper_param_left_unset(node.id, fn):
+            return not any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)
+                           for n in ast.walk(fn))
+        if not self._group_param_left_unset(node.id, fn):
             return False
         sol = self.functions["solution"]
         # Rebound before the test (`group = group or dist.group.WORLD`): no longer the parameter.
@@ -516,6 +521,25 @@ class RunBranches:
                 and _is_world_group(bound.values[1]) and isinstance(bound.values[0], ast.Name)):
             return False
         return self._group_param_left_unset(bound.values[0].id, fn)
+
+    def _helper_param_left_unset(self, name: str, fn: ast.AST | None) -> bool:
+        """`def _reduce(val, group)` called only from solution() as `_reduce(x, fsdp_group)` with
+        solution()'s unset group parameter: on the run the helper's `group` is None too."""
+        sol = self.functions.get("solution")
+        if not isinstance(fn, ast.FunctionDef) or fn is sol or sol is None:
+            return False
+        params = [a.arg for a in fn.args.args]
+        if name not in params:
+            return False
+        at = params.index(name)
+        calls = [n for n in ast.walk(self.tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == fn.name]
+        if not calls:
+            return False
+        for call in calls:
+            arg = call.args[at] if at < len(call.args) else next((k.value for k in call.keywords if k.arg == name), None)
+            if not (isinstance(arg, ast.Name) and self.enclosing.get(id(call)) is sol and self._unset_group(arg, sol)):
+                return False
+        return True
 
     def _group_param_left_unset(self, name: str, fn: ast.AST) -> bool:
         """solution()'s parameter `name`, a group defaulting to None that PKB's inputs do not fill."""

@@ -136,6 +136,28 @@ def test_side_stream_with_work_before_the_join_is_multi_stream(analyzer, tmp_pat
     assert overlap(analyzer, tmp_path, src) == ["multi_stream"]
 
 
+def test_side_streams_that_only_compute_overlap_nothing(analyzer, tmp_path):
+    # two local reductions on side streams, no transfer anywhere on the run
+    local = '''
+import torch
+
+_a, _b = torch.cuda.Stream(), torch.cuda.Stream()
+
+def solution(A_local, B):
+    cur = torch.cuda.current_stream()
+    _a.wait_stream(cur)
+    _b.wait_stream(cur)
+    with torch.cuda.stream(_a):
+        x = torch.matmul(A_local, B)
+    with torch.cuda.stream(_b):
+        y = A_local.float().norm()
+    cur.wait_stream(_a)
+    cur.wait_stream(_b)
+    return x * y
+'''
+    assert overlap(analyzer, tmp_path, local) == ["none"]
+
+
 def test_a_loop_on_one_stream_is_not_a_pipeline(analyzer, tmp_path):
     serial = '''
 import torch

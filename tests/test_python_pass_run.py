@@ -565,6 +565,26 @@ def test_a_helper_called_only_from_an_untaken_conditional_expression_is_fallback
     assert paths(facts(taken), "all_reduce") == ["timed"]
 
 
+def test_a_helpers_group_parameter_fed_only_unset_groups_is_none_on_the_run():
+    # `_reduce(val, group)` returns early on `group is None`; solution() hands it its own group
+    # parameters, which PKB's run leaves at None: the helper's reduction is a fallback
+    src = '''
+        import torch.distributed as dist
+        def _reduce(val, group):
+            if group is None:
+                return val
+            dist.all_reduce(val, group=group)
+            return val
+        def solution(x, fsdp_group=None, ep_group=None):
+            x = _reduce(x, fsdp_group)
+            return _reduce(x, ep_group)
+    '''
+    assert paths(facts(src), "all_reduce") == ["fallback"]
+    # one call with a group the run does give (the default group) keeps the reduction timed
+    fed = src.replace("return _reduce(x, ep_group)", "return _reduce(x, dist.group.WORLD)")
+    assert paths(facts(fed), "all_reduce") == ["timed"]
+
+
 def test_a_flag_cleared_only_on_a_branch_the_run_skips_keeps_its_value():
     # `use_mc = True; if not hasattr(hdl, "multicast_ptr") or n % 8 != 0: use_mc = False`: every
     # handle has the attribute and PKB's sizes are aligned, so the run takes the multicast path.
