@@ -547,8 +547,10 @@ class Classifier:
         if not problem_compute:
             rec.add_label(Label("overlap", "n/a", [self.ev(py.solution_line or 1, "python", "the problem is a bare collective")]))
             return
-        if all(lab.value == "none" for lab in rec.labels.get("mechanism", [])):
-            # a side stream that only computes overlaps no communication
+        peer_args = any(a.pointer_kind not in ("unknown", "local", "symm_local") for c in py.calls if c.path == "timed" for a in c.args)
+        if all(lab.value == "none" for lab in rec.labels.get("mechanism", [])) and not peer_args:
+            # a side stream that only computes overlaps no communication (a launch handed a peer
+            # address moves data the static passes may not see: left to the checks below)
             rec.add_label(Label("overlap", "none", [self.ev(py.solution_line or 1, "python", "nothing is communicated on the timed path")]))
             return
         mover = [r for r in reports if r.name in self.on_run and any(l.value not in ("none", "unknown") for l in r.labels.get("mechanism", []))]
