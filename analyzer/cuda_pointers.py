@@ -243,6 +243,10 @@ class PointerFlow:
             return derived(v)
         if name in TENSOR_VIEW_METHODS and obj is not None:
             return derived(self.eval(obj))
+        if name in ("tensor", "from_blob") and obj is None:
+            # `torch::tensor(peer_ptrs, torch::kInt64)`: a device copy of a host table of addresses
+            args = self.call_args(n)
+            return derived(self.eval(args[0])) if args else ("unknown", "")
         if name == "operator[]":
             args = self.call_args(n)
             if len(args) >= 2:
@@ -396,6 +400,12 @@ class PointerFlow:
                 self.bind_args(kname, args)
             return
         args = self.call_args(n)
+        if name == "copy_" and obj is not None and args:
+            # `ptrs_tensor.copy_(torch::tensor(peer_ptrs))`: the tensor now holds what was copied in
+            v = self.eval(args[0])
+            if v[0] in ARRAY_KINDS:
+                self.assign(obj, v)
+            return
         if name in ("cudaMemcpy", "cudaMemcpyAsync") and len(args) >= 2:
             v = self.eval(args[1])
             if v[0] in ARRAY_KINDS:

@@ -105,6 +105,14 @@ class PointerKinds:
             return stronger(self.kind_of(node.body, scope), self.kind_of(node.orelse, scope))
         if isinstance(node, (ast.List, ast.Tuple, ast.ListComp)):
             elts = node.elts if not isinstance(node, ast.ListComp) else [node.elt]
+            if isinstance(node, ast.ListComp) and len(node.generators) == 1 and isinstance(node.generators[0].target, ast.Name):
+                # `[int(p) for p in hdl.buffer_ptrs]`: the loop variable is an element of the table
+                gen = node.generators[0]
+                table = self.kind_of(gen.iter, scope)
+                if table in ("peer_ptr_array", "signal_ptr_array"):
+                    element = "peer_ptr" if table == "peer_ptr_array" else "signal_ptr"
+                    scope = Scope(kinds={**scope.kinds, gen.target.id: element}, origin=scope.origin,
+                                  rank_vars=scope.rank_vars, params=scope.params)
             best = "unknown"
             for e in elts:
                 best = stronger(best, self.kind_of(e, scope))
@@ -205,10 +213,11 @@ class PointerKinds:
         if dest is not scope:
             scope.kinds[key] = dest.kinds[key]
 
-    def _bind_params(self, callee: ast.AST, call: ast.Call, scope: Scope) -> None:
+    def _bind_params(self, callee: ast.AST, call: ast.Call, scope: Scope, skip: int = 0) -> None:
         """`_p2p_copy(buf, int(hdl.buffer_ptrs[peer]), n)`: the helper's parameter holds what
-        its callers pass (the most specific kind over every call)."""
-        params = [a.arg for a in callee.args.args]  # type: ignore[attr-defined]
+        its callers pass (the most specific kind over every call); `skip` leading parameters
+        take no argument (an autograd forward's `ctx`)."""
+        params = [a.arg for a in callee.args.args][skip:]  # type: ignore[attr-defined]
         inner = self._scope_for(callee)
         pairs = list(zip(params, call.args)) + [(k.arg, k.value) for k in call.keywords if k.arg in params]
         for name, arg in pairs:
@@ -267,6 +276,10 @@ class PointerKinds:
                         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.functions \
                                 and node.func.id not in self.triton_names:
                             self._bind_params(self.functions[node.func.id], node, scope)
+                        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "apply" \
+                                and isinstance(node.func.value, ast.Name) and "forward" in self.classes.get(node.func.value.id, {}):
+                            # `Exchange.apply(x, ptrs)` runs `forward(ctx, x, ptrs)`
+                            self._bind_params(self.classes[node.func.value.id]["forward"], node, scope, skip=1)
                         elif isinstance(node, ast.For) and isinstance(node.target, ast.Name):
                             k = self.kind_of(node.iter, scope)
                             if k in ("peer_ptr_array", "signal_ptr_array"):

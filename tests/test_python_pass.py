@@ -308,6 +308,25 @@ def solution(x: torch.Tensor, ranges: torch.Tensor, sizes: List[int], n: int):
     assert syncs == [(6, "tensor.__int__")]
 
 
+def test_a_comprehension_over_a_handles_table_and_an_autograd_apply_carry_peer_addresses():
+    f = facts('''
+import torch
+from torch.utils.cpp_extension import load_inline
+ext = load_inline(name="e", cpp_sources="", cuda_sources="", functions=["push"])
+
+class Exchange(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, ptrs):
+        ext.push(x, ptrs)
+        return x
+
+def solution(x, hdl):
+    state = {"ptrs": [int(p) for p in hdl.buffer_ptrs]}
+    return Exchange.apply(x, state["ptrs"])
+''')
+    assert f.ext_arg_kinds["push"][1] == "peer_ptr_array"
+
+
 WRAPPED_PEER = '''
     import torch
     import triton

@@ -99,6 +99,55 @@ def test_a_table_of_the_inputs_own_addresses_walked_like_peers_is_local(tmp_path
     assert rec.label_values("mechanism") == ["none"]
 
 
+VECTOR_OF_PEERS = r'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+#include <torch/extension.h>
+#include <vector>
+
+__global__ void push_kernel(const float4* src, float4* const* peers, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float4* dst = peers[blockIdx.y];
+    if (i < n) dst[i] = src[i];
+}
+
+void push(torch::Tensor src, std::vector<int64_t> peer_ptrs, int64_t n) {
+    int world = peer_ptrs.size();
+    torch::Tensor table = torch::empty({world}, src.options().dtype(torch::kInt64));
+    table.copy_(torch::tensor(peer_ptrs, torch::kInt64));
+    dim3 grid((n + 255) / 256, world);
+    push_kernel<<<grid, 256>>>((const float4*)src.data_ptr(), reinterpret_cast<float4* const*>(table.data_ptr<int64_t>()), n);
+}
+"""
+
+_ext = load_inline("push_ext", cpp_sources="", cuda_sources=CUDA, functions=["push"])
+_cache = {}
+
+
+def solution(x: torch.Tensor, group=None) -> torch.Tensor:
+    st = _cache.get("st")
+    if st is None:
+        buf = symm_mem.empty(x.numel(), device=x.device, dtype=x.dtype)
+        hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+        st = (buf, hdl, [int(p) for p in hdl.buffer_ptrs])
+        _cache["st"] = st
+    buf, hdl, ptrs = st
+    hdl.barrier(channel=0)
+    _ext.push(x, ptrs, x.numel() // 4)
+    hdl.barrier(channel=1)
+    return buf.clone()
+'''
+
+
+def test_a_host_vector_of_peer_addresses_copied_into_a_device_table_is_pushed_through(tmp_path):
+    rec = analyze(tmp_path, "3_broadcast_cuda.py", VECTOR_OF_PEERS)
+    assert rec.label_values("mechanism") == ["sm_store"]
+
+
 COUNTS_BESIDE_PAYLOAD = r'''
 import torch
 import torch.distributed as dist

@@ -719,6 +719,7 @@ Tensor zeros(IntArrayRef, TensorOptions = {}); Tensor zeros_like(const Tensor&, 
 Tensor ones(IntArrayRef, TensorOptions = {}); Tensor ones_like(const Tensor&, TensorOptions = {});
 Tensor full(IntArrayRef, Scalar, TensorOptions = {}); Tensor empty_strided(IntArrayRef, IntArrayRef, TensorOptions = {});
 Tensor from_blob(void*, IntArrayRef, TensorOptions = {});
+template <class T> Tensor tensor(const std::vector<T>&); template <class T, class O> Tensor tensor(const std::vector<T>&, O);
 Tensor matmul(const Tensor&, const Tensor&); Tensor mm(const Tensor&, const Tensor&);
 Tensor cat(const std::vector<Tensor>&, int64_t = 0); Tensor stack(const std::vector<Tensor>&, int64_t = 0);
 Tensor add(const Tensor&, const Tensor&); Tensor relu(const Tensor&);
