@@ -3,6 +3,8 @@ the bug and one with the correct idiom the rule must not flag."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import textwrap
 from pathlib import Path
 
@@ -363,6 +365,26 @@ PUSH_LAUNCH = ("_cache['epoch'] = _cache.get('epoch', 0) + 1\n"
 def test_pkb004_push_into_peers_with_no_ack(tmp_path):
     rec = analyze(tmp_path, candidate(PUSH.replace("BARRIER_AT_END", ""), PUSH_LAUNCH), "2_allgather_cuda.py")
     assert lines_of(rec, "PKB004") == [line_of(rec, "_ext.run(x, torch.tensor(hdl.buffer_ptrs")]
+
+
+def test_pkb004_orders_an_autograd_forward_where_apply_runs_it(tmp_path):
+    # forward() is defined above solution() but runs at `Pusher.apply`: its calls come after
+    # what solution() does before that line
+    from analyzer.rules.pkb004_peer_buffer_reuse import _call_positions
+
+    pusher = (
+        "class Pusher(torch.autograd.Function):\n"
+        "    @staticmethod\n"
+        "    def forward(ctx, x, hdl):\n"
+        "        hdl.barrier(channel=1)\n"
+        "        return x\n\n\n")
+    src = candidate(PUSH.replace("BARRIER_AT_END", ""), PUSH_LAUNCH + "\n    x = Pusher.apply(x, hdl)")
+    src = src.replace("def solution(", pusher + "def solution(", 1)
+    rec = analyze(tmp_path, src, "2_allgather_cuda.py")
+    position = _call_positions(SimpleNamespace(rec=rec))
+    barrier, push = line_of(rec, "hdl.barrier(channel=1)"), line_of(rec, "_ext.run(x, torch.tensor(hdl.buffer_ptrs")
+    assert barrier < push
+    assert position("forward", barrier) > position("solution", push)
 
 
 def test_pkb004_kernel_ending_in_a_barrier_or_an_entry_barrier_is_safe(tmp_path):

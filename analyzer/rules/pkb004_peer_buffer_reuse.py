@@ -569,6 +569,8 @@ def _call_positions(ctx):
                     if name:
                         sites.setdefault(name, []).append(n.lineno)
                         owner.setdefault(n.lineno, fn.name)
+                    if name == "apply":  # `Exchange.apply(x)` runs the autograd Function's forward there
+                        sites.setdefault("forward", []).append(n.lineno)
 
     def position(fn: str, line: int, depth: int = 0) -> tuple:
         if fn in ("solution", "") or fn not in sites or depth > 8:
