@@ -3,10 +3,9 @@ the bug and one with the correct idiom the rule must not flag."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 from analyzer.pipeline import StaticAnalyzer, StaticOptions
 from pkb.corpus import read_candidate
