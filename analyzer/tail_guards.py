@@ -28,6 +28,13 @@ def kernel_handles_tail(src: CudaSource, fn: Function) -> bool:
 
 
 _DIVISIBLE = re.compile(r"%\s*(?:\w+|\d+)\s*\)?\s*==\s*0")
+# an address's alignment (`(uintptr_t)src % 16 == 0`) says nothing of the count
+_ADDRESS_TEST = re.compile(r"uintptr_t|_cast\s*<|\(\s*(?:size_t|uint64_t|unsigned long long)\s*\)|ptr|data\(\)")
+
+
+def _tests_count_divides(cond: str) -> bool:
+    """One `&&` term of `cond` tests that a count divides (`(n % 8) == 0`), not an address."""
+    return any(_DIVISIBLE.search(t) and not _ADDRESS_TEST.search(t) for t in re.split(r"&&", cond))
 
 
 def vector_path_needs_divisibility(src: CudaSource, fn: Function, line: int) -> bool:
@@ -41,7 +48,7 @@ def vector_path_needs_divisibility(src: CudaSource, fn: Function, line: int) -> 
     if text_line is None or not fn.text_line <= text_line <= fn.text_end_line:
         return False
     pos = sum(len(ln) + 1 for ln in body.split("\n")[: text_line - fn.text_line])
-    flags = {m.group(1) for m in re.finditer(r"\bbool\s+(\w+)\s*=\s*([^;]+);", body) if _DIVISIBLE.search(m.group(2))}
+    flags = {m.group(1) for m in re.finditer(r"\bbool\s+(\w+)\s*=\s*([^;]+);", body) if _tests_count_divides(m.group(2))}
     depth = 0
     for i in range(pos - 1, -1, -1):  # every block that holds the line, innermost first
         if body[i] == "}":
@@ -51,7 +58,7 @@ def vector_path_needs_divisibility(src: CudaSource, fn: Function, line: int) -> 
                 depth -= 1
                 continue
             cond = _if_condition_before(body[:i].rstrip())
-            if cond is not None and (_DIVISIBLE.search(cond) or cond.strip() in flags):
+            if cond is not None and (_tests_count_divides(cond) or cond.strip() in flags):
                 return True
     return False
 
