@@ -13,7 +13,8 @@ class FlagNeverReset(Rule):
     ## What it does
     Finds flag protocols where every call stores the same constant (usually `1`) into a signal
     pad and waits for that constant, with no store that resets the flag and no epoch or sequence
-    number that changes from call to call.
+    number that changes from call to call. A reset from the host on every call (`flags.zero_()`
+    before the call's barrier) counts as a reset.
 
     ## Why is this bad?
     The first call works. On the second call the flags still hold `1` from the first one, so

@@ -17,7 +17,9 @@ class MissingTailHandling(Rule):
     `n / 4`, `n / TILE` blocks) with no guard or remainder loop for the last partial tile, and
     Triton loads and stores without a `mask=`. Not flagged where the Python side handles the
     tail before the launch: a remainder test that rejects the size or pads the input up to a
-    multiple of the block (`if K % 64: A = F.pad(A, (0, 64 - K % 64))`), or a tail copy.
+    multiple of the block (`if K % 64: A = F.pad(A, (0, 64 - K % 64))`), or a tail copy; nor
+    where the kernel takes the vector path only when the count divides
+    (`if ((n % 8) == 0) { vector loop } else { scalar loop }`).
 
     ## Why is this bad?
     The reference accepts any size. With a size that is not a multiple of the width, the tail is
