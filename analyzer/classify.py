@@ -634,7 +634,9 @@ def _fallback_launched(cudas: list[CudaFacts]) -> set[str]:
 # payload, so not the mechanism (as with a collective of split sizes, is_metadata_collective).
 # Models name these buffers and kernels plainly.
 _METADATA_WORDS = {"meta", "metadata", "count", "counts", "cnt", "cnts", "split", "splits", "sizes",
-                   "offsets", "prefix", "hist", "histogram", "header", "hdr", "lens", "lengths"}
+                   "offsets", "hist", "histogram", "header", "hdr", "lens", "lengths"}
+# words that name metadata only on a pointer (`remote_prefix`), not on a kernel (`conv_prefix_kernel`)
+_METADATA_POINTER_WORDS = {"prefix"}
 METADATA_NOTE = "metadata: "
 
 
@@ -644,7 +646,8 @@ def _name_words(name: str) -> set[str]:
 
 def _is_metadata_access(a, kernel: str) -> bool:
     """A peer access through a pointer, or in a kernel or device function, named for metadata."""
-    return bool(_METADATA_WORDS & (_name_words(a.pointer) | _name_words(kernel) | _name_words(a.function)))
+    return bool(_METADATA_WORDS & (_name_words(a.pointer) | _name_words(kernel) | _name_words(a.function))
+                or _METADATA_POINTER_WORDS & _name_words(a.pointer))
 
 
 def _drop_metadata_only(rec: CandidateRecord) -> None:

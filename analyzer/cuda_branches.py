@@ -134,6 +134,8 @@ def fallback_spans(text: str) -> list[tuple[int, int, str]]:
 
 def _ends_in_return(text: str, start: int, end: int) -> bool:
     """The block text[start..end] (a `{...}` or one statement) ends with a plain `return`."""
+    if start >= len(text) or end < start:
+        return False
     body = text[start + 1 : end] if text[start] == "{" else text[start : end + 1]
     return re.search(r"\breturn\b[^;{}]*;\s*$", body) is not None
 

@@ -153,7 +153,11 @@ class PointerFlow:
         if self.cur_func is None or self.cur_func.kind == "host":
             return
         text = self.text_of(n)
-        init = text.split("=", 1)[1] if "=" in text else ""
+        if "=" in text:
+            init = text.split("=", 1)[1]
+        else:  # `int rank{(int)blockIdx.y};`, `int rank(blockIdx.y);`
+            m = re.search(rf"\b{re.escape(n.spelling)}\s*[({{](.*)", text, re.S)
+            init = m.group(1) if m else ""
         # `int64_t tid = blockIdx.x * blockDim.x + threadIdx.x;` then `int rank = tid / chunk;`:
         # computed from the thread's position, directly or through such a local
         geometry = bool(GEOMETRY_INDEX.search(init)) or any(

@@ -274,7 +274,7 @@ def augment(facts: CudaFacts, src: CudaSource, text: str) -> None:
             host.calls.append(target)
     # clang drops an m.def whose bound function's signature uses a type of a missing header
     # (TKParallelTensor &), while keeping the others: fill in each binding it lost.
-    for m in re.finditer(r"\bm\.def\(\s*\"(\w+)\"\s*,\s*&?\s*([\w:]+)", text):
+    for m in re.finditer(r"\bm\.def\(\s*\"(\w+)\"\s*,\s*&?\s*([\w:]+)\s*[,)]", text):
         facts.bindings.setdefault(m.group(1), m.group(2).split("::")[-1])
 
 

@@ -278,8 +278,10 @@ class PointerKinds:
                             self._bind_params(self.functions[node.func.id], node, scope)
                         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "apply" \
                                 and isinstance(node.func.value, ast.Name) and "forward" in self.classes.get(node.func.value.id, {}):
-                            # `Exchange.apply(x, ptrs)` runs `forward(ctx, x, ptrs)`
-                            self._bind_params(self.classes[node.func.value.id]["forward"], node, scope, skip=1)
+                            # `Exchange.apply(x, ptrs)` runs `forward(ctx, x, ptrs)` (no ctx with setup_context)
+                            forward = self.classes[node.func.value.id]["forward"]
+                            first = forward.args.args[0].arg if forward.args.args else ""
+                            self._bind_params(forward, node, scope, skip=1 if first in ("ctx", "self") else 0)
                         elif isinstance(node, ast.For) and isinstance(node.target, ast.Name):
                             k = self.kind_of(node.iter, scope)
                             if k in ("peer_ptr_array", "signal_ptr_array"):

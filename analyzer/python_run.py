@@ -289,13 +289,13 @@ class RunBranches:
         return None
 
     def _is_world_multiple(self, node: ast.AST, fn: ast.AST | None) -> bool:
-        """`world_size`, or `k * world_size` for a small constant k (a vector width, a few per rank)."""
+        """`world_size`, or `k * world_size` for a constant k up to 16 (a vector width)."""
         if self._is_world_expr(node):
             return True
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
             for a, b in ((node.left, node.right), (node.right, node.left)):
                 k = self._small_int(b, fn)
-                if self._is_world_expr(a) and k is not None and 0 < k <= 1024:
+                if self._is_world_expr(a) and k is not None and 0 < k <= 16:
                     return True
         return False
 

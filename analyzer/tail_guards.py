@@ -28,13 +28,22 @@ def kernel_handles_tail(src: CudaSource, fn: Function) -> bool:
 
 
 _DIVISIBLE = re.compile(r"%\s*(?:\w+|\d+)\s*\)?\s*==\s*0")
-# an address's alignment (`(uintptr_t)src % 16 == 0`) says nothing of the count
-_ADDRESS_TEST = re.compile(r"uintptr_t|_cast\s*<|\(\s*(?:size_t|uint64_t|unsigned long long)\s*\)|ptr|data\(\)")
+# an address's alignment (`(uintptr_t)src % 16 == 0`) or a thread's position (`tid % 2 == 0`)
+# says nothing of the count
+_NOT_A_COUNT = re.compile(r"uintptr_t|_cast\s*<|\(\s*(?:const\s+)?(?:unsigned|size_t|uint64_t|int64_t|long|char|void)[\w\s]*\*?\s*\)"
+                          r"|ptr|data\(\)|threadIdx|blockIdx|\btid\b|\blane|\bwarp|\brank\b|\b[ijk]\b|step|iter")
 
 
 def _tests_count_divides(cond: str) -> bool:
-    """One `&&` term of `cond` tests that a count divides (`(n % 8) == 0`), not an address."""
-    return any(_DIVISIBLE.search(t) and not _ADDRESS_TEST.search(t) for t in re.split(r"&&", cond))
+    """`cond` holds only if a count divides (`(n % 8) == 0 && ...`): a conjunction with such a
+    term, where the term's left side is no address and no thread index."""
+    if "||" in cond:
+        return False
+    for term in cond.split("&&"):
+        m = _DIVISIBLE.search(term)
+        if m and not _NOT_A_COUNT.search(term[: m.start()]):
+            return True
+    return False
 
 
 def vector_path_needs_divisibility(src: CudaSource, fn: Function, line: int) -> bool:

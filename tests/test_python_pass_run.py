@@ -465,12 +465,15 @@ def test_size_at_least_a_few_elements_per_rank_holds_on_the_run():
                 dist.barrier()
             if n >= x.shape[0] * world_size:
                 x.sum().item()
+            if n < 256 * world_size:
+                torch.cuda.current_stream().synchronize()
             return x
     ''')
     assert paths(f, "torch.cuda.synchronize") == ["timed"]
     assert paths(f, "barrier") == ["fallback"]
-    # a multiple that is not a small constant is not decided
+    # a multiple that is no constant, or a large one, is not decided
     assert paths(f, "tensor.item") == ["timed"]
+    assert paths(f, "current_stream().synchronize") == ["timed"]
 
 
 def test_two_autograd_functions_each_reach_their_own_forward():

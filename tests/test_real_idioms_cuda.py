@@ -732,3 +732,10 @@ def test_a_local_named_rank_read_from_a_table_is_the_source_rank_not_ours(tmp_pa
     own = SOURCE_RANK.replace("RANK_DECL", "").replace("int64_t seg_len, int64_t total)", "int64_t seg_len, int64_t total, int rank)")
     own = own.replace("seg_len, dst.numel());", "seg_len, dst.numel(), 0);")
     assert analyze(tmp_path, "70_torchrec_kjt_all2all_cuda.py", own).label_values("mechanism") == ["none"]
+
+
+def test_a_multicast_test_at_the_very_end_of_a_source_is_no_crash():
+    from analyzer.cuda_branches import fallback_spans
+
+    assert fallback_spans("void f() {}\n// fallback below if (mc_ptr)\n") == []
+    assert fallback_spans("void f(long mc_ptr) { if (mc_ptr)") == []

@@ -76,6 +76,10 @@ def test_a_rank_computed_from_a_thread_index_local_walks_the_peers(tmp_path):
     assert "int rank = (int)(tid / shard_bytes);" in src
     rec = analyze(tmp_path, "2_allgather_cuda.py", src)
     assert rec.label_values("mechanism") == ["sm_load"]
+    # brace initialisation, directly from the block index
+    braced = PULL_BY_BLOCK_ROW.replace("int rank = blockIdx.y;", "int rank{(int)blockIdx.y};")
+    assert "int rank{(int)blockIdx.y};" in braced
+    assert analyze(tmp_path, "2_allgather_cuda.py", braced).label_values("mechanism") == ["sm_load"]
 
 
 def test_the_rank_passed_as_a_kernel_parameter_still_names_this_ranks_buffer(tmp_path):
@@ -213,6 +217,9 @@ def test_a_peers_prefix_offsets_read_beside_a_pushed_payload_are_metadata(tmp_pa
     src = COUNTS_BESIDE_PAYLOAD.replace("gather_counts_kernel", "gather_prefix_kernel").replace("peer_count", "remote_prefix")
     rec = analyze(tmp_path, "51_moe_ep_wide_cuda.py", src)
     assert rec.label_values("mechanism") == ["sm_store"]
+    # a kernel named for a prefix (a causal convolution's halo) still moves payload
+    payload = COUNTS_BESIDE_PAYLOAD.replace("gather_counts_kernel", "conv_prefix_kernel").replace("peer_count", "peer_rows")
+    assert set(analyze(tmp_path, "51_moe_ep_wide_cuda.py", payload).label_values("mechanism")) == {"sm_load", "sm_store"}
 
 
 def test_a_peer_load_of_payload_is_kept_even_in_a_file_that_also_exchanges_counts(tmp_path):

@@ -325,8 +325,10 @@ def test_pkb006_vector_path_taken_only_when_the_count_divides(tmp_path):
     vector_line = "const uint4* s4 = reinterpret_cast<const uint4*>(a.src);"
     rec = analyze(tmp_path, candidate(VEC_STRUCT.replace("GUARD", "    if (a.nbytes > 4096) {"), VEC_LAUNCH))
     assert line_of(rec, vector_line) in lines_of(rec, "PKB006")
-    rec = analyze(tmp_path, candidate(VEC_STRUCT.replace("GUARD", "    if (((uintptr_t)a.src % 16) == 0) {"), VEC_LAUNCH))
-    assert line_of(rec, vector_line) in lines_of(rec, "PKB006")
+    for guard in ("    if (((uintptr_t)a.src % 16) == 0) {", "    if (((unsigned long)a.src % 16) == 0) {",
+                  "    if (tid % 2 == 0) {", "    if ((a.nbytes % 16) == 0 || a.nbytes > 4096) {"):
+        rec = analyze(tmp_path, candidate(VEC_STRUCT.replace("GUARD", guard), VEC_LAUNCH))
+        assert line_of(rec, vector_line) in lines_of(rec, "PKB006"), guard
 
 
 PUSH = r"""
@@ -519,6 +521,10 @@ def test_pkb002_flags_zeroed_from_the_host_every_call_before_a_barrier_are_reset
               "    flags.zero_()\n    hdl.barrier(channel=0)\n    " + FLAG_LAUNCH)
     rec = analyze(tmp_path, candidate(FLAG_CONST.replace("VALUE", "1u"), launch))
     assert lines_of(rec, "PKB002") == []
+    # zeroing some other buffer resets no flag
+    other = "out = torch.empty_like(x)\n    out.zero_()\n    " + FLAG_LAUNCH
+    rec = analyze(tmp_path, candidate(FLAG_CONST.replace("VALUE", "1u"), other))
+    assert lines_of(rec, "PKB002") == [line_of(rec, "st.release.sys.global.u32")]
 
 
 def test_pkb002_value_advanced_every_call_is_not_flagged(tmp_path):

@@ -4,6 +4,8 @@ from pkb.facts import SIGNAL_KINDS
 from analyzer.rules.base import Rule
 
 _EPOCH = re.compile(r"\b\w*(epoch|seq|generation|gen|iter|phase|round|call_id|counter|step|version|tag|token)\w*\b", re.I)
+# a host-side reset counts only on a buffer named for flags (`flags_symm.zero_()`)
+_FLAG_WORDS = re.compile(r"flag|signal|sig_|_sig\b|sem|ready|done|sync", re.I)
 _RESET = re.compile(r"=\s*0[uU]?\s*;|atomicExch\w*\([^,]+,\s*0|\.zero_\(\)|fill_\(\s*0|cudaMemset|memset", re.I)
 
 
@@ -60,7 +62,8 @@ class FlagNeverReset(Rule):
             py_reset = any(
                 c.category == "tensor_copy" or "zero_" in c.snippet or "fill_(0" in c.snippet
                 for c in ctx.py.calls if c.path == "timed" and ("signal" in c.snippet or "flag" in c.snippet)
-            ) or any(("zero_()" in ctx.snippet(c.line) or "fill_(0" in ctx.snippet(c.line)) for c in ctx.py.calls if c.path == "timed")
+            ) or any(("zero_()" in ctx.snippet(c.line) or "fill_(0" in ctx.snippet(c.line)) for c in ctx.py.calls
+                     if c.path == "timed" and (c.category != "tensor_fill" or _FLAG_WORDS.search(ctx.snippet(c.line).split(".zero_")[0].split(".fill_")[0])))
             if py_reset:
                 continue
             first = flag_stores[0]

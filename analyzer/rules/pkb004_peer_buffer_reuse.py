@@ -561,6 +561,8 @@ def _call_positions(ctx):
         return lambda fn, line: line
     sites: dict[str, list[int]] = {}
     owner: dict[int, str] = {}
+    functions = {c.name for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
+                 and any(isinstance(m, ast.FunctionDef) and m.name == "forward" for m in c.body)}
     for fn in ast.walk(tree):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for n in ast.walk(fn):
@@ -569,7 +571,8 @@ def _call_positions(ctx):
                     if name:
                         sites.setdefault(name, []).append(n.lineno)
                         owner.setdefault(n.lineno, fn.name)
-                    if name == "apply":  # `Exchange.apply(x)` runs the autograd Function's forward there
+                    if name == "apply" and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \
+                            and n.func.value.id in functions:  # `Exchange.apply(x)` runs its forward there
                         sites.setdefault("forward", []).append(n.lineno)
 
     def position(fn: str, line: int, depth: int = 0) -> tuple:
