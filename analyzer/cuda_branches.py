@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from analyzer.brackets import closing
+from analyzer.brackets import closing, enclosing_openers
 
 _MC_NAME = r"\w*(?:multicast|mcast|mc_ptr|mc_addr|mc_base|mcptr|mc_va)\w*|mc"
 _IF_RE = re.compile(r"\bif\s*\(")
@@ -142,16 +142,8 @@ def _ends_in_return(text: str, start: int, end: int) -> bool:
 
 def _enclosing_block_end(text: str, pos: int) -> int:
     """The offset of the `}` closing the innermost block that holds `pos`; -1 at file level."""
-    depth = 0
-    for i in range(pos - 1, -1, -1):
-        c = text[i]
-        if c == "}":
-            depth += 1
-        elif c == "{":
-            if depth == 0:
-                return closing(text, i, "{", "}")
-            depth -= 1
-    return -1
+    start = next(enclosing_openers(text, pos, "{", "}"), None)
+    return closing(text, start, "{", "}") if start is not None else -1
 
 
 def fallback_line_ranges(text: str, file_line) -> list[list[int]]:

@@ -13,6 +13,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 from analyzer import ptx_ops
+from analyzer.brackets import opening
 from analyzer.cpp_scan import match_close
 from analyzer.device_tu import TU_NAME
 from pkb.facts import CudaSource, PtxEntry, PtxFacts, PtxInstr
@@ -195,17 +196,9 @@ def _strip_return_type(d: str) -> str:
     """'void ns::k<float, 256>(float*)' -> 'ns::k<float, 256>(float*)' (templates carry a return type)."""
     if not d.endswith(")"):
         return d
-    close = len(d) - 1
-    open_i = d.rfind("(")
-    depth = 0
-    for k in range(close, -1, -1):
-        if d[k] == ")":
-            depth += 1
-        elif d[k] == "(":
-            depth -= 1
-            if depth == 0:
-                open_i = k
-                break
+    open_i = opening(d, len(d) - 1, "(", ")")
+    if open_i < 0:
+        open_i = d.rfind("(")
     depth = 0
     for k in range(open_i - 1, -1, -1):
         ch = d[k]

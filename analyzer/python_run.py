@@ -188,14 +188,14 @@ class RunBranches:
         if not isinstance(node, ast.Name):
             return False
         if self._helper_param_left_unset(node.id, fn):
-            return not any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)
-                           for n in ast.walk(fn))
-        if not self._group_param_left_unset(node.id, fn):
+            owner = fn  # a helper handed only solution()'s unset groups
+        elif self._group_param_left_unset(node.id, fn):
+            owner = self.functions["solution"]
+        else:
             return False
-        sol = self.functions["solution"]
         # Rebound before the test (`group = group or dist.group.WORLD`): no longer the parameter.
         return not any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)
-                       for n in ast.walk(sol))
+                       for n in ast.walk(owner))
 
     def name_assignments(self, fn: ast.AST) -> dict[str, list[ast.AST]]:
         """`name = value` statements of one function (one target, a plain name), indexed once."""

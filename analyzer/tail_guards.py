@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import re
 
+from analyzer.brackets import enclosing_openers, opening
 from pkb.facts import CudaFacts, CudaSource, Function
 
 _MASK_TAIL = re.compile(r"&\s*(?:0x[0-9a-fA-F]+|\d+)\b|\b(?:rem|tail|remainder|leftover)\w*\b", re.I)
@@ -58,17 +59,10 @@ def vector_path_needs_divisibility(src: CudaSource, fn: Function, line: int) -> 
         return False
     pos = sum(len(ln) + 1 for ln in body.split("\n")[: text_line - fn.text_line])
     flags = {m.group(1) for m in re.finditer(r"\bbool\s+(\w+)\s*=\s*([^;]+);", body) if _tests_count_divides(m.group(2))}
-    depth = 0
-    for i in range(pos - 1, -1, -1):  # every block that holds the line, innermost first
-        if body[i] == "}":
-            depth += 1
-        elif body[i] == "{":
-            if depth:
-                depth -= 1
-                continue
-            cond = _if_condition_before(body[:i].rstrip())
-            if cond is not None and (_tests_count_divides(cond) or cond.strip() in flags):
-                return True
+    for i in enclosing_openers(body, pos, "{", "}"):  # every block that holds the line, innermost first
+        cond = _if_condition_before(body[:i].rstrip())
+        if cond is not None and (_tests_count_divides(cond) or cond.strip() in flags):
+            return True
     return False
 
 
@@ -76,15 +70,8 @@ def _if_condition_before(head: str) -> str | None:
     """The condition of the `if (...)` that `head` ends with; None when it ends otherwise."""
     if not head.endswith(")"):
         return None
-    depth = 0
-    for j in range(len(head) - 1, -1, -1):
-        if head[j] == ")":
-            depth += 1
-        elif head[j] == "(":
-            depth -= 1
-            if depth == 0:
-                return head[j + 1 : -1] if re.search(r"\bif\s*$", head[:j]) else None
-    return None
+    j = opening(head, len(head) - 1, "(", ")")
+    return head[j + 1 : -1] if j >= 0 and re.search(r"\bif\s*$", head[:j]) else None
 
 
 def _mentions_remainder(node: ast.AST) -> bool:
