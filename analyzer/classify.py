@@ -319,12 +319,15 @@ class Classifier:
                 if launched is not None and not self._host_fn_timed(cuda, m.function):
                     continue
                 if m.peer:
-                    ev = [self.ev(m.line, "clang", m.api)]
+                    # a count or two read from a peer (`sizeof(int32_t)`) is metadata beside the payload
+                    ev = [self.ev(m.line, "clang", f"{METADATA_NOTE if m.few_numbers else ''}{m.api}")]
                     ev += [self.ev(c.line, "python", f"calls {c.target}, which copies with {m.api}")
                            for c in self.timed("ext_kernel") if cuda.bindings.get(c.target, c.target) == m.function
                            and any(a.pointer_kind in PEER_KINDS for a in c.args)][:2]
                     rec.add_label(Label("mechanism", "copy_engine", ev))
-                if m.host:
+                if m.blocks_host:
+                    rec.add_label(Label("sync", "host_sync", [self.ev(m.line, "clang", f"{m.api} {m.kind_arg} waits for the GPU")]))
+                if m.host and not m.few_numbers:  # a count read back is a sync, not staging of the payload
                     rec.add_label(Label("mechanism", "host_staging", [self.ev(m.line, "clang", f"{m.api} {m.kind_arg}")]))
         # A library GEMM (cuBLAS, cuBLASLt) issued from host code on a peer's buffer reads it.
         ext_timed = bool(self.timed("ext_kernel"))
@@ -467,7 +470,7 @@ class Classifier:
         the event recorded in that block). A side stream joined before the compute it should hide
         is serial."""
         calls = self.facts.python.calls
-        fn, _, first, last = block
+        fn, with_line, first, last = block
         mine = [c for c in calls if first <= c.line <= last]
         recorded = {m.group(1) for c in mine for m in [re.search(r"([\w\[\]+\-. ]+)\.record\(", c.snippet)] if m}
         # An event recorded after the block (`ev.record(s)` in a loop over the side streams) and
@@ -480,7 +483,7 @@ class Classifier:
         if not joins:
             return True  # joined elsewhere (the caller, the next iteration): work can run between
         end = min(joins)
-        between = list(range(last + 1, end))
+        between = list(range(last + 1, end)) + self._before_block_unawaited(fn, with_line, mine)
         # Inside a loop joined only after it: the next iteration's work (before the block in the
         # loop body) also runs while this iteration's side-stream work is in flight.
         loop = self._enclosing_loop(first)
@@ -504,6 +507,19 @@ class Classifier:
         # parenthesis) between the block and the join counts as other work.
         launches = {c.line for c in calls if c.category in ("triton_launch", "cupy_launch")}
         return any(m in between for m in matmul_lines) or any(i in launches for i in between)
+
+    def _before_block_unawaited(self, fn: str, with_line: int, mine: list[CallSite]) -> list[int]:
+        """Lines the current stream issues after recording the event the side stream waits on
+        (`s.wait_event(ready)` in the block, `ready.record()` before it) and before the block: the
+        side stream does not wait for that work, so it runs beside the block's. A side stream that
+        waits for the whole current stream (`wait_stream`) waits for it too."""
+        if any("wait_stream" in c.qualname for c in mine):
+            return []
+        awaited = {a.text for c in mine if "wait_event" in c.qualname for a in c.args}
+        records = [c.line for c in self.facts.python.calls if c.path == "timed" and c.function == fn
+                   and c.line < with_line for m in [re.search(r"([\w\[\]+\-. ]+)\.record\(", c.snippet)]
+                   if m and m.group(1).strip() in awaited]
+        return list(range(max(records) + 1, with_line)) if records else []
 
     def _side_stream_waits_current(self, block: tuple[str, int, int, int], loop: ast.AST) -> bool:
         """Whether the side stream of `block` waits for the whole current stream

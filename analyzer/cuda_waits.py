@@ -22,6 +22,22 @@ def _is_cas(access) -> bool:
     return access.kind == "atomic" and bool(_CAS.search(access.snippet or ""))
 
 
+_CAS_EXPECTED = re.compile(r"atomicCAS\w*\s*\(\s*[^,()]*(?:\([^()]*\)[^,()]*)*,\s*(\w+)\s*,")
+
+
+def _is_cas_update(access, fn_text: str) -> bool:
+    """The lock-free update idiom, `do { assumed = old; old = atomicCAS(a, assumed, f(assumed)); }
+    while (assumed != old);` (atomic max of a float): the compared value is the last one the CAS
+    returned, so the loop retries only when another thread updated first. It never waits for a
+    peer to act, unlike a CAS polled for a constant (`while (atomicCAS(flag, 1, 0) != 1)`)."""
+    m = _CAS_EXPECTED.search(access.snippet or "")
+    if not m:
+        return False
+    expected = m.group(1)
+    got = re.search(rf"(\w+)\s*=\s*atomicCAS\w*\s*\([^,]+,\s*{expected}\s*,", fn_text)
+    return bool(got) and re.search(rf"\b{expected}\s*=\s*{got.group(1)}\s*;", fn_text) is not None
+
+
 def waiting_functions(cuda: CudaFacts, src: CudaSource) -> set[str]:
     """Names of the functions that wait, directly or through a callee (ThunderKittens'
     barrier_all and signal waits included)."""
@@ -38,8 +54,11 @@ def waiting_functions(cuda: CudaFacts, src: CudaSource) -> set[str]:
         elif a.kind in ("load", "atomic") and a.order in ("acquire", "acq_rel", "volatile") or _is_cas(a):
             # a compare-and-swap retried until the peer's flag is there (torch's own barrier,
             # `atom.relaxed.sys.cas` in a do/while) waits whatever its order; PKB001 judges the order
+            body = "\n".join(lines[fn.text_line - 1 : fn.text_end_line])
+            if _is_cas(a) and a.order not in ("acquire", "acq_rel", "volatile") and _is_cas_update(a, body):
+                continue
             readers.add(fn.name)
-            if _LOOP.search("\n".join(lines[fn.text_line - 1 : fn.text_end_line])):
+            if _LOOP.search(body):
                 out.add(fn.name)
     # `do { v = ld_acquire(addr); } while (v != token);`: the loop is in the reader's caller
     for f in cuda.functions:

@@ -79,7 +79,10 @@ def is_metadata_collective(call: CallSite) -> bool:
     args = [a for a in call.args if a.keyword in ("", "tensor", "output", "input", "output_tensor", "input_tensor", "tensor_list")
             and (a.integer_tensor or re.fullmatch(r"[\w.\[\]]+", a.text) and not a.text.startswith(("dist.", "group")))]
     # Named as sizes or counts, or made as a tensor of integers (`torch.empty(w * w, dtype=torch.int64)`):
-    # the payloads of these problems are floating point.
+    # the payloads of these problems are floating point. Or its output is only read back to the
+    # host as numbers.
+    if any(a.read_back for a in call.args if a.position == 0 or a.keyword in ("output", "output_tensor", "tensor_list", "tensor")):
+        return True
     return bool(args) and all(a.integer_tensor or any(w in a.text.lower() for w in METADATA_ARG_WORDS) for a in args)
 
 
@@ -151,6 +154,37 @@ class CallCategories:
                 return True
             if node.func.attr in ("view", "reshape", "contiguous", "flatten", "clone", "to", "cuda", "narrow", "t", "T"):
                 return self._is_integer_tensor(node.func.value, fn, seen, hops)
+        return False
+
+    def _read_back_as_numbers(self, node: ast.AST, fn: ast.AST | None) -> bool:
+        """Every later use of the name `node` in its function reads it back to the host as numbers:
+        a chain of views, concatenations and copies (`torch.cat(parts).cpu()`) ending in
+        `.tolist()` or `.item()`. A collective whose output only feeds host decisions (the
+        splitters of a sample sort) moves metadata, not the payload."""
+        if not isinstance(node, ast.Name) or fn is None:
+            return False
+        uses = [n for n in ast.walk(fn) if isinstance(n, ast.Name) and n.id == node.id and isinstance(n.ctx, ast.Load)
+                and n.lineno > node.lineno]
+        return bool(uses) and all(self._ends_on_host(u) for u in uses)
+
+    def _ends_on_host(self, node: ast.AST) -> bool:
+        passes = {"cat", "stack", "detach", "cpu", "to", "contiguous", "view", "reshape", "flatten", "float",
+                  "double", "int", "long", "clone", "sort", "sum", "max", "min"}
+        for _ in range(8):
+            parent = self.parents.get(id(node))
+            if isinstance(parent, ast.Attribute) and parent.value is node:
+                if parent.attr in ("tolist", "item"):
+                    return True
+                if parent.attr not in passes:
+                    return False
+                call = self.parents.get(id(parent))
+                node = call if isinstance(call, ast.Call) and call.func is parent else parent
+            elif isinstance(parent, ast.Call) and node in parent.args and dotted(parent.func).split(".")[-1] in ("cat", "stack"):
+                node = parent
+            elif isinstance(parent, (ast.List, ast.Tuple, ast.Subscript)):
+                node = parent
+            else:
+                return False
         return False
 
     def _is_torch_cudart(self, receiver: ast.AST, fn: ast.AST | None) -> bool:

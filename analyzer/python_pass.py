@@ -196,6 +196,9 @@ class PythonPass(CallCategories, PointerKinds, HostTensors, Reachability, CacheS
                 scope = self._scope_for(fn)
                 args = [self._arg(i, a, scope) for i, a in enumerate(node.args)]
                 args += [self._arg(-1, kw.value, scope, kw.arg or "") for kw in node.keywords]
+                if cat in ("collective", "p2p"):
+                    for info, a in zip(args, [*node.args, *(kw.value for kw in node.keywords)]):
+                        info.read_back = self._read_back_as_numbers(a, fn)
                 if cat == "tensor_copy" and isinstance(node.func, ast.Attribute):
                     # the receiver: `peer_view.copy_(x)` pushes into a peer's buffer
                     args.append(self._arg(-1, node.func.value, scope, "self"))

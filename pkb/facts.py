@@ -8,6 +8,8 @@ evidence always points at what the user sees in their editor.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 
 # Where a Python call sits with respect to the timed call `solution(...)`.
@@ -85,6 +87,7 @@ class ArgInfo:
     value_type: str = ""  # int (an address: hdl.buffer_ptrs_dev, multicast_ptr, data_ptr()) | tensor | ''
     line: int = 0  # where the argument is written (a call may span lines)
     integer_tensor: bool = False  # a tensor of integers (split sizes, counts): metadata, not payload
+    read_back: bool = False  # a collective's output that is only read back to the host as numbers (.tolist())
 
 
 @dataclass
@@ -255,6 +258,18 @@ class MemcpyCall:
     peer: bool = False  # a peer pointer is an operand, or the API is a Peer copy
     host: bool = False  # a host transfer (DtoH / HtoD)
     snippet: str = ""
+
+    @property
+    def blocks_host(self) -> bool:
+        """A synchronous copy to the host (`cudaMemcpy(..., cudaMemcpyDeviceToHost)`, `cuMemcpyDtoH`):
+        the host thread waits for it, and so for the work queued before it."""
+        return "Async" not in self.api and self.kind_arg in ("cudaMemcpyDeviceToHost", "DtoH")
+
+    @property
+    def few_numbers(self) -> bool:
+        """The copy's size is one element or a few (`sizeof(int32_t)`, `2 * sizeof(int)`): a count
+        or a flag read back, not the payload."""
+        return re.search(r",\s*(?:\d{1,2}\s*\*\s*)?sizeof\s*\(\s*[\w:]+\s*\)\s*(?:\*\s*\d{1,2}\s*)?,", self.snippet) is not None
 
 
 @dataclass

@@ -563,3 +563,42 @@ def test_async_library_transfers_waited_for_after_the_compute_are_multi_stream(a
     serial = RING_ASYNC.replace("COMMIT", "nxt = ring.send_recv(k)\n        ring.commit()\n        ring.wait()").replace(
         "WAIT", "k = nxt")
     assert overlap(analyzer, tmp_path, serial) == ["none"]
+
+
+EVENT_GATED = '''
+import torch
+import torch.distributed as dist
+
+_side = torch.cuda.Stream()
+
+def solution(A_local, B):
+    world = dist.get_world_size()
+    parts = [torch.empty_like(A_local) for _ in range(world)]
+    ready = torch.cuda.Event()
+    ready.record()
+    BEFORE
+    with torch.cuda.stream(_side):
+        WAIT
+        dist.all_gather(parts, A_local)
+        done = torch.cuda.Event()
+        done.record()
+    torch.cuda.current_stream().wait_event(done)
+    return torch.matmul(torch.cat(parts), B)
+'''
+
+
+def test_work_issued_after_the_awaited_event_and_before_the_side_block_is_multi_stream(analyzer, tmp_path):
+    # the side stream waits only for what `ready` recorded: the transpose issued after it runs beside
+    src = EVENT_GATED.replace("BEFORE", "Bt = B.t().contiguous()").replace("WAIT", "_side.wait_event(ready)")
+    assert overlap(analyzer, tmp_path, src) == ["multi_stream"]
+
+
+def test_the_same_work_before_a_side_stream_that_waits_for_the_whole_current_stream_is_serial(analyzer, tmp_path):
+    src = EVENT_GATED.replace("BEFORE", "Bt = B.t().contiguous()").replace(
+        "WAIT", "_side.wait_stream(torch.cuda.current_stream())")
+    assert overlap(analyzer, tmp_path, src) == ["none"]
+
+
+def test_no_work_between_the_awaited_event_and_the_side_block_is_serial(analyzer, tmp_path):
+    src = EVENT_GATED.replace("    BEFORE\n", "").replace("WAIT", "_side.wait_event(ready)")
+    assert overlap(analyzer, tmp_path, src) == ["none"]

@@ -9,7 +9,7 @@ class HostSyncInTimedPath(Rule):
     ## What it does
     Finds `torch.cuda.synchronize()`, `stream.synchronize()`, `.item()`, `.tolist()`,
     `dist.barrier()` and, in the CUDA host code the timed call reaches, `cudaDeviceSynchronize`,
-    `cudaStreamSynchronize` and `cudaEventSynchronize`, when they run on every call of
+    `cudaStreamSynchronize`, `cudaEventSynchronize` and a synchronous `cudaMemcpy` to the host, when they run on every call of
     `solution()` rather than in a cached set-up branch.
 
     A burst of host syncs within `BURST_LINES` lines of its first (the split sizes of an
@@ -55,6 +55,11 @@ class HostSyncInTimedPath(Rule):
             for call in cuda.api_calls:
                 if call.category == "host_sync" and call.function in entries:
                     yield self.finding(ctx, call.line, call.api, kernel=call.function, pass_name="clang")
+            last = None
+            for m in sorted((m for m in cuda.memcpys if m.blocks_host and m.function in entries), key=lambda m: m.line):
+                if last is None or m.line - last > BURST_LINES:  # copies one after another wait once
+                    yield self.finding(ctx, m.line, f"{m.api} {m.kind_arg}", kernel=m.function, pass_name="clang")
+                    last = m.line
 
     def _burst_finding(self, ctx, burst):
         first = burst[0]
