@@ -489,6 +489,11 @@ class Classifier:
         loop = self._enclosing_loop(first)
         loop_end = (loop.end_lineno or loop.lineno) if loop is not None else 0
         if loop is not None and loop_end < end:
+            computes = any(first <= m <= last for m in matmul_lines) or any(first <= c.line <= last for c in self.timed("compute"))
+            if computes and self._stream_per_iteration(with_line, loop):
+                # each iteration's block on its own stream, all joined after the loop: the next
+                # chunk's transfer runs beside this chunk's compute
+                return True
             between += list(range(loop.body[0].lineno, first))
         elif loop is not None and not self._side_stream_waits_current(block, loop):
             # Joined inside the loop: the work issued after the join (this chunk's compute) runs
@@ -507,6 +512,15 @@ class Classifier:
         # parenthesis) between the block and the join counts as other work.
         launches = {c.line for c in calls if c.category in ("triton_launch", "cupy_launch")}
         return any(m in between for m in matmul_lines) or any(i in launches for i in between)
+
+    def _stream_per_iteration(self, with_line: int, loop: ast.AST) -> bool:
+        """`with torch.cuda.stream(streams[i]):` in `for i in ...`: another stream each iteration, so
+        one iteration's side-stream work runs beside the next one's."""
+        target = getattr(loop, "target", None)
+        if not isinstance(target, ast.Name):
+            return False
+        head = self.lines[with_line - 1]
+        return re.search(rf"\bstream\(\s*[\w.]+\[\s*{re.escape(target.id)}\s*\]\s*\)", head) is not None
 
     def _before_block_unawaited(self, fn: str, with_line: int, mine: list[CallSite]) -> list[int]:
         """Lines the current stream issues after recording the event the side stream waits on

@@ -17,7 +17,7 @@ from analyzer.python_api import dotted
 class CacheState:
     """Set-up detection and reused returned buffers (a mixin of PythonPass)."""
 
-    def _is_cache_guard(self, test: ast.AST, body: list[ast.stmt], fn: ast.AST | None = None) -> bool:
+    def _is_cache_guard(self, test: ast.AST, body: list[ast.stmt], fn: ast.AST | None = None, early: bool = False) -> bool:
         """`if _ext is None:` / `if key not in _cache:` / `if not self._ready:` whose body fills it.
 
         The test may name a local read from the cache first (`res = _cache.get(key)` then
@@ -53,7 +53,10 @@ class CacheState:
         cached = {n for n in names if n.split(".")[0] in self.global_names or n.startswith("self.") or n.split(".")[0] in ("cls",)
                   or ("." in n or n in module_defs) and n.split(".")[0] in module_defs}
         if not cached:
-            return False
+            # `if st is None or st["cap"] < need: st = _alloc(...)` on a helper's parameter: a miss
+            # of a cache the body (or a helper it calls) fills at module level
+            # (not for an early return: there `body` is the rest of the function, not the miss)
+            return not early and self._tests_none(t) and self._fills_module_cache(body)
         for stmt in body:
             for node in ast.walk(stmt):
                 targets: list[ast.AST] = []
@@ -77,6 +80,32 @@ class CacheState:
                     if any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id in declared & cached for t in n.targets)
                            for n in ast.walk(helper)):
                         return True
+        return False
+
+    @staticmethod
+    def _tests_none(test: ast.AST) -> bool:
+        """`x is None`, alone or as one operand of an `or`."""
+        parts = test.values if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or) else [test]
+        return any(isinstance(p, ast.Compare) and len(p.ops) == 1 and isinstance(p.ops[0], ast.Is)
+                   and isinstance(p.comparators[0], ast.Constant) and p.comparators[0].value is None for p in parts)
+
+    def _fills_module_cache(self, body: list[ast.stmt], depth: int = 0) -> bool:
+        """A store into a module-level container (`_state[key] = st`, `_cache.update(...)`) in
+        `body`, or in a function of the file that `body` calls (two levels)."""
+        module_containers = {t.id for n in self.tree.body if isinstance(n, ast.Assign) for t in n.targets
+                             if isinstance(t, ast.Name) and isinstance(n.value, (ast.Dict, ast.List, ast.Call))}
+        for stmt in body:
+            for node in ast.walk(stmt):
+                if isinstance(node, ast.Assign) and any(
+                        isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id in module_containers
+                        for t in node.targets):
+                    return True
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("update", "setdefault") \
+                        and isinstance(node.func.value, ast.Name) and node.func.value.id in module_containers:
+                    return True
+                if depth < 2 and isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.functions \
+                        and self._fills_module_cache(self.functions[node.func.id].body, depth + 1):
+                    return True
         return False
 
     def _cache_reads(self, local: str, fn: ast.AST) -> set[str]:
@@ -107,7 +136,7 @@ class CacheState:
         return any(isinstance(n, ast.Return) for n in ast.walk(stmt))
 
     def _is_cache_guard_early(self, stmt: ast.If, rest: list[ast.stmt], fn: ast.AST | None = None) -> bool:
-        return self._is_cache_guard(stmt.test, rest, fn)
+        return self._is_cache_guard(stmt.test, rest, fn, early=True)
 
     _VIEWS = ("view", "reshape", "reshape_as", "view_as", "narrow", "flatten", "squeeze", "unsqueeze", "t",
               "transpose", "permute", "as_strided", "contiguous", "unflatten", "expand", "expand_as", "detach",

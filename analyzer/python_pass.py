@@ -61,6 +61,7 @@ class PythonPass(CallCategories, PointerKinds, HostTensors, Reachability, CacheS
         self.scopes: dict[str, Scope] = {}
         self.returns: dict[str, list[str]] = {}  # function -> kinds of returned tuple items
         self.tuples: dict[str, list[str]] = {}  # name / cache slot -> kinds of a tuple stored there
+        self.table_lists: set[str] = set()  # names / dict slots holding a list of address tables
         self.path_of: dict[str, str] = {}  # function -> best path reached
         self.path_of_def: dict[int, str] = {}  # id(function def) -> best path reached (methods apart)
         self.strings = StringResolver(self.tree, text)

@@ -69,6 +69,8 @@ class PointerKinds:
                 if got:
                     return got
             if base in ("peer_ptr_array", "signal_ptr_array"):
+                if self._holds_tables(node.value):
+                    return base  # `state["ptrs"][buf_idx]`: one table of a list of them
                 if self._is_rank_expr(node.slice, scope):
                     return "symm_local"
                 return "peer_ptr" if base == "peer_ptr_array" else "signal_ptr"
@@ -125,6 +127,23 @@ class PointerKinds:
             return best
         return "unknown"
 
+    def _holds_tables(self, node: ast.AST) -> bool:
+        """A name, attribute or dict slot that holds a list of address tables (one per buffer of a
+        double-buffered exchange), so that indexing it gives a table, not an address."""
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            return f"*[{node.slice.value!r}]" in self.table_lists
+        return self._slot(node) in self.table_lists
+
+    def _note_table_list(self, target: ast.AST, value: ast.AST, scope: Scope) -> None:
+        """Remember `target` as a list of tables where `value` is a list literal or comprehension
+        of them, or names one."""
+        elts = value.elts if isinstance(value, (ast.List, ast.Tuple)) else [value.elt] if isinstance(value, ast.ListComp) else []
+        tables = ("peer_ptr_array", "signal_ptr_array")
+        if (elts and all(self.kind_of(e, scope) in tables for e in elts)) or self._holds_tables(value):
+            slot = self._slot(target)
+            if slot:
+                self.table_lists.add(slot)
+
     def _is_rank_expr(self, node: ast.AST, scope: Scope) -> bool:
         if isinstance(node, ast.Name):
             return node.id in RANK_NAMES or node.id in scope.rank_vars
@@ -145,6 +164,8 @@ class PointerKinds:
             for key, val in zip(value.keys, value.values):
                 if isinstance(key, ast.Constant) and isinstance(key.value, str):
                     kind = self.kind_of(val, scope)
+                    if self._holds_tables(val):
+                        self.table_lists.add(f"*[{key.value!r}]")
                     if kind != "unknown":
                         slot = f"*[{key.value!r}]"
                         self.module_scope.kinds[slot] = stronger(self.module_scope.kinds.get(slot, "unknown"), kind)
@@ -171,6 +192,7 @@ class PointerKinds:
                 for te, k in zip(t.elts, kinds):
                     self._set_kind(te, k, scope, line)
                 continue
+            self._note_table_list(t, value, scope)
             self._set_kind(t, self.kind_of(value, scope), scope, line)
 
     @staticmethod
@@ -272,7 +294,10 @@ class PointerKinds:
                                 and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "append" \
                                 and isinstance(node.value.func.value, ast.Name) and len(node.value.args) == 1:
                             # `ptrs.append(t.data_ptr())`: the list holds what is appended
-                            self._set_kind(node.value.func.value, self._appended_kind(node.value.args[0], fn, scope), scope, node.lineno)
+                            appended = self._appended_kind(node.value.args[0], fn, scope)
+                            if appended in ("peer_ptr_array", "signal_ptr_array"):
+                                self.table_lists.add(node.value.func.value.id)  # a list of tables
+                            self._set_kind(node.value.func.value, appended, scope, node.lineno)
                         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.functions \
                                 and node.func.id not in self.triton_names:
                             self._bind_params(self.functions[node.func.id], node, scope)

@@ -602,3 +602,32 @@ def test_the_same_work_before_a_side_stream_that_waits_for_the_whole_current_str
 def test_no_work_between_the_awaited_event_and_the_side_block_is_serial(analyzer, tmp_path):
     src = EVENT_GATED.replace("    BEFORE\n", "").replace("WAIT", "_side.wait_event(ready)")
     assert overlap(analyzer, tmp_path, src) == ["none"]
+
+
+PER_ITERATION = '''
+import torch
+import torch.distributed as dist
+
+def solution(A_local, B):
+    world = dist.get_world_size()
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    outs = []
+    for i in range(2):
+        with torch.cuda.stream(streams[i]):
+            parts = [torch.empty_like(A_local) for _ in range(world)]
+            dist.all_gather(parts, A_local)
+            WORK
+    for s in streams:
+        torch.cuda.current_stream().wait_stream(s)
+    return torch.cat(outs)
+'''
+
+
+def test_a_stream_per_iteration_joined_after_the_loop_overlaps_the_next_transfer_with_this_compute(analyzer, tmp_path):
+    src = PER_ITERATION.replace("WORK", "outs.append(torch.matmul(torch.cat(parts), B))")
+    assert "multi_stream" in overlap(analyzer, tmp_path, src)
+
+
+def test_a_stream_per_iteration_that_only_transfers_overlaps_no_compute(analyzer, tmp_path):
+    src = PER_ITERATION.replace("WORK", "outs.append(torch.cat(parts))")
+    assert "multi_stream" not in overlap(analyzer, tmp_path, src)

@@ -250,3 +250,53 @@ def test_group_parameters_the_run_passes_are_not_none(analyzer, tmp_path):
     # a problem whose factory passes no group: `group` stays None, the branch never runs
     src = GROUPS.replace("GROUP_A", "other").replace("GROUP_B", "group")
     assert "PKB008" not in findings(analyzer, tmp_path, src, name="55_ring_attention_cuda.py")
+
+
+GROW_ON_DEMAND = '''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+
+_state = {}
+
+
+def _alloc(key, n, device):
+    buf = symm_mem.empty(n, device=device)
+    st = {"cap": n, "buf": buf, "hdl": symm_mem.rendezvous(buf, dist.group.WORLD)}
+    STORE
+    return st
+
+
+def _ensure(st, key, need, device):
+    if st is None or st["cap"] < need:
+        st = _alloc(key, max(need, 1024), device)
+    return st
+
+
+def solution(x):
+    key = (x.dtype, x.device)
+    st = _ensure(_state.get(key), key, x.numel(), x.device)
+    st["buf"][: x.numel()].copy_(x)
+    st["hdl"].barrier(channel=0)
+    return x + 1
+'''
+
+
+def test_a_miss_of_a_cache_a_helper_fills_at_module_level_is_set_up(analyzer, tmp_path):
+    # `if st is None or st["cap"] < need:` on a helper's parameter: the body refills `_state`
+    found = findings(analyzer, tmp_path, GROW_ON_DEMAND.replace("STORE", "_state[key] = st"))
+    assert "PKB009" not in found and "PKB010" not in found
+
+
+def test_the_same_branch_filling_nothing_that_outlives_the_call_is_timed(analyzer, tmp_path):
+    found = findings(analyzer, tmp_path, GROW_ON_DEMAND.replace("STORE", "pass"))
+    assert "PKB009" in found and "PKB010" in found
+
+
+def test_an_early_return_on_none_is_no_cache_hit(analyzer, tmp_path):
+    # `if x is None: return None` on an input, then a helper that allocates and fills a module
+    # cache on every call: the rest of the function is not a cache miss, its allocations are timed
+    src = GROW_ON_DEMAND.replace("STORE", "_state[key] = st").replace(
+        "def solution(x):\n", "def solution(x):\n    if x is None:\n        return None\n").replace(
+        "    st = _ensure(", "    st = _alloc(key, x.numel(), x.device)\n    st = _ensure(")
+    assert "PKB009" in findings(analyzer, tmp_path, src)

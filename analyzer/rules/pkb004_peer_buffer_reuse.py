@@ -534,10 +534,11 @@ def _only_flags(ctx, call) -> bool:
 
 
 # A parity kept across calls (an attribute, a cache entry, a global): `bufs[st["i"] % 2]`,
-# `self.parity ^= 1`, `_state["p"] = 1 - _state["p"]`. A loop's own `step % 2` is not one.
+# `self.parity ^= 1`, `_state["p"] = 1 - _state["p"]` (or `1 - idx` of a local read from it). A
+# loop's own `step % 2` is not one.
 _STATE = r"(?:\w+\.\w+|\w+\[[^\]]+\])"
 _TOGGLE = re.compile(rf"\[\s*{_STATE}\s*%\s*2\s*\]|{_STATE}\s*=\s*\(?\s*(?:{_STATE}|\w+)\s*\+\s*1\s*\)?\s*%\s*2\b"
-                     rf"|{_STATE}\s*\^=\s*1\b|{_STATE}\s*=\s*1\s*-\s*{_STATE}")
+                     rf"|{_STATE}\s*\^=\s*1\b|{_STATE}\s*=\s*1\s*-\s*(?:{_STATE}|\w+)\b")
 
 
 def _double_buffered(ctx, last) -> bool:
