@@ -71,7 +71,12 @@ class BufferRoots:
                 self._record_target(node, node.target, None)
             elif isinstance(node, ast.withitem) and node.optional_vars is not None:
                 self._record_target(self._stmt(node), node.optional_vars, None)
-        self._memo: dict[tuple[int, int], frozenset[str]] = {}
+        self._memo: dict[tuple[int, int, tuple], frozenset[str]] = {}
+        # Helper calls being followed, innermost last: (helper, its parameters bound to this call's
+        # arguments, the roots that came in through them). A parameter then stands for what this
+        # call passes, not for every call site's argument.
+        self._frames: list[tuple[ast.AST, dict[str, ast.AST], set[str], int]] = []
+        self._frame_count = 0  # each followed call its own number: results memoised per call chain
 
     # -- recording -------------------------------------------------------------------------
 
@@ -131,7 +136,7 @@ class BufferRoots:
     # -- resolution ------------------------------------------------------------------------
 
     def roots(self, expr: ast.AST, depth: int = 0) -> frozenset[str]:
-        key = (id(expr), depth)
+        key = (id(expr), depth, tuple(f[3] for f in self._frames))
         if key in self._memo:
             return self._memo[key]
         self._memo[key] = frozenset()  # a cycle resolves to nothing
@@ -160,6 +165,9 @@ class BufferRoots:
             return self.roots(e.left, d)  # base + offset: the base is the buffer
         if isinstance(e, ast.IfExp):
             return self.roots(e.body, d) | self.roots(e.orelse, d)
+        if isinstance(e, (ast.ListComp, ast.GeneratorExp)) and len(e.generators) == 1 \
+                and isinstance(e.generators[0].target, ast.Name) and _wrapped_name(e.elt) == e.generators[0].target.id:
+            return self.roots(e.generators[0].iter, d)  # `[int(p) for p in hdl.buffer_ptrs]`: the table's buffer
         if isinstance(e, ast.Call):
             name = _called_name(e)
             last = name.rsplit(".", 1)[-1]
@@ -243,6 +251,7 @@ class BufferRoots:
         """What a call of the file's own helper returns (element `index` of a returned tuple),
         named per call site: the helper's own allocations are another buffer at each call."""
         out: set[str] = set()
+        passed_in: set[str] = set()
         for ret in (n for n in ast.walk(helper) if isinstance(n, ast.Return) and n.value is not None):
             if self.scope(ret) is not helper:
                 continue
@@ -254,11 +263,19 @@ class BufferRoots:
             if index is not None and isinstance(value, ast.Tuple):
                 value = value.elts[index] if index < len(value.elts) else None
             if value is not None:
-                out |= self.roots(value, depth + 1)
+                self._frame_count += 1
+                frame = (helper, _bound_arguments(helper, call), set(), self._frame_count)
+                self._frames.append(frame)
+                try:
+                    out |= self.roots(value, depth + 1)
+                finally:
+                    self._frames.pop()
+                passed_in |= frame[2]
         if self.scope(helper) is not self.tree:
             return frozenset(out)  # a closure's names are its enclosing function's, one per call
         site = f"{call.lineno}>"
-        return frozenset(site + r if not r.startswith((".", "global:")) else r for r in out) \
+        # the helper's own allocations are another buffer per call; what the caller passed in is the caller's
+        return frozenset(site + r if not r.startswith((".", "global:")) and r not in passed_in else r for r in out) \
             or frozenset({f"{call.lineno}>{helper.name}"})
 
     def _key_roots(self, container: ast.AST, key: str, depth: int) -> frozenset[str]:
@@ -282,7 +299,19 @@ class BufferRoots:
         return out or frozenset({"key:" + key})
 
     def _param_roots(self, fn: ast.AST, name: str, depth: int) -> frozenset[str]:
-        """A parameter stands for what the helper's call sites pass in its place."""
+        """A parameter stands for what the helper's call sites pass in its place: the call being
+        followed, if any (see `_returned`), else every call site."""
+        for i in range(len(self._frames) - 1, -1, -1):
+            helper, bound, passed_in, _ = self._frames[i]
+            if helper is fn and name in bound:
+                outer = self._frames
+                self._frames = outer[:i]  # the argument is the caller's expression
+                try:
+                    got = self.roots(bound[name], depth)
+                finally:
+                    self._frames = outer
+                passed_in |= got
+                return got
         params = _params(fn)
         pos = params.index(name)
         out: set[str] = set()
@@ -293,6 +322,35 @@ class BufferRoots:
             if arg is not None:
                 out |= self.roots(arg, depth)
         return frozenset(out) or frozenset({f"{fn.name}:{name}"})
+
+
+def _bound_arguments(fn: ast.AST, call: ast.Call) -> dict[str, ast.AST]:
+    """The helper's parameters that this call fills, by name (none past a starred argument)."""
+    params = _params(fn)
+    out: dict[str, ast.AST] = {}
+    for name, arg in zip(params, call.args):
+        if isinstance(arg, ast.Starred):
+            break
+        out[name] = arg
+    out.update({k.arg: k.value for k in call.keywords if k.arg in params})
+    return out
+
+
+def _wrapped_name(e: ast.AST) -> str:
+    """The name under wrappers and views (`int(p)`, `p.data_ptr()`, `ctypes.c_void_p(p)`), or ''."""
+    for _ in range(4):
+        if isinstance(e, ast.Name):
+            return e.id
+        if not isinstance(e, ast.Call):
+            return ""
+        last = _called_name(e).rsplit(".", 1)[-1]
+        if isinstance(e.func, ast.Attribute) and last in _VIEWS:
+            e = e.func.value
+        elif last in _WRAPS and e.args:
+            e = e.args[0]
+        else:
+            return ""
+    return ""
 
 
 def _called_name(call: ast.Call) -> str:

@@ -116,6 +116,36 @@ def test_buffer_roots_tell_two_calls_of_one_cached_helper_apart():
     assert read & stage_hdl  # the state dict's handle entry is the stage buffer's handle
 
 
+
+def test_buffer_roots_follow_a_table_helper_per_call_to_the_buffer_it_was_given():
+    # `_table(hx.buffer_ptrs)` and `_table(hy.buffer_ptrs)`: one helper, two tables, each of its
+    # own buffer (not every buffer any call passes), and not a new buffer of the helper's
+    src = textwrap.dedent('''
+        import torch
+        import torch.distributed._symmetric_memory as symm_mem
+
+        def _table(ptrs, device):
+            return torch.tensor([int(p) for p in ptrs], device=device)
+
+        def setup(device, group):
+            xbuf = symm_mem.empty(16, device=device)
+            ybuf = symm_mem.empty(16, device=device)
+            hx = symm_mem.rendezvous(xbuf, group)
+            hy = symm_mem.rendezvous(ybuf, group)
+            return {"x_ptrs": _table(hx.buffer_ptrs, device), "y_ptrs": _table(hy.buffer_ptrs, device), "ybuf": ybuf}
+
+        def use(res):
+            read_x(res["x_ptrs"])
+            read_y(res["y_ptrs"])
+            write(res["ybuf"])
+    ''')
+    tree = ast.parse(src)
+    roots = BufferRoots(tree)
+    arg = {ast.unparse(c.func): c.args[0] for c in ast.walk(tree) if isinstance(c, ast.Call) and ast.unparse(c.func) in ("read_x", "read_y", "write")}
+    x, y, ybuf = roots.roots(arg["read_x"]), roots.roots(arg["read_y"]), roots.roots(arg["write"])
+    assert y & ybuf  # the y table is ybuf's addresses
+    assert not x & y  # and not xbuf's
+
 POOL = r'''
 import torch
 import torch.distributed as dist
