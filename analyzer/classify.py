@@ -520,7 +520,13 @@ class Classifier:
         if not isinstance(target, ast.Name):
             return False
         head = self.lines[with_line - 1]
-        return re.search(rf"\bstream\(\s*[\w.]+\[\s*{re.escape(target.id)}\s*\]\s*\)", head) is not None
+        indexed = rf"[\w.]+\[\s*{re.escape(target.id)}\s*\]"
+        if re.search(rf"\bstream\(\s*{indexed}\s*\)", head):
+            return True
+        # `s = streams[peer]` in the loop body, then `with torch.cuda.stream(s):`
+        m = re.search(r"\bstream\(\s*(\w+)\s*\)", head)
+        body = self.lines[loop.body[0].lineno - 1 : with_line - 1]
+        return m is not None and any(re.match(rf"\s*{m.group(1)}\s*=\s*{indexed}\s*(#.*)?$", ln) for ln in body)
 
     def _before_block_unawaited(self, fn: str, with_line: int, mine: list[CallSite]) -> list[int]:
         """Lines the current stream issues after recording the event the side stream waits on
@@ -775,9 +781,17 @@ def _line_computes(line: str) -> bool:
         rhs = re.sub(r"\[[^\[\]]*\]", "", rhs)
     while re.search(r"\[[^\[\]]*\]", lhs):  # `out[(int64_t)peer * P + i] = ...`: the store's address
         lhs = re.sub(r"\[[^\[\]]*\]", "", lhs)
+    # `sum * inv_ws`, `sum / world_size`: the average a reduce with AVG ends in, the collective's own
+    rhs = _AVERAGE.sub("", rhs)
     # index words inside the subscripts (`a[in_idx] * w[w_idx]`) address the operands; only
     # those left outside them make the product index arithmetic
     return bool(_VALUE_PRODUCT.search(rhs)) and not _INDEX_WORDS.search(lhs + "=" + rhs)
+
+
+# A factor of one over the world size: a collective's averaging, not computation on the data.
+_WORLD = r"(?:ws|world|world_size|nranks|n_ranks|num_ranks)"
+_AVERAGE = re.compile(rf"\*\s*\(?\s*(?:inv_?{_WORLD}|rcp_?{_WORLD}|1(?:\.0?f?)?\s*/\s*(?:\(float\)\s*)?{_WORLD})\b\s*\)?"
+                      rf"|/\s*\(?\s*(?:\(float\)\s*|\(double\)\s*|static_cast<float>\()?{_WORLD}\b\s*\)?\)?")
 
 
 # A statement carried on to the next line: `acc += to_float(a[i]) *` / `    to_float(w[j]);`.

@@ -226,11 +226,32 @@ class CacheState:
                 continue  # `res = None` on a route where nothing is returned from it
             if self._views_of(value, node.id):
                 continue  # `y = y.reshape(shape)`: a view of what `y` was before
+            if self._under_alias_check(value):
+                continue  # `if out.data_ptr() == x.data_ptr(): out = torch.empty_like(x)`: only when the caller aliases
             got = self._kept(value, fn, depth + 1)
             if got is None:
                 return None  # fresh on some route: not reported
             found = found or (got[0], node.id, line)
         return found
+
+    def _under_alias_check(self, value: ast.AST) -> bool:
+        """`value` is assigned only inside `if a.data_ptr() == b.data_ptr():` (or `if a is b:`): a
+        route taken when the caller hands back the very buffer, which PKB's fresh inputs never do."""
+        node = value
+        for _ in range(6):
+            parent = self.parents.get(id(node))
+            if parent is None or isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                return False
+            if isinstance(parent, ast.If) and node in parent.body:
+                t = parent.test
+                if isinstance(t, ast.Compare) and len(t.ops) == 1 and (
+                        isinstance(t.ops[0], ast.Is) and not any(isinstance(x, ast.Constant) for x in (t.left, t.comparators[0]))
+                        or isinstance(t.ops[0], ast.Eq) and all(isinstance(x, ast.Call) and isinstance(x.func, ast.Attribute)
+                                                                and x.func.attr == "data_ptr" for x in (t.left, t.comparators[0]))):
+                    return True
+                return False
+            node = parent
+        return False
 
     def _views_of(self, value: ast.AST, name: str) -> bool:
         """`value` is `name` itself seen through views (`name.reshape(shape)`, `name[:n]`)."""

@@ -631,3 +631,20 @@ def test_a_stream_per_iteration_joined_after_the_loop_overlaps_the_next_transfer
 def test_a_stream_per_iteration_that_only_transfers_overlaps_no_compute(analyzer, tmp_path):
     src = PER_ITERATION.replace("WORK", "outs.append(torch.cat(parts))")
     assert "multi_stream" not in overlap(analyzer, tmp_path, src)
+
+
+def test_a_stream_picked_per_iteration_into_a_name_is_a_stream_per_iteration(analyzer, tmp_path):
+    src = PER_ITERATION.replace("WORK", "outs.append(torch.matmul(torch.cat(parts), B))").replace(
+        "        with torch.cuda.stream(streams[i]):", "        s = streams[i]\n        with torch.cuda.stream(s):")
+    assert "s = streams[i]" in src
+    assert "multi_stream" in overlap(analyzer, tmp_path, src)
+
+
+def test_the_average_a_reduction_ends_in_is_the_collectives_not_computation():
+    # reduce-scatter with AVG: the sum over peers times one over the world size
+    assert not _kernel_computes(["        out[i] = __float2bfloat16(sum * inv_ws);"])
+    assert not _kernel_computes(["        out[i] = acc / (float)world_size;"])
+    assert not _kernel_computes(["        float b = __bfloat162float(v.y) * (1.0f / world_size);"])
+    # a mean over the hidden size, or a scale of the data, is computation
+    assert _kernel_computes(["        float mean = sum / hidden_size * gamma[i];"])
+    assert _kernel_computes(["        out[i] = __float2bfloat16(sum * inv_rms);"])

@@ -300,3 +300,36 @@ def test_an_early_return_on_none_is_no_cache_hit(analyzer, tmp_path):
         "def solution(x):\n", "def solution(x):\n    if x is None:\n        return None\n").replace(
         "    st = _ensure(", "    st = _alloc(key, x.numel(), x.device)\n    st = _ensure(")
     assert "PKB009" in findings(analyzer, tmp_path, src)
+
+
+CACHED_OUTPUT = '''
+import torch
+
+_work = {}
+
+
+def _get_work(x):
+    w = _work.get(x.shape)
+    if w is None:
+        w = {"out": torch.empty_like(x)}
+        _work[x.shape] = w
+    return w
+
+
+def solution(x):
+    work = _get_work(x)
+    out = work["out"]
+    GUARD
+    torch.mul(x, 2, out=out)
+    return out
+'''
+
+
+def test_pkb019_a_fresh_tensor_only_when_the_caller_passes_the_cached_one_back_is_still_reuse(analyzer, tmp_path):
+    guard = "if out.data_ptr() == x.data_ptr():\n        out = torch.empty_like(x)"
+    assert "PKB019" in findings(analyzer, tmp_path, CACHED_OUTPUT.replace("GUARD", guard))
+
+
+def test_pkb019_quiet_when_a_fresh_tensor_is_made_on_an_ordinary_branch(analyzer, tmp_path):
+    guard = "if x.numel() > 4096:\n        out = torch.empty_like(x)"
+    assert "PKB019" not in findings(analyzer, tmp_path, CACHED_OUTPUT.replace("GUARD", guard))
