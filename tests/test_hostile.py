@@ -779,3 +779,35 @@ def solution(x):
         reused = {p: v for p, v in contents.items() if len(v) > 1}
         assert calls >= 4 + 1 + 3, (log.name, calls)  # trials, the repeat, the timing groups
         assert len(reused) == 1 and len(next(iter(reused.values()))) == 2, (log.name, reused)
+
+
+def _hung_launch(error_at: float, expired_since: float = 100.0):
+    """Rank 1 past its call limit (the watchdog marked it at `expired_since`); rank 0's collective
+    raised at `error_at`."""
+    from pkb.eval.launcher import LaunchResult, RankReport
+
+    error = {"outcome": "runtime_error", "subtype": "nccl_error", "source": "candidate", "phase": "trial 0 candidate",
+             "type": "RuntimeError", "message": "Connection closed by peer", "at": error_at}
+    ranks = [RankReport(rank=0, phase="trial 0 candidate", result={"rank": 0, "finished": False, "error": error}),
+             RankReport(rank=1, phase="trial 0 candidate", result={"rank": 1, "finished": False, "error": None})]
+    return LaunchResult(returncode=-9, timed_out=True, wall_s=12.0, ranks=ranks,
+                        phase_timeout={"rank": 1, "phase": "trial 0 candidate", "limit_s": 10.0, "since": expired_since})
+
+
+def test_a_peer_error_after_a_rank_went_past_its_limit_is_the_hangs_echo():
+    # the barrier deadlock on a loaded machine: rank 1 is killed at its limit and rank 0's barrier
+    # then fails with "remote worker crashing" before rank 0 is killed too
+    from pkb.eval.outcome import decide
+
+    ev = decide(_hung_launch(error_at=100.4))
+    assert (ev["outcome"], ev["subtype"]) == ("hang", "timeout")
+    assert ev["details"]["phase_timeout"]["rank"] == 1
+    assert ev["details"]["errors_after_the_hang"] == [0]
+
+
+def test_an_error_before_a_peer_went_past_its_limit_is_the_cause():
+    # rank 0 failed first; rank 1 then waited for it in a collective until its limit
+    from pkb.eval.outcome import decide
+
+    ev = decide(_hung_launch(error_at=97.0))
+    assert (ev["outcome"], ev["subtype"]) == ("runtime_error", "nccl_error")

@@ -373,10 +373,12 @@ def _phase_expired(job: JobSpec, key: str | None) -> dict[str, Any] | None:
         if not status or not verify(status, key):
             continue
         if status.get("expired"):
-            return {"rank": r, "phase": status.get("expired_in") or status.get("phase", ""), "limit_s": status.get("limit_s")}
+            return {"rank": r, "phase": status.get("expired_in") or status.get("phase", ""), "limit_s": status.get("limit_s"),
+                    "since": status.get("since", now)}
         dl = status.get("deadline")
         if isinstance(dl, (int, float)) and now > dl + PHASE_GRACE_S:
-            return {"rank": r, "phase": status.get("phase", ""), "limit_s": status.get("limit_s"), "no_watchdog": True}
+            return {"rank": r, "phase": status.get("phase", ""), "limit_s": status.get("limit_s"), "no_watchdog": True,
+                    "since": now}
     return None
 
 

@@ -169,6 +169,13 @@ def _decide(launch: LaunchResult, job: Any, ranks: list[Any]) -> dict[str, Any]:
         ]
     not_ours = [e for _, e in errors if e.get("source") in ("reference", "harness")]
     ours = [(rank, e) for rank, e in errors if e.get("source") == "candidate"]
+    expired = getattr(launch, "phase_timeout", None) or {}
+    if launch.timed_out and ours and isinstance(expired.get("since"), (int, float)) and all(
+            isinstance(e.get("at"), (int, float)) and e["at"] >= expired["since"] for _, e in ours):
+        # Every error came after a peer was already past its limit: a collective broken by that
+        # rank's kill (gloo's "remote worker crashing"). The hang is the cause, the errors its echo.
+        details["errors_after_the_hang"] = sorted(rank for rank, _ in ours)
+        ours = []
     probe = _probe_mismatch(ranks)
     if probe and not any(e.get("outcome") == "suspect" for _, e in ours):
         # A cache probe caught a stale answer; whatever followed (a peer stuck in a collective the

@@ -73,6 +73,7 @@ class Reporter:
             "type": type(exc).__name__,
             "message": str(exc)[:4000],
             "traceback": tb[-8000:],
+            "at": time.time(),  # against a peer's expiry: an error after it is that hang's echo
         }
         if subtype == "binding_mismatch":
             from pkb.eval.classify import binding_details
