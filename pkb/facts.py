@@ -9,7 +9,6 @@ evidence always points at what the user sees in their editor.
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass, field
 
 # Where a Python call sits with respect to the timed call `solution(...)`.
