@@ -187,6 +187,10 @@ class PointerKinds:
             elif isinstance(value, ast.Name) and value.id in self.tuples and self._slot(t):
                 # `_cache[key] = res` of `res = (buf, hdl, ptrs)`: the cache slot holds that tuple
                 self.tuples[self._slot(t)] = self.tuples[value.id]
+            elif isinstance(value, ast.Call) and not isinstance(t, ast.Tuple) and self._slot(t) \
+                    and len(self._tuple_kinds(value)) > 1:
+                # `symm = _get_symm(dev)` then `buf, hdl, ptrs = symm`: the name holds the helper's tuple
+                self.tuples[self._slot(t)] = self._tuple_kinds(value)
             if isinstance(t, ast.Tuple):
                 kinds = self._tuple_kinds(value)
                 for te, k in zip(t.elts, kinds):
@@ -313,6 +317,9 @@ class PointerKinds:
                                 self._set_kind(node.target, "peer_ptr" if k == "peer_ptr_array" else "signal_ptr", scope, node.lineno)
                 if fn is not None:
                     for node in ast.walk(fn):
+                        if isinstance(node, ast.Return) and isinstance(node.value, ast.Dict):
+                            # `return {"buf": buf, "peer_ptrs": ptrs}`: a state dict read back by key
+                            self._assign_kinds([], node.value, scope, node.lineno)
                         if isinstance(node, ast.Return) and node.value is not None:
                             vals = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
                             kinds = [self.kind_of(v, scope) for v in vals]

@@ -94,3 +94,116 @@ def test_a_parity_flipped_through_a_local_read_from_the_cache_is_double_bufferin
     assert "PKB004" not in {f.rule for f in flipped.findings}
     fixed = analyze(tmp_path, flip="pass")  # the same buffer every call: the push races the reader
     assert "PKB004" in {f.rule for f in fixed.findings}
+
+
+ONE_FLOAT = r'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+CUDA = r"""
+#include <torch/extension.h>
+__device__ float read_peer(const float* p) { return p[0]; }
+__device__ void grid_barrier(unsigned int* flags) { while (atomicAdd(flags, 0) == 0) {} }
+__global__ void allreduce_kernel(const long long* ptrs, float* buf, float* out, unsigned int* flags, int world) {
+    buf[0] = 1.0f;
+    grid_barrier(flags);
+    float s = 0.f;
+    for (int r = 0; r < world; ++r) s += read_peer(reinterpret_cast<const float*>(ptrs[r]));
+    out[0] = s;
+}
+void finalize(torch::Tensor buf) {}
+void allreduce(torch::Tensor ptrs, torch::Tensor buf, torch::Tensor out, torch::Tensor flags, int world) {
+    allreduce_kernel<<<1, 1>>>((const long long*)ptrs.data_ptr<int64_t>(), buf.data_ptr<float>(), out.data_ptr<float>(),
+                               (unsigned int*)flags.data_ptr<int>(), world);
+}
+"""
+
+_ext = load_inline("ext", cpp_sources="", cuda_sources=CUDA, functions=["finalize", "allreduce"])
+_cache = None
+
+
+def _get_symm(device):
+    global _cache
+    if _cache is not None:
+        return _cache
+    buf = symm_mem.empty(1, device=device, dtype=torch.float32)
+    hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+    _cache = (buf, hdl, torch.empty(1, device=device), torch.tensor(hdl.buffer_ptrs, device=device, dtype=torch.int64))
+    return _cache
+
+
+def solution(x):
+    symm = _get_symm(x.device)
+    buf, hdl, out, ptrs = symm
+    _ext.finalize(buf)
+    hdl.barrier(channel=0)
+    _ext.allreduce(ptrs, buf, out, torch.zeros(1, dtype=torch.int32, device=x.device), dist.get_world_size())
+    CLOSE
+    return out.clone()
+'''
+
+
+def _one_float(tmp_path: Path, close: str = "pass", unpack: bool = True):
+    src = textwrap.dedent(ONE_FLOAT).replace("CLOSE", close)
+    if not unpack:
+        src = src.replace("    symm = _get_symm(x.device)\n    buf, hdl, out, ptrs = symm\n",
+                          "    buf, hdl, out, ptrs = _get_symm(x.device)\n")
+    path = tmp_path / "1_allreduce_cuda.py"
+    path.write_text(src)
+    rec = read_candidate(path, tmp_path)
+    StaticAnalyzer(StaticOptions(ptx=False, use_cache=False)).analyze(rec)
+    return rec
+
+
+def test_a_helpers_tuple_kept_in_a_name_then_unpacked_keeps_its_pointer_kinds(tmp_path):
+    # `symm = _get_symm(dev)` then `buf, hdl, out, ptrs = symm`: ptrs is the peers' address table
+    rec = _one_float(tmp_path)
+    call = next(c for c in rec.facts.python.calls if c.qualname == "ext.allreduce")
+    assert [a.pointer_kind for a in call.args if a.text == "ptrs"] == ["peer_ptr_array"]
+
+
+def test_a_barrier_inside_the_kernel_before_its_helpers_peer_reads_does_not_close_them(tmp_path):
+    # read_peer and grid_barrier sit above the kernel: in the kernel the barrier runs first, so the
+    # reads stay open and the next call's finalize rewrites buf under a slow peer
+    rec = _one_float(tmp_path, unpack=False)
+    assert [f.line for f in rec.findings if f.rule == "PKB004"] == [
+        next(i + 1 for i, ln in enumerate(rec.source.splitlines()) if "_ext.allreduce(ptrs" in ln)]
+    closed = _one_float(tmp_path, close="hdl.barrier(channel=1)", unpack=False)
+    assert "PKB004" not in {f.rule for f in closed.findings}
+
+
+STATE_DICT = r'''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+_ext = load_inline("ext", cpp_sources="void reduce(std::vector<int64_t> p, torch::Tensor x) {}", functions=["reduce"])
+_cache = {}
+
+
+def _state(x):
+    if "st" not in _cache:
+        buf = symm_mem.empty(x.numel(), device=x.device)
+        hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+        _cache["st"] = (buf, hdl, [int(p) for p in hdl.buffer_ptrs])
+    buf, hdl, ptrs = _cache["st"]
+    return {"buf": buf, "hdl": hdl, "peer_ptrs": ptrs}
+
+
+def solution(x):
+    st = _state(x)
+    _ext.reduce(st["peer_ptrs"], x)
+    return x
+'''
+
+
+def test_a_state_dict_returned_by_a_helper_is_read_back_by_key(tmp_path):
+    path = tmp_path / "1_allreduce_cuda.py"
+    path.write_text(textwrap.dedent(STATE_DICT))
+    rec = read_candidate(path, tmp_path)
+    StaticAnalyzer(StaticOptions(ptx=False, use_cache=False)).analyze(rec)
+    kinds = {a.text: a.pointer_kind for c in rec.facts.python.calls for a in c.args}
+    assert kinds.get("st['peer_ptrs']") == "peer_ptr_array", kinds

@@ -137,14 +137,20 @@ class PeerBufferReuseWithoutBarrier(Rule):
         if _double_buffered(ctx, last):
             return
         # A kernel that ends with its own wait (a spin after its last peer access) closes itself.
+        inside = None  # a kernel that waits before its peer reads but not after: (line, kernel) of the last read
         for cuda in ctx.facts.cuda:
             entry = cuda.bindings.get(last.target, last.target)
             kernels = _reached(cuda, entry)
             peer_lines = [a.line for a in cuda.accesses if a.function in kernels and a.pointer_kind in PEER_KINDS]
             src = ctx.py.cuda_sources[cuda.source_index]
             waits = cuda_waits.wait_lines(cuda, src, kernels)
-            if peer_lines and any(w > max(peer_lines) for w in waits):
+            # in the kernel's own order: a device helper defined above the kernel runs where it is called
+            order = _KernelOrder(cuda, src, kernels)
+            if peer_lines and any(order(w) > max(map(order, peer_lines)) for w in waits):
                 return
+            if peer_lines and waits:
+                last_wait = max(order(w)[0] for w in waits)
+                inside = (order.kernel_line(max(peer_lines, key=order), after=last_wait), entry)
             # the data accesses: a release/acquire or system-scope atomic on a peer is a flag
             data_lines = [a.line for a in cuda.accesses if a.function in kernels and a.pointer_kind in PEER_KINDS
                           and a.order not in ("acquire", "release", "acq_rel")
@@ -154,6 +160,11 @@ class PeerBufferReuseWithoutBarrier(Rule):
         for t in ctx.py.triton_kernels:
             if t.name == last.target and t.spin_loops and t.peer_loads and max(t.spin_loops) > max(t.peer_loads):
                 return
+        if inside is not None:
+            # the launch's own barrier orders the reads before it; name the kernel line left unclosed
+            yield self.finding(ctx, last.line, f"nothing after {last.qualname} waits for the peers: its kernel's own "
+                                               f"barrier comes before its last peer read (line {inside[0]})")
+            return
         yield self.finding(ctx, last.line, f"nothing after {last.qualname} waits for the peers")
 
 
@@ -384,6 +395,49 @@ def _arg_node(call: ast.Call, arg) -> ast.AST | None:
 
 
 _LOOP_HEAD = re.compile(r"\b(for|while)\s*\(")
+
+
+class _KernelOrder:
+    """File lines of the code a launch reaches, in the order the kernel runs them: a line of a
+    `__device__` helper stands at the line of the kernel that calls it (its last call, so that a
+    wait or a peer access in a helper counts where it last happens; through helpers of helpers),
+    then at its own line. Lines of the kernel itself keep theirs."""
+
+    def __init__(self, cuda, src, kernels):
+        text = src.text.split("\n")
+        by_name = {f.name: f for f in cuda.functions if f.name in kernels}
+        self.calls_at: dict[str, list[int]] = {}  # every line of the kernel that calls the helper (directly or not)
+        for g in (f for f in by_name.values() if f.kind == "global"):
+            frontier = [(g, None)]
+            while frontier:
+                fn, at = frontier.pop(0)
+                for callee in fn.calls:
+                    if callee not in by_name or callee in self.calls_at or by_name[callee].kind == "global":
+                        continue
+                    lines = at
+                    if lines is None:  # calls in the kernel's own body: their lines there
+                        call = re.compile(rf"\b{re.escape(callee)}\s*(<[^;()]*>)?\s*\(")
+                        lines = [src.file_line(i + 1) for i in range(fn.text_line, min(fn.text_end_line, len(text)))
+                                 if call.search(text[i].split("//")[0])] or [fn.line]
+                    self.calls_at[callee] = lines
+                    frontier.append((by_name[callee], lines))
+        self.spans = sorted(((f.line, f.end_line, f.name) for f in by_name.values() if f.name in self.calls_at),
+                            key=lambda t: t[1] - t[0])
+
+    def _helper(self, line: int) -> str | None:
+        return next((name for lo, hi, name in self.spans if lo <= line <= hi), None)
+
+    def __call__(self, line: int) -> tuple[int, int]:
+        inner = self._helper(line)
+        return (max(self.calls_at[inner]), line) if inner is not None else (line, line)
+
+    def kernel_line(self, line: int, after: int = 0) -> int:
+        """Where the kernel runs `line`: its own line, or the first call of the helper holding it
+        after `after` (the kernel's last wait), else the helper's last call."""
+        inner = self._helper(line)
+        if inner is None:
+            return line
+        return min((c for c in self.calls_at[inner] if c > after), default=max(self.calls_at[inner]))
 
 
 def _waits_each_round(cuda, src, kernels, peer_lines, waits) -> bool:
