@@ -207,3 +207,15 @@ def test_a_state_dict_returned_by_a_helper_is_read_back_by_key(tmp_path):
     StaticAnalyzer(StaticOptions(ptx=False, use_cache=False)).analyze(rec)
     kinds = {a.text: a.pointer_kind for c in rec.facts.python.calls for a in c.args}
     assert kinds.get("st['peer_ptrs']") == "peer_ptr_array", kinds
+
+
+def test_a_parity_that_picks_only_the_outputs_leaves_the_symmetric_buffer_single(tmp_path):
+    # `_flip["i"] ^= 1` picks which output to return; the buffer the peers read is still one
+    flip = "_flip['i'] ^= 1\n    res = [out, out.clone()][_flip['i']]"
+    src = textwrap.dedent(ONE_FLOAT).replace("_cache = None\n", "_cache = None\n_flip = {'i': 0}\n", 1)
+    path = tmp_path / "1_allreduce_cuda.py"
+    path.write_text(src.replace("CLOSE", flip).replace("    symm = _get_symm(x.device)\n    buf, hdl, out, ptrs = symm\n",
+                                                       "    buf, hdl, out, ptrs = _get_symm(x.device)\n"))
+    rec = read_candidate(path, tmp_path)
+    StaticAnalyzer(StaticOptions(ptx=False, use_cache=False)).analyze(rec)
+    assert "PKB004" in {f.rule for f in rec.findings}

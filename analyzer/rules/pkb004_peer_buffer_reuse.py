@@ -596,9 +596,12 @@ _TOGGLE = re.compile(rf"\[\s*{_STATE}\s*%\s*2\s*\]|{_STATE}\s*=\s*\(?\s*(?:{_STA
 
 
 def _double_buffered(ctx, last) -> bool:
-    """Two buffers used alternately from call to call (a parity kept across calls flips): in
-    solution(), in the function of the access, or in a helper either calls (a cached pool whose
-    `cache["idx"] = (idx + 1) % 2` hands out the other buffer on the next call)."""
+    """Two buffers used alternately from call to call (a parity kept across calls flips), and the
+    launch's peer buffer is the one the parity picks: in solution() or the function of the access
+    (`ptrs = state["ptrs"][idx]` with `state["next"] = 1 - idx`), or handed out by a helper that
+    flips it (a cached pool whose `cache["idx"] = (idx + 1) % 2` gives the other buffer next call).
+    A parity that picks only the outputs (`full = state["outs"][idx]`) leaves a single symmetric
+    buffer single."""
     tree = ctx.rec.syntax_tree()
     if tree is None:
         return False
@@ -606,7 +609,30 @@ def _double_buffered(ctx, last) -> bool:
     callers = [functions[n] for n in ("solution", last.function) if n in functions]
     called = {n.func.id for fn in callers for n in ast.walk(fn)
               if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in functions}
-    return any(_TOGGLE.search(ast.unparse(fn)) for fn in [*callers, *(functions[n] for n in sorted(called))])
+    flipping = [fn for fn in [*callers, *(functions[n] for n in sorted(called))] if _TOGGLE.search(ast.unparse(fn))]
+    if not flipping:
+        return False
+    helpers = {fn.name for fn in flipping if fn not in callers}
+    # what the launch's peer arguments are, and what made them in the calling functions
+    peer = [a.text for a in last.args if a.pointer_kind in _PEER_ARGS]
+    made = list(peer)
+    for fn in callers:
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Assign) and any(ast.unparse(t) in peer or isinstance(t, ast.Tuple) and
+                                                 any(ast.unparse(e) in peer for e in t.elts) for t in n.targets):
+                made.append(ast.unparse(n.value))
+    if any(re.match(rf"\s*{re.escape(h)}\s*\(", m) for m in made for h in helpers):
+        return True  # handed out by the helper that flips the parity
+    # the parity's names: those in the flip, and the names read from its slot
+    flips = [m.group(0) for fn in callers for m in _TOGGLE.finditer(ast.unparse(fn))]
+    names = {w for f in flips for w in re.findall(r"[A-Za-z_]\w*", f)}
+    for fn in callers:
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name) \
+                    and any(slot in ast.unparse(n.value) for f in flips for slot in re.findall(_STATE, f)):
+                names.add(n.targets[0].id)
+    picked = re.compile(r"\[[^\]]*(?:%\s*2|\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\b)[^\]]*\]") if names else None
+    return any((picked and picked.search(m)) or re.search(r"\[[^\]]*%\s*2[^\]]*\]", m) for m in made)
 
 
 def _call_positions(ctx):
