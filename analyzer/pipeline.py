@@ -129,8 +129,8 @@ class StaticAnalyzer:
         t0 = time.perf_counter()
         run = run_context(rec.precision, rec.hardware)
         entry = problem_entry(rec) if run.world_size else None
-        if entry is not None and entry.group_args:
-            run = replace(run, group_args=entry.group_args)
+        if entry is not None and (entry.group_args or entry.none_args):
+            run = replace(run, group_args=entry.group_args, none_args=entry.none_args)
         py = analyze_python(rec.source, rec.path, rec.syntax_tree(), run)
         rec.facts = StaticFacts(python=py)
         rec.passes = [PassStatus("python", "ok" if py.status == "ok" else "failed", py.message, time.perf_counter() - t0)]

@@ -39,6 +39,7 @@ class RunContext:
     world_size: int | None = None
     multicast: bool | None = None
     group_args: tuple[str, ...] = ()  # solution() parameters the run passes a process group
+    none_args: tuple[str, ...] = ()  # other solution() parameters the run passes as None
 
 
 def run_context(precision: str = "", hardware: str = "") -> RunContext:
@@ -143,7 +144,8 @@ class RunBranches:
             return self._isinstance_value(test, fn)
         if isinstance(test, ast.Compare) and len(test.ops) == 1:
             if isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None \
-                    and isinstance(test.ops[0], (ast.Is, ast.IsNot)) and self._unset_group(test.left, fn):
+                    and isinstance(test.ops[0], (ast.Is, ast.IsNot)) and (
+                        self._unset_group(test.left, fn) or self._none_on_run(test.left, fn)):
                 return isinstance(test.ops[0], ast.Is)
             return self._compare_value(test.left, test.ops[0], test.comparators[0], fn)
         return None
@@ -180,6 +182,15 @@ class RunBranches:
                     return True
             child, parent = parent, self.parents.get(id(parent))
         return False
+
+    def _none_on_run(self, node: ast.AST, fn: ast.AST | None) -> bool:
+        """A parameter of solution() that PKB's input factory passes as None (the run's
+        `none_args`: `attention_mask`, `softmax_scale`), not rebound before the test."""
+        sol = self.functions.get("solution")
+        if not isinstance(node, ast.Name) or fn is not sol or sol is None or node.id not in self.run_ctx.none_args:
+            return False
+        return not any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)
+                       for n in ast.walk(sol))
 
     def _unset_group(self, node: ast.AST, fn: ast.AST | None) -> bool:
         """A `group=None` parameter of solution(): PKB's inputs are tensors and scalars, and a process

@@ -21,6 +21,8 @@ How the judged fields were decided (pkb_catalog.json's "source" says it too):
   fail below it (found by running them on CPU gloo ranks; `min_world_size_why` says how).
 - group_args: the `solution()` parameters that PKB's input factory fills with a process group on
   an 8-rank run (every other `*group` parameter is left at its default, None).
+- none_args: the other `solution()` parameters the input factory passes as an explicit None
+  (`attention_mask`, `softmax_scale`): `if attention_mask is None:` holds on the run.
 - communicates: False where the reference moves no data between ranks (a purely local step such
   as a sharded optimizer update): overlap is `n/a` there too.
 """
@@ -48,6 +50,7 @@ class CatalogEntry:
     min_world_size: int = 1  # fewest ranks PKB's input factory and reference run at
     min_world_size_why: str = ""
     group_args: tuple[str, ...] = ()  # parameters PKB's input factory passes a process group (else None)
+    none_args: tuple[str, ...] = ()  # other parameters the input factory passes as None
     communicates: bool = True  # False: the reference moves no data between ranks
     has_compute_why: str = ""  # for the entries where reading the reference needed a judgement
 
@@ -72,6 +75,7 @@ def entries() -> dict[int, CatalogEntry]:
             min_world_size=row.get("min_world_size", 1),
             min_world_size_why=row.get("min_world_size_why", ""),
             group_args=tuple(row.get("group_args", ())),
+            none_args=tuple(row.get("none_args", ())),
             communicates=row.get("communicates", True),
             has_compute_why=row.get("has_compute_why", ""),
         )

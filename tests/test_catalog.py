@@ -25,9 +25,10 @@ def test_json_is_well_formed():
     allowed = set(problems.CATEGORIES) | set(catalog.EXTRA_CATEGORIES)
     for r in rows:
         assert set(r) <= {"id", "name", "params", "required", "has_compute", "category", "min_world_size", "min_world_size_why",
-                          "group_args", "communicates", "has_compute_why"}, r["id"]
+                          "group_args", "none_args", "communicates", "has_compute_why"}, r["id"]
         assert r.get("communicates", True) in (True, False), r
         assert set(r.get("group_args", ())) <= set(r["params"]), r  # a group is passed to a parameter
+        assert set(r.get("none_args", ())) <= set(r["params"]) - set(r.get("group_args", ())), r
         assert r["name"] and r["name"].isidentifier(), r
         assert all(isinstance(p, str) and p.isidentifier() for p in r["params"]) and len(set(r["params"])) == len(r["params"])
         assert 0 <= r["required"] <= len(r["params"]), r

@@ -333,3 +333,29 @@ def test_pkb019_a_fresh_tensor_only_when_the_caller_passes_the_cached_one_back_i
 def test_pkb019_quiet_when_a_fresh_tensor_is_made_on_an_ordinary_branch(analyzer, tmp_path):
     guard = "if x.numel() > 4096:\n        out = torch.empty_like(x)"
     assert "PKB019" not in findings(analyzer, tmp_path, CACHED_OUTPUT.replace("GUARD", guard))
+
+
+MASKED_LOSS = '''
+import torch
+import torch.distributed as dist
+
+
+def solution(gate_logits, num_experts, top_k, attention_mask=None):
+    probs = torch.softmax(gate_logits.float(), dim=-1)
+    if attention_mask is None:
+        denom = float(gate_logits.shape[0])
+    else:
+        denom = float(attention_mask.sum().item())
+    loss = probs.sum() / denom
+    dist.all_reduce(loss)
+    return loss
+'''
+
+
+def test_a_parameter_the_input_factory_passes_as_none_takes_its_none_branch(analyzer, tmp_path):
+    # PKB's factory for problem 24 passes attention_mask=None: the `.item()` of the else branch never runs
+    found = findings(analyzer, tmp_path, MASKED_LOSS, name="24_load_balancing_loss_fn_cuda.py")
+    assert "PKB008" not in found
+    # a problem whose factory passes no such None: the branch may run, its host sync counts
+    found = findings(analyzer, tmp_path, MASKED_LOSS, name="9_layernorm_backward_cuda.py")
+    assert "PKB008" in found
