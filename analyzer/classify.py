@@ -7,15 +7,15 @@ helper in a header the pass could not read), the label is `unknown`, with the re
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass
 
 from analyzer import ptx_ops
-from analyzer.brackets import closing
+from analyzer.kernel_compute import kernel_computes, line_computes, one_thread, torch_matmul_lines
 from analyzer.python_async import async_library_overlap
-from pkb.facts import PEER_KINDS, SIGNAL_KINDS, CallSite, CudaFacts, CudaSource, Function, PtxFacts
 from analyzer.python_pass import is_metadata_collective
+from analyzer.side_streams import SideStreams
+from pkb.facts import PEER_KINDS, SIGNAL_KINDS, CallSite, CudaFacts, CudaSource, Function, PtxFacts
 from pkb.record import CandidateRecord, Evidence, KernelReport, Label
 
 ORDER_STRENGTH = ("release_acquire", "fence_system", "volatile_only", "relaxed")
@@ -55,7 +55,7 @@ def _reach(fn: Function, by_name: dict[str, Function], device_only: bool = True)
     return seen
 
 
-class Classifier:
+class Classifier(SideStreams):
     def __init__(self, rec: CandidateRecord, has_compute: bool | None):
         self.rec = rec
         self.file = rec.path
@@ -86,9 +86,9 @@ class Classifier:
     def classify_kernel(self, k: _KernelFacts) -> KernelReport:
         rep = KernelReport(name=k.fn.name, language="cuda", line=k.fn.line, source_index=k.cuda.source_index)
         # The kernel computes if it, or a device function it calls, does arithmetic.
-        self.computes[k.fn.name] = any(_kernel_computes(self.lines[f.line - 1 : f.end_line])
+        self.computes[k.fn.name] = any(kernel_computes(self.lines[f.line - 1 : f.end_line])
                                        for f in k.cuda.functions if f.name in k.reach) \
-            and not _one_thread(self.lines[k.fn.line - 1 : k.fn.end_line])
+            and not one_thread(self.lines[k.fn.line - 1 : k.fn.end_line])
         labels: dict[str, list[Label]] = {}
 
         def add(axis: str, value: str, ev: Evidence) -> None:
@@ -217,7 +217,7 @@ class Classifier:
         out = []
         for t in self.facts.python.triton_kernels:
             body = self.lines[t.line - 1 : t.end_line]
-            self.computes[t.name] = any(re.search(r"tl\.(dot|exp2?|log2?|sqrt|rsqrt|sigmoid|fma)\(", ln) or _line_computes(ln) for ln in body)
+            self.computes[t.name] = any(re.search(r"tl\.(dot|exp2?|log2?|sqrt|rsqrt|sigmoid|fma)\(", ln) or line_computes(ln) for ln in body)
             rep = KernelReport(name=t.name, language="triton", line=t.line)
             labels: dict[str, list[Label]] = {}
             signal = {p for p, kind in t.peer_params.items() if kind in SIGNAL_KINDS}
@@ -390,7 +390,7 @@ class Classifier:
     def _compute_line(self, k: KernelReport) -> int:
         """First line of a kernel that does arithmetic beyond moving data (dot, fma, rsqrt...)."""
         for i in range(k.line, min(k.line + 300, len(self.lines) + 1)):
-            if re.search(r"tl\.(dot|exp2?|log2?|sqrt|rsqrt|sigmoid|fma)\(", self.lines[i - 1]) or _line_computes(self.lines[i - 1]):
+            if re.search(r"tl\.(dot|exp2?|log2?|sqrt|rsqrt|sigmoid|fma)\(", self.lines[i - 1]) or line_computes(self.lines[i - 1]):
                 return i
         return 0
 
@@ -436,129 +436,6 @@ class Classifier:
                 return True
         return False
 
-    def _side_stream_blocks(self) -> list[tuple[str, int, int, int]]:
-        """(function, with line, first body line, last body line) of each `with torch.cuda.stream(s):`
-        on the timed path whose stream is not the current one."""
-        tree = self.rec.syntax_tree()
-        timed = {c.line for c in self.timed("stream") if c.qualname.endswith("stream")}
-        out = []
-        for node in ast.walk(tree) if tree else []:
-            if not isinstance(node, (ast.With, ast.AsyncWith)) or node.lineno not in timed:
-                continue
-            for item in node.items:
-                text = ast.unparse(item.context_expr)
-                if re.search(r"\bstream\(", text) and not re.search(r"current_stream|default_stream", text):
-                    fn = next((c.function for c in self.timed("stream") if c.line == node.lineno), "")
-                    out.append((fn, node.lineno, node.body[0].lineno, node.body[-1].end_lineno or node.body[-1].lineno))
-        # An extension launch handed a side stream's handle (`ext.copy(dst, src, n, s.cuda_stream)`)
-        # runs on that stream as surely as one inside `with torch.cuda.stream(s):`.
-        in_blocks = [(first, last) for _, _, first, last in out]
-        for c in self.timed("ext_kernel"):
-            if any(first <= c.line <= last for first, last in in_blocks):
-                continue  # judged with its `with` block
-            for a in c.args:
-                m = re.fullmatch(r"([\w.\[\]]+)\.cuda_stream", a.text.strip())
-                if m and not re.search(r"current_stream|default_stream", m.group(1)) and not re.search(
-                        rf"(?<![\w.]){re.escape(m.group(1))}\s*=\s*torch\.cuda\.(?:current|default)_stream", self.rec.source):
-                    out.append((c.function, c.line, c.line, c.end_line))
-                    break
-        return out
-
-    def _side_stream_overlaps(self, block: tuple[str, int, int, int], matmul_lines: list[int]) -> bool:
-        """Work on a side stream overlaps only if other work is issued between the side-stream
-        block and the point where the streams are joined (`wait_stream`, a synchronize, a wait on
-        the event recorded in that block). A side stream joined before the compute it should hide
-        is serial."""
-        calls = self.facts.python.calls
-        fn, with_line, first, last = block
-        mine = [c for c in calls if first <= c.line <= last]
-        recorded = {m.group(1) for c in mine for m in [re.search(r"([\w\[\]+\-. ]+)\.record\(", c.snippet)] if m}
-        # An event recorded after the block (`ev.record(s)` in a loop over the side streams) and
-        # waited on is a join too.
-        recorded |= {m.group(1) for c in calls if c.path == "timed" and c.function == fn and c.line > last
-                     for m in [re.search(r"([\w\[\]+\-. ]+)\.record\(\s*\w", c.snippet)] if m}
-        joins = [c.line for c in calls if c.path == "timed" and c.function == fn and c.line > last
-                 and ("wait_stream" in c.qualname or c.category == "cuda_sync" and "synchronize" in c.qualname
-                      or "wait_event" in c.qualname and any(a.text in recorded for a in c.args))]
-        if not joins:
-            return True  # joined elsewhere (the caller, the next iteration): work can run between
-        end = min(joins)
-        between = list(range(last + 1, end)) + self._before_block_unawaited(fn, with_line, mine)
-        # Inside a loop joined only after it: the next iteration's work (before the block in the
-        # loop body) also runs while this iteration's side-stream work is in flight.
-        loop = self._enclosing_loop(first)
-        loop_end = (loop.end_lineno or loop.lineno) if loop is not None else 0
-        if loop is not None and loop_end < end:
-            computes = any(first <= m <= last for m in matmul_lines) or any(first <= c.line <= last for c in self.timed("compute"))
-            if computes and self._stream_per_iteration(with_line, loop):
-                # each iteration's block on its own stream, all joined after the loop: the next
-                # chunk's transfer runs beside this chunk's compute
-                return True
-            between += list(range(loop.body[0].lineno, first))
-        elif loop is not None and not self._side_stream_waits_current(block, loop):
-            # Joined inside the loop: the work issued after the join (this chunk's compute) runs
-            # while the next iteration's side-stream work (the next chunk's transfer) is in flight,
-            # unless each iteration makes the side stream wait for the current one first.
-            between += list(range(end + 1, loop_end + 1))
-        for i in between:
-            code = self.lines[i - 1].split("#")[0].strip()
-            # Work is a call that is not stream plumbing nor a builtin on host numbers.
-            called = [m.group(1) for m in re.finditer(r"([\w.]+)\s*\(", code)]
-            work = [c for c in called if c.split(".")[-1] not in _NOT_WORK]
-            if work and not re.search(r"\b(wait_stream|wait_event|record|synchronize|Event|stream)\(", code) \
-                    and not code.startswith(("def ", "return", "if ", "for ", "with ", "elif ")):
-                return True
-        # A matmul written as `@` or a Triton launch (`kernel[grid](...)`, no name before its
-        # parenthesis) between the block and the join counts as other work.
-        launches = {c.line for c in calls if c.category in ("triton_launch", "cupy_launch")}
-        return any(m in between for m in matmul_lines) or any(i in launches for i in between)
-
-    def _stream_per_iteration(self, with_line: int, loop: ast.AST) -> bool:
-        """`with torch.cuda.stream(streams[i]):` in `for i in ...`: another stream each iteration, so
-        one iteration's side-stream work runs beside the next one's."""
-        target = getattr(loop, "target", None)
-        if not isinstance(target, ast.Name):
-            return False
-        head = self.lines[with_line - 1]
-        indexed = rf"[\w.]+\[\s*{re.escape(target.id)}\s*\]"
-        if re.search(rf"\bstream\(\s*{indexed}\s*\)", head):
-            return True
-        # `s = streams[peer]` in the loop body, then `with torch.cuda.stream(s):`
-        m = re.search(r"\bstream\(\s*(\w+)\s*\)", head)
-        body = self.lines[loop.body[0].lineno - 1 : with_line - 1]
-        return m is not None and any(re.match(rf"\s*{m.group(1)}\s*=\s*{indexed}\s*(#.*)?$", ln) for ln in body)
-
-    def _before_block_unawaited(self, fn: str, with_line: int, mine: list[CallSite]) -> list[int]:
-        """Lines the current stream issues after recording the event the side stream waits on
-        (`s.wait_event(ready)` in the block, `ready.record()` before it) and before the block: the
-        side stream does not wait for that work, so it runs beside the block's. A side stream that
-        waits for the whole current stream (`wait_stream`) waits for it too."""
-        if any("wait_stream" in c.qualname for c in mine):
-            return []
-        awaited = {a.text for c in mine if "wait_event" in c.qualname for a in c.args}
-        records = [c.line for c in self.facts.python.calls if c.path == "timed" and c.function == fn
-                   and c.line < with_line for m in [re.search(r"([\w\[\]+\-. ]+)\.record\(", c.snippet)]
-                   if m and m.group(1).strip() in awaited]
-        return list(range(max(records) + 1, with_line)) if records else []
-
-    def _side_stream_waits_current(self, block: tuple[str, int, int, int], loop: ast.AST) -> bool:
-        """Whether the side stream of `block` waits for the whole current stream
-        (`s.wait_stream(torch.cuda.current_stream())`) in the loop body before the block."""
-        _, with_line, first, _ = block
-        head = self.lines[with_line - 1]
-        m = re.search(r"\bstream\(\s*([\w.\[\]]+)\s*\)", head) or re.search(r"([\w.\[\]]+)\.cuda_stream", head)
-        if m is None:
-            return True  # the side stream is not named: keep the serial reading
-        waits = re.compile(rf"(?<![\w.]){re.escape(m.group(1))}\.wait_stream\(")
-        return any(waits.search(self.lines[i - 1].split("#")[0]) for i in range(loop.body[0].lineno, first))
-
-    def _enclosing_loop(self, line: int) -> ast.AST | None:
-        """The innermost `for`/`while` whose body holds `line`."""
-        tree = self.rec.syntax_tree()
-        loops = [n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.While)) and n.body
-                 and n.body[0].lineno <= line <= (n.end_lineno or n.lineno)] if tree else []
-        return max(loops, key=lambda n: n.lineno, default=None)
-
     def _host_cuda_calls(self) -> None:
         for cuda in self.facts.cuda:
             for call in cuda.api_calls:
@@ -571,7 +448,7 @@ class Classifier:
         rec = self.rec
         py = self.facts.python
         compute_calls = self.timed("compute")
-        matmul_lines = _matmul_lines(rec, py)
+        matmul_lines = torch_matmul_lines(rec, py)
         has_torch_compute = bool(compute_calls or matmul_lines)
         entry = problem_entry(rec)
         if entry is not None and not entry.communicates:
@@ -625,12 +502,6 @@ class Classifier:
         if not rec.labels.get("overlap"):
             line = (compute_calls[0].line if compute_calls else (matmul_lines[0] if matmul_lines else py.solution_line or 1))
             rec.add_label(Label("overlap", "none", [self.ev(line, "python", "communication and computation run one after another")]))
-
-
-# Calls on host numbers that issue no GPU work (`peer = (rank + i) % len(streams)`).
-_NOT_WORK = {"int", "len", "range", "min", "max", "float", "abs", "divmod", "isinstance", "tuple", "list",
-             "str", "bool", "size", "numel", "element_size", "data_ptr", "dim", "stride", "get_rank",
-             "get_world_size", "current_stream", "cuda_stream"}
 
 
 def _takes_peers(fn: Function) -> bool:
@@ -735,93 +606,6 @@ def _ptx_entry(ptx: PtxFacts, name: str):
         if base == name or base.endswith("::" + name):
             return e
     return None
-
-
-def _matmul_lines(rec: CandidateRecord, py) -> list[int]:
-    tree = rec.syntax_tree()
-    if tree is None or not re.search(r"[\w)\]][ \t]*@=?[ \t]*[\w(]", rec.source):  # no `a @ b` anywhere (decorators are not one)
-        return []
-    timed = {c.function for c in py.calls if c.path == "timed"} | {"solution"}
-    out = []
-    for fn in ast.walk(tree):
-        if isinstance(fn, ast.FunctionDef) and fn.name in timed:
-            for n in ast.walk(fn):
-                if isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult):
-                    out.append(n.lineno)
-    return sorted(out)
-
-
-# Arithmetic beyond a collective's own reduction: products, transcendental functions, tensor-core
-# instructions. `sum += peer[i]` (adding peers' values) is the collective itself, not computation,
-# and neither is index arithmetic (`idx += blockDim.x * gridDim.x`).
-_COMPUTE_RE = re.compile(
-    r"\bfmaf?\s*\(|__fmaf?_|__fmul|__hmul|__hfma|rsqrtf?\s*\(|sqrtf?\s*\(|\bexpf?\s*\(|__expf|exp2f\s*\(|\blogf?\s*\(|__logf"
-    r"|\btanhf?\s*\(|\b(sin|cos)f?\s*\(|__(sin|cos)f|wmma|mma\.sync|wgmma|\bmma\b|cublas"
-)
-_INDEX_WORDS = re.compile(r"blockIdx|blockDim|threadIdx|gridDim|sizeof|stride|offset|\bidx\b|_idx\b|\btid\b|lane|warp|"
-                          r"\.(batch|depth|rows|cols)\(\)|"
-                          r"\b(int|int64_t|int32_t|uint32_t|uint64_t|size_t|long|unsigned)\b|_ptrs?\b|\bptr\b|\bn_|num_|rank|world|"
-                          r"\bpid|BLOCK|program_id|arange|_SIZE|\bstart\b|\bbase\b")
-_VALUE_PRODUCT = re.compile(r"[\w\])]\s*[*/]\s*[\w(]")
-
-
-def _line_computes(line: str) -> bool:
-    code = line.split("//")[0]
-    if _COMPUTE_RE.search(code):
-        return True
-    # A product or quotient of values (`acc += a * b`, `float y = x * inv_rms`), not of indices:
-    # products inside subscripts (`out[row * H + col] = src[row * w + h]`) and pointer arithmetic
-    # (`T* dst = out + start * hidden`, `reinterpret_cast<...>(src + off * n)`) address, not compute.
-    if "=" not in code or code.strip().startswith(("#", "for", "if", "return")):
-        return False
-    lhs, rhs = code.split("=", 1)
-    if re.search(r"\w\s*\*\s*(?:__restrict__\s+)?\w+\s*$", lhs.strip()) or "reinterpret_cast<" in rhs:
-        return False
-    while re.search(r"\[[^\[\]]*\]", rhs):
-        rhs = re.sub(r"\[[^\[\]]*\]", "", rhs)
-    while re.search(r"\[[^\[\]]*\]", lhs):  # `out[(int64_t)peer * P + i] = ...`: the store's address
-        lhs = re.sub(r"\[[^\[\]]*\]", "", lhs)
-    # `sum * inv_ws`, `sum / world_size`: the average a reduce with AVG ends in, the collective's own
-    rhs = _AVERAGE.sub("", rhs)
-    # index words inside the subscripts (`a[in_idx] * w[w_idx]`) address the operands; only
-    # those left outside them make the product index arithmetic
-    return bool(_VALUE_PRODUCT.search(rhs)) and not _INDEX_WORDS.search(lhs + "=" + rhs)
-
-
-# A factor of one over the world size: a collective's averaging, not computation on the data.
-_WORLD = r"(?:ws|world|world_size|nranks|n_ranks|num_ranks)"
-_AVERAGE = re.compile(rf"\*\s*\(?\s*(?:inv_?{_WORLD}|rcp_?{_WORLD}|1(?:\.0?f?)?\s*/\s*(?:\(float\)\s*)?{_WORLD})\b\s*\)?"
-                      rf"|/\s*\(?\s*(?:\(float\)\s*|\(double\)\s*|static_cast<float>\()?{_WORLD}\b\s*\)?\)?")
-
-
-# A statement carried on to the next line: `acc += to_float(a[i]) *` / `    to_float(w[j]);`.
-_CONTINUED = re.compile(r"[-+*/(,=]\s*$")
-# A kernel whose body only thread 0 of block 0 runs: arithmetic on a scalar (the root of a
-# reduced sum), nothing another part of the kernel could overlap.
-_ONE_THREAD = re.compile(r"^[^{]*\{\s*if\s*\(\s*(threadIdx\.x\s*==\s*0\s*&&\s*blockIdx\.x\s*==\s*0"
-                         r"|blockIdx\.x\s*==\s*0\s*&&\s*threadIdx\.x\s*==\s*0)\s*\)\s*\{", re.S)
-
-
-def _kernel_computes(body_lines: list[str]) -> bool:
-    """A kernel body with multiply-accumulate, normalisation or tensor-core arithmetic; a
-    statement split over lines is read whole."""
-    joined: list[str] = []
-    for line in body_lines:
-        if joined and _CONTINUED.search(joined[-1].split("//")[0]):
-            joined[-1] = joined[-1].split("//")[0].rstrip() + " " + line.strip()
-        else:
-            joined.append(line)
-    return any(_line_computes(line) for line in joined)
-
-
-def _one_thread(body_lines: list[str]) -> bool:
-    """The kernel's body is one `if (threadIdx.x == 0 && blockIdx.x == 0) { ... }`."""
-    text = "\n".join(body_lines)
-    m = _ONE_THREAD.match(text)
-    if m is None:
-        return False
-    end = closing(text, m.end() - 1, "{", "}")
-    return end >= 0 and text[end + 1:].strip().rstrip("}").strip() == ""
 
 
 def problem_entry(rec: CandidateRecord):

@@ -5,7 +5,8 @@ import textwrap
 
 import pytest
 
-from analyzer.classify import _kernel_computes, _one_thread, problem_has_compute
+from analyzer.classify import problem_has_compute
+from analyzer.kernel_compute import kernel_computes as _kernel_computes, one_thread as _one_thread
 from analyzer.pipeline import StaticAnalyzer, StaticOptions
 from pkb.corpus import read_candidate
 from pkb.record import CandidateRecord

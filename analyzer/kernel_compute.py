@@ -1,0 +1,102 @@
+"""Whether code computes, for the overlap labels: a kernel body with multiply-accumulate,
+normalisation or tensor-core arithmetic (not a collective's own reduction and average, not
+address arithmetic), and the lines of solution()'s matmuls.
+
+Pure functions over source lines and the parsed file.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from analyzer.brackets import closing
+from pkb.record import CandidateRecord
+
+
+def torch_matmul_lines(rec: CandidateRecord, py) -> list[int]:
+    """Lines of `a @ b` in solution() and the functions its timed path calls."""
+    tree = rec.syntax_tree()
+    if tree is None or not re.search(r"[\w)\]][ \t]*@=?[ \t]*[\w(]", rec.source):  # no `a @ b` anywhere (decorators are not one)
+        return []
+    timed = {c.function for c in py.calls if c.path == "timed"} | {"solution"}
+    out = []
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef) and fn.name in timed:
+            for n in ast.walk(fn):
+                if isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult):
+                    out.append(n.lineno)
+    return sorted(out)
+
+
+# Arithmetic beyond a collective's own reduction: products, transcendental functions, tensor-core
+# instructions. `sum += peer[i]` (adding peers' values) is the collective itself, not computation,
+# and neither is index arithmetic (`idx += blockDim.x * gridDim.x`).
+_COMPUTE_RE = re.compile(
+    r"\bfmaf?\s*\(|__fmaf?_|__fmul|__hmul|__hfma|rsqrtf?\s*\(|sqrtf?\s*\(|\bexpf?\s*\(|__expf|exp2f\s*\(|\blogf?\s*\(|__logf"
+    r"|\btanhf?\s*\(|\b(sin|cos)f?\s*\(|__(sin|cos)f|wmma|mma\.sync|wgmma|\bmma\b|cublas"
+)
+_INDEX_WORDS = re.compile(r"blockIdx|blockDim|threadIdx|gridDim|sizeof|stride|offset|\bidx\b|_idx\b|\btid\b|lane|warp|"
+                          r"\.(batch|depth|rows|cols)\(\)|"
+                          r"\b(int|int64_t|int32_t|uint32_t|uint64_t|size_t|long|unsigned)\b|_ptrs?\b|\bptr\b|\bn_|num_|rank|world|"
+                          r"\bpid|BLOCK|program_id|arange|_SIZE|\bstart\b|\bbase\b")
+_VALUE_PRODUCT = re.compile(r"[\w\])]\s*[*/]\s*[\w(]")
+
+
+def line_computes(line: str) -> bool:
+    code = line.split("//")[0]
+    if _COMPUTE_RE.search(code):
+        return True
+    # A product or quotient of values (`acc += a * b`, `float y = x * inv_rms`), not of indices:
+    # products inside subscripts (`out[row * H + col] = src[row * w + h]`) and pointer arithmetic
+    # (`T* dst = out + start * hidden`, `reinterpret_cast<...>(src + off * n)`) address, not compute.
+    if "=" not in code or code.strip().startswith(("#", "for", "if", "return")):
+        return False
+    lhs, rhs = code.split("=", 1)
+    if re.search(r"\w\s*\*\s*(?:__restrict__\s+)?\w+\s*$", lhs.strip()) or "reinterpret_cast<" in rhs:
+        return False
+    while re.search(r"\[[^\[\]]*\]", rhs):
+        rhs = re.sub(r"\[[^\[\]]*\]", "", rhs)
+    while re.search(r"\[[^\[\]]*\]", lhs):  # `out[(int64_t)peer * P + i] = ...`: the store's address
+        lhs = re.sub(r"\[[^\[\]]*\]", "", lhs)
+    # `sum * inv_ws`, `sum / world_size`: the average a reduce with AVG ends in, the collective's own
+    rhs = _AVERAGE.sub("", rhs)
+    # index words inside the subscripts (`a[in_idx] * w[w_idx]`) address the operands; only
+    # those left outside them make the product index arithmetic
+    return bool(_VALUE_PRODUCT.search(rhs)) and not _INDEX_WORDS.search(lhs + "=" + rhs)
+
+
+# A factor of one over the world size: a collective's averaging, not computation on the data.
+_WORLD = r"(?:ws|world|world_size|nranks|n_ranks|num_ranks)"
+_AVERAGE = re.compile(rf"\*\s*\(?\s*(?:inv_?{_WORLD}|rcp_?{_WORLD}|1(?:\.0?f?)?\s*/\s*(?:\(float\)\s*)?{_WORLD})\b\s*\)?"
+                      rf"|/\s*\(?\s*(?:\(float\)\s*|\(double\)\s*|static_cast<float>\()?{_WORLD}\b\s*\)?\)?")
+
+
+# A statement carried on to the next line: `acc += to_float(a[i]) *` / `    to_float(w[j]);`.
+_CONTINUED = re.compile(r"[-+*/(,=]\s*$")
+# A kernel whose body only thread 0 of block 0 runs: arithmetic on a scalar (the root of a
+# reduced sum), nothing another part of the kernel could overlap.
+_ONE_THREAD = re.compile(r"^[^{]*\{\s*if\s*\(\s*(threadIdx\.x\s*==\s*0\s*&&\s*blockIdx\.x\s*==\s*0"
+                         r"|blockIdx\.x\s*==\s*0\s*&&\s*threadIdx\.x\s*==\s*0)\s*\)\s*\{", re.S)
+
+
+def kernel_computes(body_lines: list[str]) -> bool:
+    """A kernel body with multiply-accumulate, normalisation or tensor-core arithmetic; a
+    statement split over lines is read whole."""
+    joined: list[str] = []
+    for line in body_lines:
+        if joined and _CONTINUED.search(joined[-1].split("//")[0]):
+            joined[-1] = joined[-1].split("//")[0].rstrip() + " " + line.strip()
+        else:
+            joined.append(line)
+    return any(line_computes(line) for line in joined)
+
+
+def one_thread(body_lines: list[str]) -> bool:
+    """The kernel's body is one `if (threadIdx.x == 0 && blockIdx.x == 0) { ... }`."""
+    text = "\n".join(body_lines)
+    m = _ONE_THREAD.match(text)
+    if m is None:
+        return False
+    end = closing(text, m.end() - 1, "{", "}")
+    return end >= 0 and text[end + 1:].strip().rstrip("}").strip() == ""
