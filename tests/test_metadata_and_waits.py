@@ -3,21 +3,15 @@ each on a small candidate of our own, with the counterpart the analysis must sti
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 
 from analyzer.cuda_waits import _is_cas_update
-from analyzer.pipeline import StaticAnalyzer, StaticOptions
-from pkb.corpus import read_candidate
+from tests.static_helpers import analyze as analyze_file
 
 
-def analyze(tmp_path: Path, body: str, name: str = "1_allreduce_cuda.py"):
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(body))
-    rec = read_candidate(path, tmp_path)
-    StaticAnalyzer(StaticOptions(ptx=False, use_cache=False)).analyze(rec)
-    return rec
+def analyze(tmp_path: Path, body: str):
+    return analyze_file(tmp_path, "1_allreduce_cuda.py", body)
 
 
 def rules(rec) -> dict[str, list[int]]:

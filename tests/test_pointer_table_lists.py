@@ -7,8 +7,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from analyzer.pipeline import StaticAnalyzer, StaticOptions
-from pkb.corpus import read_candidate
+from tests.static_helpers import analyze as analyze_file
 
 SCATTER = r'''
 import torch
@@ -67,11 +66,7 @@ APPENDED = "tables.append(torch.tensor(hdl.buffer_ptrs, device=x.device, dtype=t
 
 
 def analyze(tmp_path: Path, table: str = APPENDED, flip: str = 'state["next"] = 1 - idx'):
-    path = tmp_path / "7_reducescatter_cuda.py"
-    path.write_text(textwrap.dedent(SCATTER).replace("TABLE", table).replace("FLIP", flip))
-    rec = read_candidate(path, tmp_path)
-    StaticAnalyzer(StaticOptions(ptx=False, use_cache=False)).analyze(rec)
-    return rec
+    return analyze_file(tmp_path, "7_reducescatter_cuda.py", textwrap.dedent(SCATTER).replace("TABLE", table).replace("FLIP", flip))
 
 
 def test_a_table_picked_from_a_list_of_tables_is_a_table_so_the_kernel_stores_to_peers(tmp_path):
@@ -122,6 +117,7 @@ void allreduce(torch::Tensor ptrs, torch::Tensor buf, torch::Tensor out, torch::
 
 _ext = load_inline("ext", cpp_sources="", cuda_sources=CUDA, functions=["finalize", "allreduce"])
 _cache = None
+_flip = {"i": 0}  # a parity kept across calls, for the test that flips one
 
 
 def _get_symm(device):
@@ -150,11 +146,7 @@ def _one_float(tmp_path: Path, close: str = "pass", unpack: bool = True):
     if not unpack:
         src = src.replace("    symm = _get_symm(x.device)\n    buf, hdl, out, ptrs = symm\n",
                           "    buf, hdl, out, ptrs = _get_symm(x.device)\n")
-    path = tmp_path / "1_allreduce_cuda.py"
-    path.write_text(src)
-    rec = read_candidate(path, tmp_path)
-    StaticAnalyzer(StaticOptions(ptx=False, use_cache=False)).analyze(rec)
-    return rec
+    return analyze_file(tmp_path, "1_allreduce_cuda.py", src)
 
 
 def test_a_helpers_tuple_kept_in_a_name_then_unpacked_keeps_its_pointer_kinds(tmp_path):
@@ -201,21 +193,12 @@ def solution(x):
 
 
 def test_a_state_dict_returned_by_a_helper_is_read_back_by_key(tmp_path):
-    path = tmp_path / "1_allreduce_cuda.py"
-    path.write_text(textwrap.dedent(STATE_DICT))
-    rec = read_candidate(path, tmp_path)
-    StaticAnalyzer(StaticOptions(ptx=False, use_cache=False)).analyze(rec)
+    rec = analyze_file(tmp_path, "1_allreduce_cuda.py", STATE_DICT)
     kinds = {a.text: a.pointer_kind for c in rec.facts.python.calls for a in c.args}
     assert kinds.get("st['peer_ptrs']") == "peer_ptr_array", kinds
 
 
 def test_a_parity_that_picks_only_the_outputs_leaves_the_symmetric_buffer_single(tmp_path):
     # `_flip["i"] ^= 1` picks which output to return; the buffer the peers read is still one
-    flip = "_flip['i'] ^= 1\n    res = [out, out.clone()][_flip['i']]"
-    src = textwrap.dedent(ONE_FLOAT).replace("_cache = None\n", "_cache = None\n_flip = {'i': 0}\n", 1)
-    path = tmp_path / "1_allreduce_cuda.py"
-    path.write_text(src.replace("CLOSE", flip).replace("    symm = _get_symm(x.device)\n    buf, hdl, out, ptrs = symm\n",
-                                                       "    buf, hdl, out, ptrs = _get_symm(x.device)\n"))
-    rec = read_candidate(path, tmp_path)
-    StaticAnalyzer(StaticOptions(ptx=False, use_cache=False)).analyze(rec)
+    rec = _one_float(tmp_path, close="_flip['i'] ^= 1\n    res = [out, out.clone()][_flip['i']]", unpack=False)
     assert "PKB004" in {f.rule for f in rec.findings}
