@@ -109,6 +109,9 @@ def dotted(node: ast.AST) -> str:
 
 
 _INT_DTYPES = {"int32", "int64", "int", "long", "int16", "int8", "uint8", "short"}
+# Methods a value passes through on its way to being read back as host numbers (`.cpu().tolist()`).
+_HOST_READ_STEPS = {"cat", "stack", "detach", "cpu", "to", "contiguous", "view", "reshape", "flatten", "float",
+                    "double", "int", "long", "clone", "sort", "sum", "max", "min"}
 
 
 
@@ -168,14 +171,13 @@ class CallCategories:
         return bool(uses) and all(self._ends_on_host(u) for u in uses)
 
     def _ends_on_host(self, node: ast.AST) -> bool:
-        passes = {"cat", "stack", "detach", "cpu", "to", "contiguous", "view", "reshape", "flatten", "float",
-                  "double", "int", "long", "clone", "sort", "sum", "max", "min"}
+        """`node` flows through views, copies and reductions into `.tolist()` or `.item()`."""
         for _ in range(8):
             parent = self.parents.get(id(node))
             if isinstance(parent, ast.Attribute) and parent.value is node:
                 if parent.attr in ("tolist", "item"):
                     return True
-                if parent.attr not in passes:
+                if parent.attr not in _HOST_READ_STEPS:
                     return False
                 call = self.parents.get(id(parent))
                 node = call if isinstance(call, ast.Call) and call.func is parent else parent

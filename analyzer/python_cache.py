@@ -17,6 +17,8 @@ from analyzer.python_api import dotted
 class CacheState:
     """Set-up detection and reused returned buffers (a mixin of PythonPass)."""
 
+    _module_containers: set[str] | None = None  # filled on first use (one parsed file per pass)
+
     def _is_cache_guard(self, test: ast.AST, body: list[ast.stmt], fn: ast.AST | None = None, early: bool = False) -> bool:
         """`if _ext is None:` / `if key not in _cache:` / `if not self._ready:` whose body fills it.
 
@@ -92,8 +94,10 @@ class CacheState:
     def _fills_module_cache(self, body: list[ast.stmt], depth: int = 0) -> bool:
         """A store into a module-level container (`_state[key] = st`, `_cache.update(...)`) in
         `body`, or in a function of the file that `body` calls (two levels)."""
-        module_containers = {t.id for n in self.tree.body if isinstance(n, ast.Assign) for t in n.targets
-                             if isinstance(t, ast.Name) and isinstance(n.value, (ast.Dict, ast.List, ast.Call))}
+        if self._module_containers is None:  # names bound at module level to a dict, list or constructor
+            self._module_containers = {t.id for n in self.tree.body if isinstance(n, ast.Assign) for t in n.targets
+                                       if isinstance(t, ast.Name) and isinstance(n.value, (ast.Dict, ast.List, ast.Call))}
+        module_containers = self._module_containers
         for stmt in body:
             for node in ast.walk(stmt):
                 if isinstance(node, ast.Assign) and any(

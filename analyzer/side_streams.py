@@ -17,6 +17,8 @@ from pkb.facts import CallSite
 _NOT_WORK = {"int", "len", "range", "min", "max", "float", "abs", "divmod", "isinstance", "tuple", "list",
              "str", "bool", "size", "numel", "element_size", "data_ptr", "dim", "stride", "get_rank",
              "get_world_size", "current_stream", "cuda_stream"}
+# `ready.record(...)`: the event a call records (its name in group 1).
+_RECORDS = re.compile(r"([\w\[\]+\-. ]+)\.record\(")
 
 
 class SideStreams:
@@ -58,7 +60,7 @@ class SideStreams:
         calls = self.facts.python.calls
         fn, with_line, first, last = block
         mine = [c for c in calls if first <= c.line <= last]
-        recorded = {m.group(1) for c in mine for m in [re.search(r"([\w\[\]+\-. ]+)\.record\(", c.snippet)] if m}
+        recorded = {m.group(1) for c in mine for m in [_RECORDS.search(c.snippet)] if m}
         # An event recorded after the block (`ev.record(s)` in a loop over the side streams) and
         # waited on is a join too.
         recorded |= {m.group(1) for c in calls if c.path == "timed" and c.function == fn and c.line > last
@@ -123,7 +125,7 @@ class SideStreams:
             return []
         awaited = {a.text for c in mine if "wait_event" in c.qualname for a in c.args}
         records = [c.line for c in self.facts.python.calls if c.path == "timed" and c.function == fn
-                   and c.line < with_line for m in [re.search(r"([\w\[\]+\-. ]+)\.record\(", c.snippet)]
+                   and c.line < with_line for m in [_RECORDS.search(c.snippet)]
                    if m and m.group(1).strip() in awaited]
         return list(range(max(records) + 1, with_line)) if records else []
 
