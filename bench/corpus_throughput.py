@@ -172,11 +172,15 @@ def pkb_one(pkb_root: Path, f: Path, world_size: int, tmp: Path, timeout: float)
 def eval_part(pkb_root: Path, files: list[Path], args: argparse.Namespace, tmp: Path) -> dict:
     result: dict = {"files": len(files)}
     wall = None
+    walls: dict[int, float] = {}
     if args.ours:
-        wall = ours_eval(pkb_root, files, args, tmp)
-        result.update(ours_wall_s=wall, ours_per_hour=len(files) / wall * 3600)
+        for bj in args.build_jobs:  # each on its own cold build cache, one after another
+            name = "eval_out" if bj == args.build_jobs[0] else f"eval_out_bj{bj}"
+            walls[bj] = ours_eval(pkb_root, files, args, tmp, out_name=name, build_jobs=bj)
+        wall = walls[args.build_jobs[0]]
+        result.update(ours_wall_s=wall, ours_per_hour=len(files) / wall * 3600, ours_by_build_jobs=walls)
         if args.check_timing:
-            ours_eval(pkb_root, files, args, tmp, out_name="eval_out_warm")
+            ours_eval(pkb_root, files, args, tmp, out_name="eval_out_warm", build_jobs=args.build_jobs[0], builds="eval_out")
             result["timing_check"] = timing_check(tmp / "eval_out" / "eval.jsonl", tmp / "eval_out_warm" / "eval.jsonl")
     if args.pkb_files > 0:
         ws = args.world_size or 1
@@ -201,9 +205,11 @@ def eval_part(pkb_root: Path, files: list[Path], args: argparse.Namespace, tmp: 
               f"{min(r['wall_s'] for r in measured):.1f}, max {max(r['wall_s'] for r in measured):.1f}); its loop is one file after "
               f"another, so the set is extrapolated as mean x {len(files)} = {pkb_total:.0f} s: {len(files) / pkb_total * 3600:.0f} candidates/hour")
         result.update(pkb_mean_s=mean, pkb_total_s=pkb_total, pkb_measured=[r["file"] for r in measured])
+        for bj, w in walls.items():
+            print(f"ours (--build-jobs {bj}) / PKB: {pkb_total / w:.1f}x faster")
         if wall:
-            print(f"ours / PKB: {pkb_total / wall:.1f}x faster")
             result["speedup"] = pkb_total / wall
+            result["speedup_by_build_jobs"] = {bj: pkb_total / w for bj, w in walls.items()}
     return result
 
 
@@ -237,21 +243,43 @@ def timing_check(cold: Path, warm: Path) -> dict:
             "quiet_median": statistics.median(quiet) if quiet else None}
 
 
-def ours_eval(pkb_root: Path, files: list[Path], args: argparse.Namespace, tmp: Path, out_name: str = "eval_out") -> float:
+def timeline(jsonl: Path) -> None:
+    """Where the wall time of one run went: each candidate's build and launch seconds (the record's
+    details.prebuild and launch_wall_s), the builds' sum, and the timed launches' sum."""
+    recs = [json.loads(x) for x in jsonl.read_text().splitlines()] if jsonl.exists() else []
+    builds, timed = [], []
+    for r in recs:
+        ev = r.get("evaluation") or {}
+        pre = (ev.get("details") or {}).get("prebuild") or {}
+        if pre.get("seconds"):
+            builds.append(float(pre["seconds"]))
+        if ev.get("correct") and ev.get("launch_wall_s"):
+            timed.append(float(ev["launch_wall_s"]))
+    if builds:
+        print(f"  builds: {len(builds)}, {sum(builds):.0f} s in all, {statistics.median(builds):.1f} s median, {max(builds):.1f} s max")
+    if timed:
+        print(f"  timed launches: {len(timed)}, {sum(timed):.0f} s in all, {statistics.median(timed):.1f} s median, {max(timed):.1f} s max")
+
+
+def ours_eval(pkb_root: Path, files: list[Path], args: argparse.Namespace, tmp: Path, out_name: str = "eval_out",
+              build_jobs: int = 0, builds: str | None = None) -> float:
+    """One run of ours; `builds`: the run whose build cache it reuses (default: a cold one of its own)."""
     tree = tmp / "eval_tree"
     if not tree.exists():
         copy_tree(files, tree)
     out = tmp / out_name
-    env = {"PKB_BUILD_DIR": str(tmp / "builds")}  # cold build caches
-    cmd = ["eval", str(tree), "--pkb-root", str(pkb_root), "--jobs", args.jobs, "-o", str(out), "-q", "--timing", args.timing]
+    env = {"PKB_BUILD_DIR": str(tmp / f"builds_{builds or out_name}")}
+    cmd = ["eval", str(tree), "--pkb-root", str(pkb_root), "--jobs", args.jobs, "-o", str(out), "-q", "--timing", args.timing,
+           "--build-jobs", str(build_jobs)]
     if args.world_size:
         cmd += ["-n", str(args.world_size)]
     wall, proc = cli(cmd, env=env)
     lines = [json.loads(x) for x in (out / "eval.jsonl").read_text().splitlines()] if (out / "eval.jsonl").exists() else []
     evaluated = sum(1 for r in lines if (r.get("evaluation") or {}).get("status") == "ran")
     ours_rate = len(files) / wall * 3600
-    print(f"ours: {len(files)} files ({evaluated} ran) in {wall:.1f} s with --jobs {args.jobs} --timing {args.timing}: "
-          f"{ours_rate:.0f} candidates/hour (exit {proc.returncode})", flush=True)
+    print(f"ours: {len(files)} files ({evaluated} ran) in {wall:.1f} s with --jobs {args.jobs} --build-jobs {build_jobs} "
+          f"--timing {args.timing}: {ours_rate:.0f} candidates/hour (exit {proc.returncode})", flush=True)
+    timeline(out / "eval.jsonl")
     if proc.returncode != 0:
         print(proc.stderr[-2000:], file=sys.stderr)
     return wall
@@ -269,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--problems", default=",".join(map(str, SAMPLE_PROBLEMS)), help="problem numbers of the eval sample")
     ap.add_argument("--files", nargs="*", type=Path, default=None, help="explicit files for the eval part (instead of --problems)")
     ap.add_argument("--jobs", default="auto", help="ours: eval --jobs")
+    ap.add_argument("--build-jobs", type=int, nargs="*", default=[0],
+                    help="ours: eval --build-jobs; several values run ours once per value, in order (0: one build per core)")
     ap.add_argument("--timing", default="exclusive", choices=("exclusive", "beside-builds", "shared"))
     ap.add_argument("-n", "--world-size", type=int, default=1)
     ap.add_argument("--pkb-files", type=int, default=3, help="files PKB's loop is measured on (0: skip PKB)")

@@ -480,6 +480,7 @@ def eval_command(
     ncu_metric: Optional[list[str]] = typer.Option(None, "--ncu-metric", help="an ncu metric to read beside the defaults (repeatable)"),
     jobs: str = typer.Option("auto", "--jobs", "-j", help="launches at a time (auto: GPU slots of the world size, or the cores on CPU); builds run in a pool sized to cores and memory; an untimed launch starts as its own build lands"),
     timing: str = typer.Option("exclusive", "--timing", help="exclusive: timed launches alone on the node, after the builds; beside-builds: alone on the GPUs while builds run on other cores (sooner; speedups measured 4-12 percent lower on the H200); shared: side by side in every slot (faster, less accurate; all marked in the record)"),
+    build_jobs: int = typer.Option(0, "--build-jobs", min=0, help="JIT builds at a time (0: one per core); more than the cores shares them in the last wave instead of leaving some idle; memory caps it at about 3 GB a build"),
     pack: int = typer.Option(0, "--pack", help="untimed or shared launches per GPU slot (0: 4 at world size 1, else 1)"),
     screen: bool = typer.Option(True, "--screen/--no-screen", help="with exclusive timing: correctness-only launches first, packed; only correct candidates get a timed launch"),
     executor: str = typer.Option("none", "--executor", help="none: this machine; slurm: an array of shards through submitit; local: the same path on this machine (CI)"),
@@ -528,7 +529,7 @@ def eval_command(
         iters=iters, groups=groups, scale=scale, store_path=store_path, work_dir=str(work_dir or out / "eval_work"),
         pkb_root=str(pkb_root) if pkb_root else None, problem=problem, problem_files=problem_files, profile=profile,
         ncu_kernels=list(ncu_kernel or []) if (ncu or ncu_kernel or ncu_metric) else None, ncu_metrics=list(ncu_metric or []),
-        jobs=n_jobs, timing_mode=timing, pack=pack, screen=screen,
+        jobs=n_jobs, timing_mode=timing, pack=pack, screen=screen, build_jobs=build_jobs,
         import_timeout_s=import_timeout, compile_timeout_s=compile_timeout, call_timeout_s=call_timeout, force=force,
         corpus_root=str(corpus_root(paths)),
     )

@@ -210,7 +210,8 @@ def test_pool_size_follows_cores_and_memory():
     assert pool_size(None, 2, cores=16, memory=128 * gb) == 8  # two compiles each: one per core
     assert pool_size(None, 2, cores=40, memory=64 * gb) == 10  # 64 GB / (2 x 3 GB)
     assert pool_size(4, 1, cores=16, memory=128 * gb) == 4
-    assert pool_size(32, 1, cores=2, memory=128 * gb) == 2
+    assert pool_size(32, 1, cores=2, memory=128 * gb) == 32  # asked for: more builds than cores share them
+    assert pool_size(32, 1, cores=2, memory=30 * gb) == 10  # but no more than memory holds
     assert pool_size(None, 2, cores=16, memory=2 * gb) == 1
 
 

@@ -524,13 +524,12 @@ def _cores() -> int:
 
 
 def pool_size(jobs: int | None, max_jobs_per_build: int = 2, cores: int | None = None, memory: int | None = None) -> int:
-    """Builds at a time: at most one per `max_jobs_per_build` cores (the compiles one build runs
-    at once), and at most what memory holds at ~3 GB per nvcc; `jobs` caps it."""
+    """Builds at a time: one per `max_jobs_per_build` cores (the compiles one build runs at once),
+    or `jobs` where given (more than the cores is allowed: the last wave then shares all cores
+    instead of leaving some idle), and at most what memory holds at ~3 GB per nvcc."""
     cores = cores or _cores()
     memory = memory_available() if memory is None else memory
-    n = max(1, cores // max(1, max_jobs_per_build))
-    if jobs and jobs > 0:
-        n = min(n, jobs)
+    n = jobs if jobs and jobs > 0 else max(1, cores // max(1, max_jobs_per_build))
     if memory:
         n = min(n, max(1, memory // (NVCC_MEMORY_BYTES * max(1, max_jobs_per_build))))
     return max(1, n)
