@@ -263,7 +263,7 @@ class CallCategories:
         if isinstance(node, ast.Name) and self._before_host_binding(node):
             return False  # read before this function rebinds the name to a host copy
         if isinstance(node, (ast.Name, ast.Attribute)):
-            return dotted(node) in self.facts.host_tensors
+            return dotted(node) in self.facts.host_tensors or self._host_attribute_elsewhere(node)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr not in ("cuda", "to") \
                 and self._is_host_value(node.func.value):
             return True  # `cpu_t.sum()`, `cpu_t.long()`: an op on a host tensor stays on the host
@@ -273,6 +273,16 @@ class CallCategories:
         if isinstance(node, ast.Call) and node.args and self._torch_op_on_host(node):
             return True  # `torch.cumsum(cpu_t, 0)`, `torch.cat([cpu_a, cpu_b])`: computed where the inputs live
         return self._is_host_tensor(node)
+
+    def _host_attribute_elsewhere(self, node: ast.AST) -> bool:
+        """`cache.shapes_host` where the class sets `self.shapes_host = torch.empty(..., pin_memory=True)`:
+        the instance is reached under another name, and every binding of that attribute in the
+        module is `self.<attr>`, a host tensor."""
+        if not isinstance(node, ast.Attribute) or f"self.{node.attr}" not in self.facts.host_tensors:
+            return False
+        targets = [dotted(t) for n in ast.walk(self.tree) if isinstance(n, ast.Assign)
+                   for t in n.targets if isinstance(t, ast.Attribute) and t.attr == node.attr]
+        return bool(targets) and all(t in self.facts.host_tensors for t in targets)
 
     def _torch_op_on_host(self, call: ast.Call) -> bool:
         """A torch function whose first argument (or every tensor of a list there) is a host tensor,

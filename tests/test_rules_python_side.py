@@ -359,3 +359,44 @@ def test_a_parameter_the_input_factory_passes_as_none_takes_its_none_branch(anal
     # a problem whose factory passes no such None: the branch may run, its host sync counts
     found = findings(analyzer, tmp_path, MASKED_LOSS, name="9_layernorm_backward_cuda.py")
     assert "PKB008" in found
+
+
+
+PINNED_SHAPES = '''
+import torch
+import torch.distributed as dist
+
+
+class Cache:
+    def __init__(self, world_size):
+        self.sizes_dev = torch.zeros(world_size, dtype=torch.int64, device="cuda")
+        self.sizes_host = torch.empty(world_size, dtype=torch.int64, pin_memory=True)
+
+
+_cache = None
+
+
+def solution(x):
+    global _cache
+    if _cache is None:
+        _cache = Cache(dist.get_world_size())
+    cache = _cache
+    dist.all_gather_into_tensor(cache.sizes_dev, torch.tensor([x.shape[0]], device=x.device))
+    cache.sizes_host.copy_(cache.sizes_dev, non_blocking=True)
+    torch.cuda.current_stream().synchronize()
+    scale = x.float().mean()
+    scale = scale * 2
+    scale = scale + 1
+    scale = scale - 1
+    scale = scale / 2
+    rows = [cache.SOURCE[i].item() for i in range(dist.get_world_size())]
+    return x * sum(rows) * scale
+'''
+
+
+def test_item_on_a_pinned_attribute_reached_through_another_name_is_no_host_sync(analyzer, tmp_path):
+    # `cache.sizes_host` is the class's `self.sizes_host`, a pinned host tensor: its .item() reads
+    # host memory, after the stream synchronize (line 21) that already waited for the copy
+    assert findings(analyzer, tmp_path, PINNED_SHAPES.replace("SOURCE", "sizes_host")).get("PKB008") == [21]
+    # the device tensor's .item() (line 27) is a host sync of its own
+    assert findings(analyzer, tmp_path, PINNED_SHAPES.replace("SOURCE", "sizes_dev")).get("PKB008") == [21, 27]
