@@ -40,6 +40,7 @@ class _ClangPass(PointerFlow, LaunchScan, AccessScan, SpinLoopScan, TailScan, As
         self.funcs: list[FuncNode] = []
         self.by_name: dict[str, list[FuncNode]] = {}
         self.env: dict[tuple, tuple[str, str]] = {}
+        self.fields_by_name: dict[str, tuple] = {}  # a struct field's key by its name (cuda_pointers)
         self.ret: dict[str, tuple[str, str]] = {}
         self.var_nodes: dict[tuple, Node] = {}
         self.peer_index_vars: set[tuple] = set()  # locals named like the rank that index peers

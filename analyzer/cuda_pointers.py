@@ -191,7 +191,14 @@ class PointerFlow:
         if k == "MEMBER_REF_EXPR":
             r = n.ref
             if r is not None and r.kind.name == "FIELD_DECL":
-                return self.getv(self.key_of_decl(r))
+                key = self.key_of_decl(r)
+                self.fields_by_name.setdefault(r.spelling, key)
+                return self.getv(key)
+            # `args.ptrs[peer]` in a template kernel over `PtrArray<N>`: the member of a dependent type
+            # names no declaration; the field of that name the host code filled is the one meant
+            name = n.spelling or self._dependent_member_name(n) if r is None else ""
+            if name in self.fields_by_name:
+                return self.getv(self.fields_by_name[name])
             return ("unknown", "")
         if k == "ARRAY_SUBSCRIPT_EXPR" and len(n.kids) >= 2:
             base = self.eval(n.kids[0])
@@ -426,6 +433,15 @@ class PointerFlow:
         elif not name and dependent_callee(n) in self.by_name:
             self.bind_args(dependent_callee(n), n.kids[1:])
 
+    @staticmethod
+    def _dependent_member_name(n: Node) -> str:
+        """The member a dependent `x.ptrs` names (libclang spells it empty): its last token."""
+        try:
+            tokens = [t.spelling for t in n.c.get_tokens()]
+        except Exception:  # noqa: BLE001 - a cursor without tokens names nothing
+            return ""
+        return tokens[-1] if len(tokens) >= 3 and tokens[-2] in (".", "->") and tokens[-1].isidentifier() else ""
+
     def bind_args(self, fname: str, args: list[Node]) -> None:
         for f in self.resolve(fname, len(args)):
             for i, a in enumerate(args[: len(f.params)]):
@@ -453,6 +469,7 @@ class PointerFlow:
                     r = n.ref
                     if r is not None and r.kind.name == "FIELD_DECL":
                         key = self.key_of_decl(r)
+                        self.fields_by_name.setdefault(r.spelling, key)
                         if self.getv(key)[0] == "unknown":
                             g = guess_kind(r.spelling, r.type.spelling, r.type.kind.name)
                             if g:

@@ -739,3 +739,68 @@ def test_a_multicast_test_at_the_very_end_of_a_source_is_no_crash():
 
     assert fallback_spans("void f() {}\n// fallback below if (mc_ptr)\n") == []
     assert fallback_spans("void f(long mc_ptr) { if (mc_ptr)") == []
+
+
+TEMPLATE_PTR_STRUCT = '''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from utils.cuda_helpers import compile_cuda_extension
+
+CUDA_SRC = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+template <int MAX_RANKS>
+struct PtrArray {
+    const uint16_t* ptrs[MAX_RANKS];
+};
+
+template <int MAX_RANKS>
+__global__ void gather_kernel(PtrArray<MAX_RANKS> remote, int64_t n, uint16_t* out, int my_rank) {
+    int peer = blockIdx.y;
+    if (peer == my_rank) return;
+    const uint16_t* src = remote.ptrs[peer];
+    for (int64_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        out[peer * n + i] = src[i];
+    }
+}
+
+void gather(std::vector<int64_t> remote_ptr_ints, int64_t n, torch::Tensor out, int my_rank) {
+    PtrArray<32> table;
+    for (size_t i = 0; i < remote_ptr_ints.size(); ++i) {
+        table.ptrs[i] = reinterpret_cast<const uint16_t*>(remote_ptr_ints[i]);
+    }
+    dim3 grid(64, remote_ptr_ints.size());
+    gather_kernel<32><<<grid, 256, 0, at::cuda::getCurrentCUDAStream()>>>(
+        table, n, reinterpret_cast<uint16_t*>(out.data_ptr()), my_rank);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("gather", &gather); }
+"""
+
+_ext = None
+
+
+def solution(x):
+    global _ext
+    if _ext is None:
+        _ext = compile_cuda_extension("gather_ext", CUDA_SRC)
+    world, rank = dist.get_world_size(), dist.get_rank()
+    buf = symm_mem.empty(x.numel(), dtype=x.dtype, device=x.device)
+    hdl = symm_mem.rendezvous(buf, dist.group.WORLD)
+    buf.copy_(x.flatten())
+    hdl.barrier(channel=0)
+    out = torch.empty(world * x.numel(), dtype=x.dtype, device=x.device)
+    _ext.gather([int(p) for p in hdl.buffer_ptrs], x.numel(), out, rank)
+    hdl.barrier(channel=1)
+    return out
+'''
+
+
+def test_peer_pointers_in_a_struct_read_by_a_template_kernel_are_sm_load(tmp_path):
+    # `remote.ptrs[peer]` in a kernel templated on the struct's size: libclang names no field for
+    # the dependent member, so the field the host filled with peer addresses is looked up by name
+    rec = analyze(tmp_path, "4_all_gather_cuda.py", TEMPLATE_PTR_STRUCT)
+    assert rec.label_values("mechanism") == ["sm_load"]
+    assert evidence_lines(rec, "mechanism", "sm_load") == {line_of(rec, "out[peer * n + i] = src[i];")}
