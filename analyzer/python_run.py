@@ -396,16 +396,27 @@ class RunBranches:
         if not isinstance(node, ast.Name) or node.id in params:
             return False
         binds = [n for n in ast.walk(sol) if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.NamedExpr))
-                 and any(isinstance(t, ast.Name) and t.id == node.id
+                 and any(isinstance(t, ast.Name) and t.id == node.id and isinstance(t.ctx, ast.Store)  # not `buf[:n] = x`
                          for tgt in (n.targets if isinstance(n, ast.Assign) else [n.target]) for t in ast.walk(tgt))]
         if len(binds) != 1 or not isinstance(binds[0], ast.Assign) or len(binds[0].targets) != 1:
             return False
         target, value = binds[0].targets[0], binds[0].value
         if isinstance(target, ast.Name):
-            return of_param(value)
+            return of_param(value) or self._per_rank_extent(value, fn)
         # `M, K = a.shape`: every name of the unpacking is an extent of `a`
         return isinstance(target, ast.Tuple) and isinstance(value, ast.Attribute) and value.attr == "shape" \
             and isinstance(value.value, ast.Name) and value.value.id in params
+
+    def _per_rank_extent(self, value: ast.AST, fn: ast.AST | None) -> bool:
+        """`M // world_size` of an input extent `M`: PKB's sizes are multiples of the world size,
+        so each rank's share is never 0 either."""
+        if not (isinstance(value, ast.BinOp) and isinstance(value.op, ast.FloorDiv)):
+            return False
+        divisor = value.right
+        if isinstance(divisor, ast.Name) and fn is not None:
+            divisor = self._single_assignment(divisor.id, fn) or divisor
+        return self._is_world_expr(divisor) and (isinstance(value.left, ast.Name) or isinstance(value.left, (ast.Subscript, ast.Call))) \
+            and self._input_extent(value.left, fn)
 
     def _rounded_down(self, node: ast.AST, fn: ast.AST | None, depth: int = 0) -> str | None:
         """`(n // 8) * 8`, through names bound once (`chunks = n // 8; tail_start = chunks * 8`):

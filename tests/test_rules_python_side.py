@@ -400,3 +400,32 @@ def test_item_on_a_pinned_attribute_reached_through_another_name_is_no_host_sync
     assert findings(analyzer, tmp_path, PINNED_SHAPES.replace("SOURCE", "sizes_host")).get("PKB008") == [21]
     # the device tensor's .item() (line 27) is a host sync of its own
     assert findings(analyzer, tmp_path, PINNED_SHAPES.replace("SOURCE", "sizes_dev")).get("PKB008") == [21, 27]
+
+
+EMPTY_SHARE = '''
+import torch
+import torch.distributed as dist
+
+
+def solution(x_local, w):
+    world_size = dist.get_world_size()
+    M, H = SOURCE
+    M_local = M // world_size
+    out = torch.empty((M_local, H), dtype=x_local.dtype, device=x_local.device)
+    if M_local == 0:
+        dist.barrier()
+        return out
+    staged = torch.zeros((world_size, M_local, H), dtype=x_local.dtype, device=x_local.device)
+    staged[:, :M_local, :] = x_local.view(world_size, M_local, H)
+    dist.all_reduce(staged)
+    return staged.sum(0) @ w
+'''
+
+
+def test_a_rank_share_of_an_input_extent_is_never_empty_on_the_run(analyzer, tmp_path):
+    # M // world_size of the input's rows: PKB's sizes are multiples of the world size, so the
+    # empty-share branch (and its barrier) never runs; the slice assignment to `staged[:, :M_local]`
+    # does not rebind M_local
+    assert "PKB008" not in findings(analyzer, tmp_path, EMPTY_SHARE.replace("SOURCE", "x_local.shape"))
+    # rows that are not an input's extent: the run does not decide the branch
+    assert findings(analyzer, tmp_path, EMPTY_SHARE.replace("SOURCE", "(w.shape[1] - 4, 4)")).get("PKB008") == [11]
