@@ -402,21 +402,30 @@ class RunBranches:
             return False
         target, value = binds[0].targets[0], binds[0].value
         if isinstance(target, ast.Name):
-            return of_param(value) or self._per_rank_extent(value, fn)
+            return of_param(value) or self._per_rank_extent(node.id, value, fn)
         # `M, K = a.shape`: every name of the unpacking is an extent of `a`
         return isinstance(target, ast.Tuple) and isinstance(value, ast.Attribute) and value.attr == "shape" \
             and isinstance(value.value, ast.Name) and value.value.id in params
 
-    def _per_rank_extent(self, value: ast.AST, fn: ast.AST | None) -> bool:
-        """`M // world_size` of an input extent `M`: PKB's sizes are multiples of the world size,
-        so each rank's share is never 0 either."""
+    def _per_rank_extent(self, name: str, value: ast.AST, fn: ast.AST | None) -> bool:
+        """`name = M // world_size` of an input extent `M`: PKB's sizes are multiples of the world
+        size, so each rank's share is never 0 either."""
         if not (isinstance(value, ast.BinOp) and isinstance(value.op, ast.FloorDiv)):
             return False
         divisor = value.right
         if isinstance(divisor, ast.Name) and fn is not None:
             divisor = self._single_assignment(divisor.id, fn) or divisor
-        return self._is_world_expr(divisor) and (isinstance(value.left, ast.Name) or isinstance(value.left, (ast.Subscript, ast.Call))) \
-            and self._input_extent(value.left, fn)
+        if not self._is_world_expr(divisor):
+            return False
+        # `a = b // ws` and `b = a // ws` would ask each other forever: one name in flight at a time
+        in_flight = self.__dict__.setdefault("_extents_in_flight", set())
+        if name in in_flight:
+            return False
+        in_flight.add(name)
+        try:
+            return self._input_extent(value.left, fn)
+        finally:
+            in_flight.discard(name)
 
     def _rounded_down(self, node: ast.AST, fn: ast.AST | None, depth: int = 0) -> str | None:
         """`(n // 8) * 8`, through names bound once (`chunks = n // 8; tail_start = chunks * 8`):
