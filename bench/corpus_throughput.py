@@ -174,9 +174,8 @@ def eval_part(pkb_root: Path, files: list[Path], args: argparse.Namespace, tmp: 
     wall = None
     walls: dict[int, float] = {}
     if args.ours:
-        for bj in args.build_jobs:  # each on its own cold build cache, one after another
-            name = "eval_out" if bj == args.build_jobs[0] else f"eval_out_bj{bj}"
-            walls[bj] = ours_eval(pkb_root, files, args, tmp, out_name=name, build_jobs=bj)
+        for i, bj in enumerate(dict.fromkeys(args.build_jobs)):  # each value once, on its own cold build cache
+            walls[bj] = ours_eval(pkb_root, files, args, tmp, out_name="eval_out" if i == 0 else f"eval_out_bj{bj}", build_jobs=bj)
         wall = walls[args.build_jobs[0]]
         result.update(ours_wall_s=wall, ours_per_hour=len(files) / wall * 3600, ours_by_build_jobs=walls)
         if args.check_timing:
