@@ -196,7 +196,7 @@ class PointerFlow:
                 return self.getv(key)
             # `args.ptrs[peer]` in a template kernel over `PtrArray<N>`: the member of a dependent type
             # names no declaration; the field of that name the host code filled is the one meant
-            name = n.spelling or self._dependent_member_name(n) if r is None else ""
+            name = (n.spelling or self._dependent_member_name(n)) if r is None else ""
             if name in self.fields_by_name:
                 return self.getv(self.fields_by_name[name])
             return ("unknown", "")

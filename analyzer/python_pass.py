@@ -79,6 +79,7 @@ class PythonPass(CallCategories, PointerKinds, HostTensors, Reachability, CacheS
         self.loop_nodes: list[tuple[ast.AST, str]] = []  # loops on the timed path, with their function
         self.parents: dict[int, ast.AST] = {}  # id(node) -> its parent
         self.host_locals: dict[int, set[str]] = {}  # id(function def) -> names bound to host tensors
+        self.extents_in_flight: set[str] = set()  # names RunBranches._per_rank_extent is deciding now
         self._dict_values_by_key: dict[str, list[ast.AST]] | None = None
         self._slot_stores_by_name: dict[str, list[ast.AST]] | None = None
         self._name_assignments: dict[int, dict[str, list[ast.AST]]] = {}  # id(function def) -> name -> values

@@ -418,14 +418,13 @@ class RunBranches:
         if not self._is_world_expr(divisor):
             return False
         # `a = b // ws` and `b = a // ws` would ask each other forever: one name in flight at a time
-        in_flight = self.__dict__.setdefault("_extents_in_flight", set())
-        if name in in_flight:
+        if name in self.extents_in_flight:
             return False
-        in_flight.add(name)
+        self.extents_in_flight.add(name)
         try:
             return self._input_extent(value.left, fn)
         finally:
-            in_flight.discard(name)
+            self.extents_in_flight.discard(name)
 
     def _rounded_down(self, node: ast.AST, fn: ast.AST | None, depth: int = 0) -> str | None:
         """`(n // 8) * 8`, through names bound once (`chunks = n // 8; tail_start = chunks * 8`):
