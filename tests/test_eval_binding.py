@@ -55,3 +55,13 @@ def test_binding_details_pick_the_closest_overload_and_read_reprs():
     # an ordinary TypeError stays a python_exception
     assert classify_exception(TypeError("unsupported operand type(s) for +: 'int' and 'str'")) == ("runtime_error", "python_exception")
     assert binding_details("f() takes 2 positional arguments but 3 were given") is None
+
+
+def test_binding_mismatch_reads_the_same_under_emulation(tmp_path):
+    from pkb.emulate import emulated_evaluate
+
+    path = write_candidate(tmp_path / "c", "1_allreduce_binding.py", BINDING)
+    rec = emulated_evaluate(path, 1, 4, trials=1, device="cpu", dtype="float32", call_timeout_s=20.0)
+    assert (rec["outcome"], rec["subtype"]) == ("runtime_error", "binding_mismatch"), rec["reason"]
+    assert rec["details"]["binding"]["mismatches"] == [{"arg": 0, "name": "arg0", "declared": "torch.Tensor", "passed": "int"}]
+    assert "_data_address() binding mismatch: argument 0 (arg0) declared torch.Tensor, passed int" in rec["reason"]

@@ -390,7 +390,7 @@ class _Run:
     # ---- failures ---------------------------------------------------------------------------
 
     def _failure(self, world: World, out: StepOutcome, source: str, phase: str, probe: Any = None) -> dict[str, Any] | None:
-        from pkb.eval.classify import classify_exception
+        from pkb.eval.classify import classify_exception, error_extras
 
         errors, missing = [], []
         for res in out.results:
@@ -412,6 +412,7 @@ class _Run:
                 "type": type(exc).__name__,
                 "message": str(exc)[:4000],
                 "traceback": res.traceback[-8000:],
+                **(error_extras(subtype, exc) if src == "candidate" else {}),
             }))
             if isinstance(exc, NotEmulated):
                 missing.append(errors[-1])

@@ -205,6 +205,14 @@ _BINDING_HEAD = re.compile(r"(?P<fn>[\w.]+)\(\): incompatible function arguments
 _OVERLOAD = re.compile(r"^\s*\d+\.\s*\((?P<params>.*)\)\s*->\s*(?P<ret>.+?)\s*$")
 
 
+def error_extras(subtype: str, exc: BaseException) -> dict[str, object]:
+    """What a rank's error record carries beyond its class and message, the same on real and on
+    emulated ranks: for a binding mismatch, the declared and the passed types."""
+    if subtype == "binding_mismatch":
+        return {"binding": binding_details(str(exc))}
+    return {}
+
+
 def binding_details(message: str) -> dict[str, object] | None:
     """The function, its declared overloads and the types it was given, from pybind11's message;
     `mismatches` pairs each argument whose type the closest overload does not take."""

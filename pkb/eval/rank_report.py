@@ -75,10 +75,9 @@ class Reporter:
             "traceback": tb[-8000:],
             "at": time.time(),  # against a peer's expiry: an error after it is that hang's echo
         }
-        if subtype == "binding_mismatch":
-            from pkb.eval.classify import binding_details
+        from pkb.eval.classify import error_extras
 
-            self.result["error"]["binding"] = binding_details(str(exc))
+        self.result["error"].update(error_extras(subtype, exc))
         self.save()
         print(f"[pkb.eval rank {self.rank}] {source} failed in {self.current}:\n{tb}", file=sys.stderr, flush=True)
 
