@@ -71,7 +71,7 @@ def test_the_evaluation_uses_the_records_tree(parses):
 
 
 def test_multicast_evidence_parses_at_most_once(parses):
-    from pkb.emulate.multicast import multicast_need
+    from pkb.eval.multicast import multicast_need
 
     rec = CandidateRecord(path="cand.py", source=SOURCE)
     rec.syntax_tree()

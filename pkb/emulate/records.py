@@ -5,7 +5,7 @@ For every record, as the real path does it: the problem from pkb.eval.problem_so
 before any clock runs (pkb.eval.build.prebuild, into our build directory per content hash), then
 the run in a process of its own (pkb.emulate.isolate) with the builds routed to that directory.
 A failure that only the missing multicast explains becomes `not_run` "needs multicast"
-(pkb.emulate.multicast). Every result goes to the SQLite store, marked emulated, under a key of
+(pkb.eval.multicast). Every result goes to the SQLite store, marked emulated, under a key of
 its own (the virtual world size in it), so an emulated result never replaces a real one and a
 rerun skips what is done.
 """
@@ -169,7 +169,7 @@ def run_prepared(p: Prepared, world_size: int, options: Any, store: Any, device:
     """The run in a process of its own, the needs-multicast verdict, the store."""
     from pkb.emulate.evaluate import CAVEATS
     from pkb.emulate.isolate import run_child
-    from pkb.emulate.multicast import multicast_need, needs_multicast_verdict
+    from pkb.eval.multicast import multicast_need, needs_multicast_verdict
 
     ev, ref, key = p.evaluation, p.ref, p.key
     job_dir = options.resolved_work_dir() / "emulated" / "jobs" / f"{ref.stem}-{p.sha[:16]}-{key}"

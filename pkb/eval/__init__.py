@@ -351,6 +351,7 @@ def finish(pending: Pending, result: Any, store: Any, rec: Any = None) -> dict[s
     evaluation.update(decide(result, pending.job, outside_kills_before=outside_kills))
     evaluation["details"] = {**before, **(evaluation.get("details") or {})}
     _probe_reference(pending, evaluation)
+    _judge_multicast(pending, evaluation, result, rec)
     if rec is not None and pending.job.profile:
         rec.profile = _profile_summary(rec, pending, result)
         check = profile_agreement(evaluation.get("details") or {}, rec.profile)
@@ -368,6 +369,19 @@ def finish(pending: Pending, result: Any, store: Any, rec: Any = None) -> dict[s
     )
     store.write_evaluation(pending.sha256, pending.config_key, pending.problem_id, evaluation, [r.result for r in result.ranks])
     return evaluation
+
+
+def _judge_multicast(pending: Pending, evaluation: dict[str, Any], result: Any, rec: Any) -> None:
+    """A failure that multicast switched off explains is not the candidate's: "needs multicast"."""
+    from pkb.eval.multicast import real_rank_multicast_verdict
+
+    try:
+        source = Path(pending.job.candidate_path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return
+    verdict = real_rank_multicast_verdict(evaluation, [r.result for r in result.ranks], source, rec)
+    if verdict is not None:
+        evaluation.update(verdict)
 
 
 def _probe_reference(pending: Pending, evaluation: dict[str, Any]) -> None:

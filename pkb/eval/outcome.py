@@ -737,6 +737,7 @@ def rank_summary(result: Any) -> list[dict[str, Any]]:
                 "timing": timing,
                 "timed_checks_matched": all(c.get("matched") for c in res.get("timed_checks") or []),
                 "refresh_matched": (res.get("refresh_check") or {}).get("matched"),
+                "symm_mem": res.get("symm_mem"),  # handles given, and those with no multicast address
                 "stdout_tail": r.stdout_tail[-2000:],
                 "stderr_tail": r.stderr_tail[-4000:],
             }

@@ -225,6 +225,10 @@ class Rank(RankTiming):
 
             route_builds(Path(self.job.build_root))
         BuildTracker(self.reporter).install()
+        from pkb.eval.multicast import MulticastAddressWatch
+
+        # handles with a multicast address of 0: the run's evidence for a "needs multicast" verdict
+        MulticastAddressWatch(self.reporter.result.setdefault("symm_mem", {})).install()
         self.snapshot = HarnessSnapshot()
         if self.channel is not None and self.channel.open:
             # the timing's raw figures go through it: a wrapped file object or a descriptor

@@ -1,11 +1,14 @@
-"""Candidates that need NVLink multicast, where there is none (one GPU, and every emulated world).
+"""Candidates that need NVLink multicast, where there is none (multicast switched off, as on the
+shared GPU machines; one GPU; every emulated world).
 
 `hdl.multicast_ptr` is 0 where multicast is off. A candidate whose `multimem.*` path runs on
 that 0 with no fallback fails for the machine's sake, not its own: its failure (a hang, an
 illegal address, a wrong result) says nothing about its protocol. `multicast_need` gathers the
 static evidence (the `multimem.*` lines, and any test of multicast_ptr against 0 that would
-lead to a fallback); `needs_multicast_verdict` turns a failed emulated run into `not_run`
-"needs multicast" when that evidence and the run agree, and leaves every other result alone.
+lead to a fallback); `needs_multicast_verdict` turns a failed run into `not_run` "needs
+multicast" when that evidence and the run agree, and leaves every other result alone. On real
+ranks the run's side of the evidence is `MulticastAddressWatch`: how many symmetric-memory
+handles the rank was given with a multicast address of 0.
 
 Reads the candidate's source, parsed once: the record's own tree where the record holds that
 source, else parsed here.
@@ -218,6 +221,64 @@ def needs_multicast_verdict(evaluation: dict[str, Any], need: dict[str, Any]) ->
         "correct": False,
         "details": details,
         "reason": (f"needs multicast: the candidate runs multimem.* ({shown}: {first['snippet'][:80]}) on hdl.multicast_ptr, "
-                   "which is 0 without NVLink multicast (one GPU, emulation), and has no fallback for 0; "
+                   "which is 0 where NVLink multicast is off (switched off, one GPU, emulation), and has no fallback for 0; "
                    f"the run gave {observed['outcome'] or observed['status']}/{observed['subtype']}"),
     }
+
+
+class MulticastAddressWatch:
+    """Counts, on a real rank, the symmetric-memory handles `rendezvous` returns and those whose
+    multicast address is 0 (multicast off or absent), into `counts` (the rank's report). Installed
+    before the candidate is imported, so `symm_mem.rendezvous` and a name imported from it reach
+    the wrapper; the handle is the library's own, untouched."""
+
+    def __init__(self, counts: dict[str, int], module: Any = None) -> None:
+        self.counts = counts
+        self.module = module
+
+    def install(self) -> None:
+        module = self.module
+        if module is None:
+            try:
+                import torch.distributed._symmetric_memory as module
+            except ImportError:  # a torch without symmetric memory: nothing to watch
+                return
+        original = getattr(module, "rendezvous", None)
+        if original is None or getattr(original, "_pkb_multicast_watch", False):
+            return
+        counts = self.counts
+        counts.setdefault("handles", 0)
+        counts.setdefault("multicast_zero", 0)
+
+        def rendezvous(*args: Any, **kwargs: Any) -> Any:
+            handle = original(*args, **kwargs)
+            counts["handles"] += 1
+            try:
+                address = int(getattr(handle, "multicast_ptr", 0) or 0)
+            except Exception:  # noqa: BLE001 - a handle that cannot say has no multicast address to give
+                address = 0
+            if address == 0:
+                counts["multicast_zero"] += 1
+            return handle
+
+        rendezvous._pkb_multicast_watch = True  # type: ignore[attr-defined]
+        rendezvous.__wrapped__ = original  # type: ignore[attr-defined]
+        module.rendezvous = rendezvous
+
+
+def real_rank_multicast_verdict(evaluation: dict[str, Any], rank_results: list[dict[str, Any] | None], source: str,
+                                record: Any = None) -> dict[str, Any] | None:
+    """The "needs multicast" verdict for a failed run on real ranks, or None to keep the run's.
+
+    Only where a rank was handed a symmetric-memory handle whose multicast address was 0 (the
+    run's own evidence that multicast was off), and `needs_multicast_verdict` agrees."""
+    if evaluation.get("correct") or evaluation.get("status") not in ("ran", "inconclusive"):
+        return None
+    zero = sum(int(((r or {}).get("symm_mem") or {}).get("multicast_zero") or 0) for r in rank_results)
+    if zero == 0:
+        return None
+    need = multicast_need(source, record)
+    if not need["multimem"]:
+        return None
+    details = {**(evaluation.get("details") or {}), "multicast_evidence": need, "multicast_reads": zero}
+    return needs_multicast_verdict({**evaluation, "details": details}, need)

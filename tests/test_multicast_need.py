@@ -7,7 +7,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from pkb.emulate.multicast import multicast_need, needs_multicast_verdict, python_guards
+from pkb.eval.multicast import multicast_need, needs_multicast_verdict, python_guards
 from pkb.emulate.records import emulate_records
 from pkb.eval.options import EvalOptions
 
@@ -171,7 +171,7 @@ def test_verdict_keeps_failures_that_address_zero_does_not_explain():
 
 
 def test_multimem_named_in_a_docstring_or_comment_is_no_evidence():
-    from pkb.emulate.multicast import multicast_need
+    from pkb.eval.multicast import multicast_need
 
     source = (
         '"""Uses multimem.ld_reduce for the all-reduce."""\n'
@@ -182,3 +182,74 @@ def test_multimem_named_in_a_docstring_or_comment_is_no_evidence():
         '"""\n'
     )
     assert [e["line"] for e in multicast_need(source)["multimem"]] == [5]
+
+
+# ---- real ranks: the run's evidence is the handles' multicast address -----------------------------
+
+MULTIMEM_SOURCE = textwrap.dedent('''
+    SRC = "asm volatile(\\"multimem.ld_reduce.relaxed.sys.global.add.v4.bf16x2 {%0, %1, %2, %3}, [%4];\\");"
+    def solution(x):
+        hdl = _handle(x)
+        _ext.reduce(int(hdl.multicast_ptr), x)
+        return x
+''')
+FAILED = {"status": "ran", "outcome": "runtime_error", "subtype": "illegal_address", "correct": False,
+          "reason": "rank 0 in trial 0 candidate: AcceleratorError: an illegal memory access", "details": {}}
+
+
+class _Handle:
+    def __init__(self, address):
+        self.multicast_ptr = address
+
+
+class _SymmMem:
+    """Stands in for torch.distributed._symmetric_memory: rendezvous hands out one handle per call."""
+
+    def __init__(self, addresses):
+        self.addresses = list(addresses)
+
+    def rendezvous(self, buf, group=None):
+        return _Handle(self.addresses.pop(0))
+
+
+def test_the_watch_counts_handles_without_a_multicast_address():
+    from pkb.eval.multicast import MulticastAddressWatch
+
+    counts, module = {}, _SymmMem([0, 0x7F0000000000, 0])
+    MulticastAddressWatch(counts, module).install()
+    MulticastAddressWatch(counts, module).install()  # installed once, not wrapped twice
+    rendezvous = module.rendezvous  # a name bound after the install reaches the wrapper too
+    handles = [rendezvous(None) for _ in range(3)]
+    assert [h.multicast_ptr for h in handles] == [0, 0x7F0000000000, 0]  # the library's handles, untouched
+    assert counts == {"handles": 3, "multicast_zero": 2}
+
+
+def test_real_ranks_given_no_multicast_address_make_a_multimem_failure_not_the_candidates():
+    from pkb.eval.multicast import real_rank_multicast_verdict
+
+    off = [{"symm_mem": {"handles": 1, "multicast_zero": 1}}, None]
+    verdict = real_rank_multicast_verdict(FAILED, off, MULTIMEM_SOURCE)
+    assert verdict is not None and (verdict["status"], verdict["outcome"], verdict["subtype"]) == ("not_run", "", "needs_multicast")
+    assert verdict["reason"].startswith("needs multicast: the candidate runs multimem.* (line 2")
+    assert verdict["details"]["multicast"]["observed"]["subtype"] == "illegal_address"
+    assert verdict["details"]["multicast_reads"] == 1
+
+    on = [{"symm_mem": {"handles": 1, "multicast_zero": 0}}]  # multicast was there: the failure is its own
+    assert real_rank_multicast_verdict(FAILED, on, MULTIMEM_SOURCE) is None
+    assert real_rank_multicast_verdict(FAILED, [{}], MULTIMEM_SOURCE) is None  # no evidence from the run
+    guarded = MULTIMEM_SOURCE.replace("_ext.reduce(", "if int(hdl.multicast_ptr) != 0:\n        _ext.reduce(")
+    assert real_rank_multicast_verdict(FAILED, off, guarded) is None  # a fallback it did not take
+    assert real_rank_multicast_verdict(FAILED, off, "def solution(x):\n    return x\n") is None  # no multimem
+    binding = {**FAILED, "subtype": "binding_mismatch"}  # a wrong signature is its own, multicast or not
+    assert real_rank_multicast_verdict(binding, off, MULTIMEM_SOURCE) is None
+    correct = {**FAILED, "outcome": "faster", "subtype": "", "correct": True}
+    assert real_rank_multicast_verdict(correct, off, MULTIMEM_SOURCE) is None
+
+
+def test_every_real_rank_reports_its_symmetric_memory_handles(tmp_path):
+    from test_eval_support import quick_options, run_eval, write_candidate
+
+    path = write_candidate(tmp_path / "c", "1_allreduce_plain.py", "def solution(x):\n    y = x.clone()\n    dist.all_reduce(y)\n    return y\n")
+    (rec,) = run_eval([path], quick_options(tmp_path, world_size=2, trials=1))
+    ranks = rec.evaluation["ranks"]
+    assert len(ranks) == 2 and all(r["symm_mem"] == {"handles": 0, "multicast_zero": 0} for r in ranks), ranks
