@@ -7,6 +7,12 @@ each in its own process at world size 1, on NCCL (GPU) and gloo (CPU).
 On NCCL at one rank (torch 2.11, H100, 2026-12-06) the candidates' call killed the rank with
 SIGSEGV where gloo ran it; this prints each variant's exit status and, for a fault, the native
 stack (gdb, where installed) or Python's (faulthandler).
+
+On the H200 (2026-12-06, later session; no gdb there): NCCL faults in both async_op=False forms
+(with and without an explicit timeout) and runs the async_op=True form and every control; gloo
+runs all six. torch's own wrappers call `wait()` only on a Work that is not None, for backends
+that sync in C++ and return none when async_op is False; the fault is consistent with the boxed
+call's caller doing `[1].wait()` on that empty Work.
 """
 
 from __future__ import annotations
