@@ -84,6 +84,7 @@ class PythonPass(CallCategories, PointerKinds, HostTensors, Reachability, CacheS
         self._slot_stores_by_name: dict[str, list[ast.AST]] | None = None
         self._name_assignments: dict[int, dict[str, list[ast.AST]]] = {}  # id(function def) -> name -> values
         self._module_constants: dict[str, ast.AST] | None = None  # module-level names bound once
+        self._call_counters: set[str] | None = None  # expressions the code steps by `+= 1` (RunBranches)
         self._return_line = 0  # the return statement _reused_returns is looking at
 
     # ---- entry --------------------------------------------------------------------------------

@@ -81,6 +81,30 @@ def _is_size_expr(node: ast.AST) -> bool:
 _NO_LITERAL = object()
 
 
+# PKB's worker makes 500 warm-up and 100 timed calls (and a few checks): a counter stepped by at
+# most 16 per statement, even in a loop of a hundred per call, stays under this.
+_COUNTER_NEVER_REACHES = 10_000_000
+
+
+def _int_value(node: ast.AST, depth: int = 0) -> int | None:
+    """An integer constant expression's value: `1_000_000_000`, `1 << 30`, `2**31 - 1`, `0x7FFFFFFF`."""
+    if depth > 4:
+        return None
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.BinOp):
+        a, b = _int_value(node.left, depth + 1), _int_value(node.right, depth + 1)
+        if a is None or b is None:
+            return None
+        if isinstance(node.op, ast.Pow) and 0 <= b <= 64:
+            return a ** b
+        if isinstance(node.op, ast.LShift) and 0 <= b <= 64:
+            return a << b
+        ops = {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}
+        return ops.get(type(node.op))
+    return None
+
+
 def _literal(node: ast.AST) -> object:
     """The value of a literal (`-1`, `None`, `"x"`); _NO_LITERAL for anything else."""
     try:
@@ -447,6 +471,15 @@ class RunBranches:
     def _compare_value(self, left: ast.AST, op: ast.cmpop, right: ast.AST, fn: ast.AST | None) -> bool | None:
         run = self.run_ctx
         left, right = self._constant_of(left, fn), self._constant_of(right, fn)
+        # `res["epoch"] += 1` ... `if res["epoch"] > 1_000_000_000:` (a wrap guard): a counter
+        # stepped a little per call never reaches ten million in PKB's few hundred calls.
+        for counter, bound, counter_left in ((left, right, True), (right, left, False)):
+            limit = _int_value(bound)
+            if limit is not None and limit >= _COUNTER_NEVER_REACHES and ast.unparse(counter) in self.call_counters():
+                below = {ast.Lt: True, ast.LtE: True, ast.Gt: False, ast.GtE: False, ast.Eq: False, ast.NotEq: True}
+                if type(op) in below:
+                    held = below[type(op)]
+                    return held if counter_left or isinstance(op, (ast.Eq, ast.NotEq)) else not held
         # `tail_start = (n // 8) * 8; if tail_start < n:` the tail of an aligned size is empty.
         if _is_size_expr(right) and self._rounded_down(left, fn) == ast.unparse(right):
             table = {ast.Lt: False, ast.NotEq: False, ast.Eq: True, ast.GtE: True}
@@ -530,6 +563,19 @@ class RunBranches:
             if isinstance(op, (ast.Gt, ast.NotEq)):
                 return True
         return None
+
+    def call_counters(self) -> set[str]:
+        """The expressions (`self.calls`, `res["epoch"]`, `_step`) that the module only ever steps
+        up by a small constant (`x += 1`), as their source text."""
+        if self._call_counters is None:
+            stepped: set[str] = set()
+            for node in ast.walk(self.tree):
+                if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add):
+                    step = _int_value(node.value)
+                    if step is not None and 0 < step <= 16:
+                        stepped.add(ast.unparse(node.target))
+            self._call_counters = stepped
+        return self._call_counters
 
     def _whole_world_size(self, value: ast.AST, fn: ast.AST) -> bool:
         """`dist.get_world_size()`, or of a group that is the whole world on the run: the default

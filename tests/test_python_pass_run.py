@@ -610,3 +610,31 @@ def test_a_flag_cleared_only_on_a_branch_the_run_skips_keeps_its_value():
     # a global flag may be changed by another call: left undecided too
     shared = src.replace("use_mc = True\n", "global use_mc\n            use_mc = True\n", 1)
     assert "global use_mc" in shared and paths(facts(shared), "synchronize") == ["timed"]
+
+
+def test_a_wrap_guard_on_a_call_counter_never_runs():
+    # `res["epoch"] += 1` per call, re-initialised past a billion: PKB's few hundred calls never get
+    # there, so the barrier behind it is not on the run (GPT-5.5's 13_gemm_allreduce)
+    src = '''
+        import torch
+        import torch.distributed as dist
+        _cache = {}
+        def solution(x):
+            res = _cache.setdefault("r", {"epoch": 0})
+            res["epoch"] += 1
+            if res["epoch"] > 1_000_000_000:
+                dist.barrier()
+                res["epoch"] = 1
+            if (1 << 30) <= res["epoch"]:
+                dist.all_reduce(x)
+            if res["epoch"] < 2**31 - 1:
+                x = x * x.sum().item()
+            if x.numel() > 1_000_000_000:
+                dist.broadcast(x, 0)
+            return x
+    '''
+    f = facts(src)
+    assert paths(f, "barrier") == ["fallback"] and paths(f, "all_reduce") == ["fallback"]
+    assert paths(f, "item") == ["timed"]
+    # a size is no counter: undecided, so it stays on the run
+    assert paths(f, "broadcast") == ["timed"]
