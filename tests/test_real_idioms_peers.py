@@ -423,3 +423,35 @@ def test_a_peer_kernel_that_only_copies_is_not_fused_by_a_local_kernel_sharing_i
     rec = analyze(tmp_path, "41_ddp_cuda.py", TEMPLATE_HELPER.replace("UPDATE", "w[i] = g;"))
     assert rec.label_values("mechanism") == ["sm_load"]
     assert "fused_kernel" not in rec.label_values("overlap")
+
+
+def test_a_volatile_word_stored_through_a_peer_flag_pointer_is_a_flag_not_sm_store(tmp_path):
+    # Gemini's 44_fused_adam: `volatile int* peer_flag_ptr = (volatile int*)flag_ptrs[p];
+    # peer_flag_ptr[slot] = step;` then the peers pull the payload: the push is a signal
+    kernel = """__global__ void gather_peers_kernel(const long long* peer_ptrs, char* out, int64_t shard_bytes, int world_size,
+                                    const long long* flag_ptrs, int my_rank, int step) {
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+        __threadfence_system();
+        for (int p = 0; p < world_size; ++p) {
+            volatile int* peer_flag_ptr = reinterpret_cast<volatile int*>(flag_ptrs[p]);
+            peer_flag_ptr[my_rank] = step;
+        }
+    }
+    int rank = blockIdx.y;"""
+    src = PULL_BY_BLOCK_ROW.replace("""__global__ void gather_peers_kernel(const long long* peer_ptrs, char* out, int64_t shard_bytes, int world_size) {
+    int rank = blockIdx.y;""", kernel)
+    src = src.replace("(char*)out.data_ptr(), shard_bytes, world_size);",
+                      "(char*)out.data_ptr(), shard_bytes, world_size,\n        (const long long*)flags.data_ptr<int64_t>(), 0, 1);")
+    src = src.replace("void launch_gather(torch::Tensor ptrs,", "void launch_gather(torch::Tensor flags, torch::Tensor ptrs,")
+    src = src.replace("_ext.launch_gather(ptrs,", "_ext.launch_gather(ptrs, ptrs,")
+    assert "peer_flag_ptr[my_rank] = step;" in src and "flags.data_ptr" in src
+    rec = analyze(tmp_path, "2_allgather_cuda.py", src)
+    assert rec.label_values("mechanism") == ["sm_load"]
+    assert "device_flags" in rec.label_values("sync")
+    # the same volatile store through a pointer not named as a flag stays a peer store
+    plain = src.replace("peer_flag_ptr", "peer_out_ptr")
+    assert rec_values(analyze(tmp_path, "2_allgather_cuda.py", plain)) == ["sm_load", "sm_store"]
+
+
+def rec_values(rec):
+    return sorted(rec.label_values("mechanism"))
