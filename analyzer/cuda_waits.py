@@ -22,6 +22,14 @@ def _is_cas(access) -> bool:
     return access.kind == "atomic" and bool(_CAS.search(access.snippet or ""))
 
 
+# `atomicAdd_system(flag, 0u)`, `atomicOr(flag, 0)`: an atomic that adds nothing only reads the flag
+_ATOMIC_READ = re.compile(r"\batomic(?:Add|Or|Xor|Sub)\w*\s*\([^;]*,\s*\(?\s*(?:\(\w+\)\s*)?0+[uUlL]*\s*\)?\s*\)")
+
+
+def _is_atomic_read(access) -> bool:
+    return access.kind == "atomic" and bool(_ATOMIC_READ.search(access.snippet or ""))
+
+
 _CAS_EXPECTED = re.compile(r"atomicCAS\w*\s*\(\s*[^,()]*(?:\([^()]*\)[^,()]*)*,\s*(\w+)\s*,")
 
 
@@ -51,9 +59,10 @@ def waiting_functions(cuda: CudaFacts, src: CudaSource) -> set[str]:
             continue
         if a.via == "library" and a.pointer_kind in ("signal_ptr", "signal_ptr_array"):
             out.add(fn.name)  # a library barrier waits for every peer
-        elif a.kind in ("load", "atomic") and a.order in ("acquire", "acq_rel", "volatile") or _is_cas(a):
+        elif a.kind in ("load", "atomic") and a.order in ("acquire", "acq_rel", "volatile") or _is_cas(a) or _is_atomic_read(a):
             # a compare-and-swap retried until the peer's flag is there (torch's own barrier,
-            # `atom.relaxed.sys.cas` in a do/while) waits whatever its order; PKB001 judges the order
+            # `atom.relaxed.sys.cas` in a do/while), or an atomic add of 0 polled in one, waits
+            # whatever its order; PKB001 judges the order
             body = "\n".join(lines[fn.text_line - 1 : fn.text_end_line])
             if _is_cas(a) and a.order not in ("acquire", "acq_rel", "volatile") and _is_cas_update(a, body):
                 continue

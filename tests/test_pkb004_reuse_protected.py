@@ -288,3 +288,33 @@ def test_pkb004_one_wait_before_the_tile_loop_does_not_close_its_reads(tmp_path)
     rec = analyze(tmp_path, "76_opensora_conv3d_allreduce_cuda.py",
                   TILES.replace("WAIT_BEFORE", _WAIT.replace("tile,", "0,")).replace("WAIT_IN_LOOP", ""))
     assert [f.line for f in rec.findings if f.rule == "PKB004"] == [_line(rec, "_ext.run(x, buf")]
+
+
+_ADD_ZERO_BARRIER = """__device__ void tile_barrier(const int64_t* signal_ptrs, int64_t tile, int rank, int world_size) {
+    int t = threadIdx.x;
+    if (t < world_size) {
+        unsigned int* remote = reinterpret_cast<unsigned int*>(signal_ptrs[t]) + tile * world_size + rank;
+        unsigned int* local = reinterpret_cast<unsigned int*>(signal_ptrs[rank]) + tile * world_size + t;
+        __threadfence_system();
+        atomicExch_system(remote, 1u);
+        unsigned int seen = 0;
+        do {
+            seen = atomicAdd_system(local, 0u);
+        } while (seen != 1u);
+    }
+    __syncthreads();
+}"""
+
+
+def test_pkb004_a_flag_polled_by_adding_zero_is_a_wait(tmp_path):
+    # GPT-5.5's 13_gemm_allreduce polls its peers' arrival with `atomicAdd_system(addr, 0u)` in a
+    # do/while: an atomic that adds nothing reads the flag, so the per-tile barrier waits
+    start = TILES.index("__device__ void tile_barrier")
+    end = TILES.index("__global__ void reduce_tiles")
+    src = TILES[:start] + _ADD_ZERO_BARRIER + "\n" + TILES[end:]
+    rec = analyze(tmp_path, "76_opensora_conv3d_allreduce_cuda.py", src.replace("WAIT_BEFORE", "").replace("WAIT_IN_LOOP", _WAIT))
+    assert [f.line for f in rec.findings if f.rule == "PKB004"] == []
+    # an atomic add of one is no read of a flag: nothing waits, so the reads stay unclosed
+    counted = src.replace("atomicAdd_system(local, 0u)", "atomicAdd_system(local, 1u)")
+    rec = analyze(tmp_path, "76_opensora_conv3d_allreduce_cuda.py", counted.replace("WAIT_BEFORE", "").replace("WAIT_IN_LOOP", _WAIT))
+    assert [f.line for f in rec.findings if f.rule == "PKB004"] == [_line(rec, "_ext.run(x, buf")]
