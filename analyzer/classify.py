@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 
 from analyzer import ptx_ops
+from analyzer.flag_access import is_flag_access
 from analyzer.kernel_compute import kernel_computes, line_computes, one_thread, torch_matmul_lines
 from analyzer.python_async import async_library_overlap
 from analyzer.python_pass import is_metadata_collective
@@ -110,7 +111,7 @@ class Classifier(SideStreams):
         for a in inside:
             if (a.via == "asm" and a.line in engine_lines) or a.via == "tma":
                 continue
-            if a.pointer_kind in PEER_KINDS and _is_flag_access(a):
+            if a.pointer_kind in PEER_KINDS and is_flag_access(a):
                 add("sync", "device_flags", self.ev(a.line, "clang", f"flag {a.kind} ({a.order}.{a.scope or 'gpu'}) through {a.pointer}, a peer's symmetric buffer"))
             elif a.pointer_kind in PEER_KINDS and _is_metadata_access(a, k.fn.name):
                 value = {"load": "sm_load", "store": "sm_store", "atomic": "sm_atomic"}[a.kind]
@@ -568,29 +569,6 @@ def _drop_metadata_only(rec: CandidateRecord) -> None:
     for lab in rec.labels.get("mechanism", []):
         if lab not in meta_only:  # a payload label's evidence is its payload accesses
             lab.evidence = [e for e in lab.evidence if not e.note.startswith(METADATA_NOTE)]
-
-
-_FLAG_NAME = re.compile(r"flag|signal|sync|barrier|sem|ready|done|epoch", re.I)
-
-
-def _is_flag_access(a) -> bool:
-    """A release/acquire atomic, store or load on a peer pointer is a hand-written flag in the
-    candidate's own symmetric buffer (data moves with plain or relaxed accesses), and so is a
-    system-scope atomic on a pointer named as a flag (sync_ptrs, flags, ...) or in a device helper
-    named as one (`send_signal(uint32_t* addr)`: helpers take the slot as a plain `addr`). A
-    device-scope atomic on a pointer named as a flag (`atomicExch(&peer_flags[i], 1)`) raises a
-    flag too, however weakly ordered (PKB001 judges that); a helper's name alone does not make a
-    device-scope atomic a flag (a relaxed `red.add` into peer data in `signal_peer` is payload).
-    A volatile word (at most 64 bits) through a pointer named as a flag is one too."""
-    if a.via in ("library", "tma"):
-        return False
-    ordered = a.order in ("acquire", "release", "acq_rel") and a.scope in ("system", "")
-    flag_pointer = bool(_FLAG_NAME.search(a.pointer))
-    if a.order == "volatile" and flag_pointer and 0 < a.width_bits <= 64:
-        return True  # `volatile int* peer_flag = ...; peer_flag[slot] = step;`: a word, not payload
-    named = a.kind == "atomic" and ((a.scope == "system" and (flag_pointer or bool(_FLAG_NAME.search(a.function))))
-                                    or (a.scope in ("gpu", "") and flag_pointer))
-    return ordered or named
 
 
 def _orders_threads(fence_kind: str) -> bool:

@@ -328,3 +328,34 @@ def test_pkb013_a_tile_check_of_the_problems_own_block_size_is_not_narrow(analyz
     # solution(x, block_size=128): the problem's inputs are built in blocks of 128
     own = _edit(checked, "def solution(x):", "def solution(x, block_size: int = 128):")
     assert "PKB013" not in findings(analyzer, tmp_path, own)
+
+
+FLAGS_SIGNAL_KERNEL = _edit(
+    _edit(
+        FLAGS_POLL_KERNEL,
+        """        if (threadIdx.x == 0) { __threadfence_system(); flags[p][rank] = 1; }
+    }
+}""",
+        """    }
+}
+__global__ void signal_peers(int* const* flags, int rank, int world) {
+    int p = threadIdx.x;
+    if (p < world) {
+        volatile int* peer_flag = flags[p];
+        peer_flag[rank] = 1;
+    }
+}""",
+    ),
+    "x.data_ptr<float>(), rank, world, x.numel());\n",
+    "x.data_ptr<float>(), rank, world, x.numel());\n    signal_peers<<<1, 32>>>(reinterpret_cast<int* const*>(flags), rank, world);\n",
+)
+
+
+def test_pkb001_a_kernel_that_only_raises_its_peers_flags_is_not_reported(analyzer, tmp_path):
+    """Gemini's 40_ulysses_attention: the push, then a kernel that only stores volatile flags into
+    the peers, then one that polls: the launch boundary orders the push before the flags."""
+    assert "PKB001" not in findings(analyzer, tmp_path, FLAGS_SIGNAL_KERNEL)
+    # the same volatile flag stores at the end of the pushing kernel itself are reported
+    fused = _edit(_edit(FLAGS_SIGNAL_KERNEL, "peers[p][rank * n + i] = x[i];", "peers[p][rank * n + i] = x[i];\n        volatile int* peer_flag = flags[p];\n        if (threadIdx.x == 0) peer_flag[rank] = 1;"),
+                  "    signal_peers<<<1, 32>>>(reinterpret_cast<int* const*>(flags), rank, world);\n", "")
+    assert findings(analyzer, tmp_path, fused).get("PKB001") == [line_of(fused, "if (threadIdx.x == 0) peer_flag[rank] = 1;")]

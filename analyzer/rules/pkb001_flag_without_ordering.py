@@ -1,6 +1,7 @@
 import re
 
 from pkb.facts import PEER_KINDS, SIGNAL_KINDS
+from analyzer.flag_access import is_flag_access
 from analyzer.rules.base import Rule, reached_functions
 
 
@@ -13,7 +14,8 @@ class FlagWithoutOrdering(Rule):
     the kernel's memory-ordering detail is `volatile_only` or `relaxed`. A relaxed barrier that a
     kernel calls before any of its own work (torch's entry barrier) is not reported: it orders
     none of the kernel's own stores, and earlier kernels' stores are complete at the kernel boundary.
-    Nor is a kernel that is a barrier and nothing else (it stores only its flags), for the same reason.
+    Nor is a kernel that is a barrier or a signal and nothing else (it stores only its flags, plain,
+    relaxed or volatile), for the same reason.
     Nor is a kernel whose only flag access is a `volatile` poll (it stores no flag and nothing into
     a peer): a volatile load goes to memory on every test, the loads after the spin cannot be
     moved above it past the `__syncthreads()` or branch that follows, and GPUs do not speculate
@@ -61,7 +63,7 @@ class FlagWithoutOrdering(Rule):
                 if lab.value in ("volatile_only", "relaxed"):
                     if lab.value == "relaxed" and (_entry_barrier_only(ctx, k) or _barrier_kernel_only(ctx, k)):
                         continue
-                    if lab.value == "volatile_only" and _volatile_poll_only(ctx, k):
+                    if lab.value == "volatile_only" and (_volatile_poll_only(ctx, k) or _barrier_kernel_only(ctx, k)):
                         continue
                     ev = lab.evidence[0]
                     yield self.finding(ctx, ev.line, f"{k.name}: ordering is {lab.value}", kernel=k.name, pass_name=ev.pass_name)
@@ -86,19 +88,19 @@ def _volatile_poll_only(ctx, kernel) -> bool:
 
 def _barrier_kernel_only(ctx, kernel) -> bool:
     """A kernel that stores nothing but its flags (a standalone barrier launched between two
-    kernels): a relaxed protocol there orders none of its own stores, and the kernels around it
-    are ordered by the launch boundaries."""
+    kernels, or a kernel that only raises its peers' flags): a relaxed or volatile protocol there
+    orders none of its own stores, and the kernels around it are ordered by the launch boundaries."""
     for cuda in ctx.facts.cuda:
         if cuda.source_index != kernel.source_index:
             continue
         fn = next((f for f in cuda.functions if f.name == kernel.name), None)
         if fn is None:
             return False
-        if any(a.function == kernel.name and a.kind == "store" and a.pointer_kind not in SIGNAL_KINDS
-               for a in cuda.accesses):
+        flags = {a.line for a in cuda.accesses if a.function == kernel.name and (a.pointer_kind in SIGNAL_KINDS or is_flag_access(a))}
+        if any(a.function == kernel.name and a.kind == "store" and a.line not in flags for a in cuda.accesses):
             return False
         body = ctx.lines[fn.line - 1 : fn.end_line]
-        return not any(_STORE.search(line.split("//")[0]) for line in body)
+        return not any(_STORE.search(line.split("//")[0]) for i, line in enumerate(body) if fn.line + i not in flags)
     return False
 
 
