@@ -438,6 +438,10 @@ def test_dist_counter_counts_the_dispatchers_collective_operators(tmp_path):
         with torch._C._ExcludeDispatchKeyGuard(hidden):  # (factory functions need that key: made outside)
             work = torch.ops.c10d.allreduce_([t], boxed, op, None, False)[1]
         work.wait()
+        # The boxed group (a script object) must not hold the group's last reference: its release
+        # keeps the GIL while the group's destructor joins gloo's thread, which may need the GIL to
+        # free the finished work's tensors (a deadlock seen in this test, 2026-12-06).
+        del work, boxed
         assert c.total == 5 and c.uncounted_since(mark) == 1  # (inactive: counted by nothing else)
         c._libraries["c10d"]._destroy()  # what a candidate reaching the Library object through gc could do
         assert "dispatcher c10d::allreduce_ (BackendSelect)" in snapshot.changed()
