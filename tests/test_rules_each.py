@@ -359,3 +359,7 @@ def test_pkb001_a_kernel_that_only_raises_its_peers_flags_is_not_reported(analyz
     fused = _edit(_edit(FLAGS_SIGNAL_KERNEL, "peers[p][rank * n + i] = x[i];", "peers[p][rank * n + i] = x[i];\n        volatile int* peer_flag = flags[p];\n        if (threadIdx.x == 0) peer_flag[rank] = 1;"),
                   "    signal_peers<<<1, 32>>>(reinterpret_cast<int* const*>(flags), rank, world);\n", "")
     assert findings(analyzer, tmp_path, fused).get("PKB001") == [line_of(fused, "if (threadIdx.x == 0) peer_flag[rank] = 1;")]
+    # plain flag words are reported even in a kernel of their own: no launch boundary keeps the
+    # compiler from holding a plain flag in a register (our corpus's 33_ulysses hangs so)
+    plain = _edit(FLAGS_SIGNAL_KERNEL, "volatile int* peer_flag = flags[p];", "int* peer_flag = flags[p];")
+    assert findings(analyzer, tmp_path, plain).get("PKB001") == [line_of(plain, "peer_flag[rank] = 1;")]

@@ -14,8 +14,9 @@ class FlagWithoutOrdering(Rule):
     the kernel's memory-ordering detail is `volatile_only` or `relaxed`. A relaxed barrier that a
     kernel calls before any of its own work (torch's entry barrier) is not reported: it orders
     none of the kernel's own stores, and earlier kernels' stores are complete at the kernel boundary.
-    Nor is a kernel that is a barrier or a signal and nothing else (it stores only its flags, plain,
-    relaxed or volatile), for the same reason.
+    Nor is a kernel that is a barrier or a signal and nothing else (it stores only its flags, as
+    relaxed atomics or volatile words), for the same reason; plain flag words are reported there
+    too, since the compiler may keep them in registers.
     Nor is a kernel whose only flag access is a `volatile` poll (it stores no flag and nothing into
     a peer): a volatile load goes to memory on every test, the loads after the spin cannot be
     moved above it past the `__syncthreads()` or branch that follows, and GPUs do not speculate
@@ -96,8 +97,14 @@ def _barrier_kernel_only(ctx, kernel) -> bool:
         fn = next((f for f in cuda.functions if f.name == kernel.name), None)
         if fn is None:
             return False
-        flags = {a.line for a in cuda.accesses if a.function == kernel.name and (a.pointer_kind in SIGNAL_KINDS or is_flag_access(a))}
+        flag_accesses = [a for a in cuda.accesses if a.function == kernel.name and (a.pointer_kind in SIGNAL_KINDS or is_flag_access(a))]
+        flags = {a.line for a in flag_accesses}
         if any(a.function == kernel.name and a.kind == "store" and a.line not in flags for a in cuda.accesses):
+            return False
+        # plain (not volatile, not atomic) flag words: the compiler may keep the spin's load in a
+        # register, which no launch boundary mends
+        if any(a.kind in ("load", "store") and a.order == "" for a in flag_accesses) or any(
+                s.function == kernel.name and s.cached for s in cuda.spin_loops):
             return False
         body = ctx.lines[fn.line - 1 : fn.end_line]
         return not any(_STORE.search(line.split("//")[0]) for i, line in enumerate(body) if fn.line + i not in flags)
