@@ -365,6 +365,13 @@ class Classifier(SideStreams):
         if not rec.labels.get("sync"):
             line = self.facts.python.solution_line or 1
             rec.add_label(Label("sync", "none", [self.ev(line, "python", "no cross-rank ordering found on the timed path")]))
+        # `fallback` names what only the branches the run skips would add: a scalar kernel beside
+        # the vector one moves data as the run does, so its sm_load is no second mechanism
+        on_run = {lab.value for lab in rec.labels.get("mechanism", [])}
+        if rec.labels.get("fallback"):
+            rec.labels["fallback"] = [lab for lab in rec.labels["fallback"] if lab.value not in on_run]
+            if not rec.labels["fallback"]:
+                del rec.labels["fallback"]
         self._overlap(reports)
 
     def _peer_copy(self, c: CallSite) -> bool:
