@@ -368,7 +368,7 @@ def analyze(
     """Label every candidate (mechanism, sync, overlap) and raise rule findings, with file:line evidence.
 
     Where CUDA devices are present (and not --static-only), every candidate is also evaluated
-    against its problem's reference on all of them, through torchrun with NCCL.
+    against its problem's reference on all of them, with NCCL.
     """
     from analyzer.rules import select_rules
     from pkb.config import ConfigError, load_config, rule_choice

@@ -1,4 +1,4 @@
-"""The diagnosis on what a real evaluation left (torchrun, gloo on CPU, world size 2).
+"""The diagnosis on what a real evaluation left (the rank spawner, gloo on CPU, world size 2).
 
 One evaluate() call for all candidates: each is wrong in one way, the worker saves what the
 diagnosis needs (the failing rank's tensors, the previous trial's answer, the other ranks'

@@ -1,7 +1,7 @@
-"""The real launcher end to end (torchrun, gloo on CPU) on candidates wrong in every way we detect.
+"""The real launcher end to end (the rank spawner, gloo on CPU) on candidates wrong in every way we detect.
 
 All candidates of this module run in one `evaluate` call (two launches at a time), so the suite
-pays torchrun's start-up once per candidate and not per test.
+pays a launch's start-up once per candidate and not per test.
 """
 
 from __future__ import annotations

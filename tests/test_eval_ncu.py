@@ -1,4 +1,4 @@
-"""The ncu pass through the real launcher on CPU: torchrun starts each rank under a stand-in `ncu`
+"""The ncu pass through the real launcher on CPU: the rank spawner starts each rank under a stand-in `ncu`
 that refuses one metric the way the one-GPU H200's ncu does, then runs the rank and writes a report
 its `--import` reads back."""
 
@@ -82,7 +82,10 @@ def test_ncu_pass_runs_every_rank_under_ncu_and_drops_refused_metrics(tmp_path, 
     imports = [c for c in calls if "--import" in c]
     assert len(imports) == 2 and all(c[c.index("--print-units") + 1] == "base" for c in imports)
     runs = [c for c in calls if "--import" not in c]
-    assert len(runs) == 4  # 2 ranks refused nvltx__bytes, then 2 ranks ran
+    refused = [c for c in runs if "nvltx__bytes.sum" in c[c.index("--metrics") + 1]]
+    # the first rank to refuse ends the launch, and its peer may be stopped before its ncu starts
+    assert 1 <= len(refused) <= 2 and len(runs) == len(refused) + 2  # then both ranks ran without it
+    assert all("nvltx__bytes.sum" not in c[c.index("--metrics") + 1] for c in runs[-2:])
     last = runs[-1]
     assert last[last.index("-k") + 1] == "regex:^(pkb_push)$"
     assert last[last.index("--nvtx-include") + 1] == "regex:pkb:candidate_call\\[1\\]/"

@@ -1,4 +1,4 @@
-"""The sandbox around a launch, without torchrun: a small probe runs where a launch would and
+"""The sandbox around a launch, without the ranks: a small probe runs where a launch would and
 reports what it can see, write and signal. Skipped where bwrap cannot start (the record's
 fallback then says why, which test_hostile checks)."""
 

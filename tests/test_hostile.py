@@ -1,4 +1,4 @@
-"""Hostile candidates through the real launcher (torchrun, gloo, 2 ranks on CPU).
+"""Hostile candidates through the real launcher (the rank spawner, gloo, 2 ranks on CPU).
 
 Every CPU-runnable entry of corpus/hostile/manifest.toml runs in one `evaluate` call (two launches
 at a time, tight per-phase limits) and must get the manifest's outcome and subtype; the harness
@@ -167,7 +167,7 @@ def test_a_candidate_that_kills_its_ancestors_leaves_the_run_going(batch):
     ev = _ev(batch, "kills_ancestors")
     assert ev["details"]["signal"] == "SIGKILL"
     if ev["details"]["sandbox"]["kind"] == "bwrap":
-        assert "torchrun itself was killed" in ev["reason"]
+        assert "the rank spawner itself was killed" in ev["reason"]
     _assert_nothing_left(ev)
     # the launches after it ran: every candidate has its outcome (checked per entry above)
 
@@ -641,7 +641,7 @@ def test_a_sandbox_killed_from_outside_is_an_environment_failure_retried_on_resu
                 except OSError:
                     continue
                 argv = cmd.split(b"\0")
-                if len(argv) > 3 and argv[3].endswith(b"sandbox_init.py") and b"torch.distributed.run" in cmd:  # not bwrap
+                if len(argv) > 3 and argv[3].endswith(b"sandbox_init.py") and b"rank_spawner.py" in cmd:  # not bwrap
                     time.sleep(8)  # the ranks are up
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)

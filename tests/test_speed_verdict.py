@@ -122,7 +122,7 @@ def test_fastest_table_takes_only_correct_unsuspected_non_tie_candidates():
 
 
 def test_reference_as_its_own_candidate_on_cpu_carries_an_interval_and_a_labelled_speedup(tmp_path):
-    """One real launch (torchrun, gloo): every rank keeps its rounds, and the record's speedup comes
+    """One real launch (the rank spawner, gloo): every rank keeps its rounds, and the record's speedup comes
     with its interval, a verdict and the CPU (gloo) label."""
     path = write_candidate(tmp_path / "cands", "1_same.py", REFERENCE, True)
     ev = run_eval([path], quick_options(tmp_path, timeout_s=180.0, jobs=1))[0].evaluation

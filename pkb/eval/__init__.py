@@ -5,7 +5,7 @@
 Modules, one job each: options (what to run, config key), problem_source (reference, inputs,
 tolerance; which reference a file answers is pkb.problem_match), static_checks (exploit hints
 read before a run), device_needs (does a source need CUDA), build (our build directories and
-their lock), job (one launch's instructions and file names), sandbox and launcher (torchrun in a
+their lock), job (one launch's instructions and file names), sandbox and launcher (the ranks in a
 box, limits, kill), worker (inside a rank: the rank's phases) with rank_report (its status and result
 files), rank_timing (timing and the checks that ride on it; its figures computed in the harness by
 timing_judge), rank_process (its process plumbing)

@@ -56,7 +56,7 @@ class JobSpec:
     # kernels), and the static exploit flags of pkb.eval.static_checks.
     profile: bool = False  # a few candidate calls under torch.profiler after timing
     profile_backend: str = ""  # kineto | cupti | nvtx (ranges only); '' : $PKB_PROFILE_BACKEND or kineto
-    # argv every rank's python runs under (an ncu command line: torchrun --no-python ncu ... python)
+    # argv every rank's python runs under (an ncu command line: ncu ... python, per rank)
     rank_wrapper: list[str] = field(default_factory=list)
     claims_custom_kernels: bool = False
     # Paths the candidate's sandbox hides (the store, the evaluation's work folder).

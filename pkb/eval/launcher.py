@@ -1,13 +1,14 @@
-"""One torchrun launch per (problem, candidate), with a wall-clock limit for the whole job and
-per-phase limits (import, JIT build, one call) that the ranks announce in their status files.
+"""One launch per (problem, candidate): its ranks under pkb.eval.rank_spawner (torchrun's local
+agent, in the standard library), with a wall-clock limit for the whole job and per-phase limits
+(import, JIT build, one call) that the ranks announce in their status files.
 
-torchrun starts each rank in a session of its own, so killing torchrun's process group does not
-reach the ranks: on timeout the launcher signals torchrun's group and every rank's group (their
-pids come from /proc: children of torchrun, and status-file pids only when /proc agrees they
-descend from torchrun), SIGTERM first, SIGKILL after a grace. After every job, timed out or not,
+The spawner starts each rank in a session of its own, so killing the spawner's process group does
+not reach the ranks: on timeout the launcher signals the spawner's group and every rank's group
+(their pids come from /proc: children of the spawner, and status-file pids only when /proc agrees
+they descend from it), SIGTERM first, SIGKILL after a grace. After every job, timed out or not,
 /proc is scanned for anything the job left behind (a forked child that outlived its call, a
 daemon that left the session): a process of the job's groups or sessions, one whose parent chain
-leads to torchrun or a rank, or one that carries the job's marker in its environment is killed.
+leads to the spawner or a rank, or one that carries the job's marker in its environment is killed.
 
 Every file a rank writes is signed with a per-job key (pkb.eval.job.signed) that the ranks read
 and delete before the candidate loads; a result or status file without a valid signature was
@@ -67,7 +68,7 @@ class RankReport:
     stdout_tail: str = ""
     stderr_tail: str = ""
     forged: list[str] = field(default_factory=list)  # files of this rank with no valid signature
-    exit: dict[str, Any] | None = None  # from torchrun's log: exit code, signal name
+    exit: dict[str, Any] | None = None  # from the spawner's log: exit code, signal name
 
     @property
     def finished(self) -> bool:
@@ -118,13 +119,15 @@ def _wrapper_dirs(wrapper: list[str] | None) -> list[str]:
     return [str(Path(exe).resolve().parent)] if exe else []
 
 
-def torchrun_command(job_file: Path, world_size: int, port: int, python: str | None = None, wrapper: list[str] | None = None) -> list[str]:
-    """torchrun for the job; with a wrapper (ncu ...) each rank runs `wrapper python -m worker`."""
+RANK_SPAWNER = Path(__file__).with_name("rank_spawner.py")
+
+
+def rank_command(job_file: Path, world_size: int, port: int, python: str | None = None, wrapper: list[str] | None = None) -> list[str]:
+    """The job's ranks under pkb.eval.rank_spawner (torchrun's local agent without its import of
+    torch); with a wrapper (ncu ...) each rank runs `wrapper python -m worker`."""
     py = python or sys.executable
-    head = [py, "-m", "torch.distributed.run", "--nproc-per-node", str(world_size), "--master-addr", "127.0.0.1", "--master-port", str(port)]
-    if wrapper:
-        return [*head, "--no-python", *wrapper, py, "-m", "pkb.eval.worker", str(job_file)]
-    return [*head, "-m", "pkb.eval.worker", str(job_file)]
+    rank = [*(wrapper or []), py, "-m", "pkb.eval.worker", str(job_file)]
+    return [py, "-s", str(RANK_SPAWNER), str(world_size), "127.0.0.1", str(port), "--", *rank]
 
 
 def prepare_job_dir(job_dir: Path) -> None:
@@ -156,7 +159,9 @@ def launch(job: JobSpec, python: str | None = None, retries_on_port_clash: int =
     job_dir = Path(job.job_dir)
     for attempt in range(retries_on_port_clash + 1):
         result = _launch_once(job, job_dir, python)
-        port_clash = result.returncode not in (0, None) and any(s in result.launcher_tail for s in _PORT_IN_USE)
+        # rank 0 hosts the store on the port: a clash shows in its log (or the spawner's)
+        logs = [result.launcher_tail, *(r.stderr_tail or "" for r in result.ranks)]
+        port_clash = result.returncode not in (0, None) and any(s in text for text in logs for s in _PORT_IN_USE)
         if not port_clash or attempt == retries_on_port_clash:
             return result
     return result
@@ -175,7 +180,7 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
     if job.profile:
         (job_dir / PROFILE_DIR).mkdir()  # ncu around a rank checks at start that its report can be written there
     job_file = job.write()
-    cmd = torchrun_command(job_file, job.world_size, free_port(), python, job.rank_wrapper)
+    cmd = rank_command(job_file, job.world_size, free_port(), python, job.rank_wrapper)
     env = dict(os.environ)
     repo = job.repo_root or str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
@@ -438,7 +443,8 @@ _FAILURE_ROW = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exit
 
 
 def torchrun_exits(log: str) -> dict[int, dict[str, Any]]:
-    """Per-rank exit codes from torchrun's failure table (a negative code is the signal)."""
+    """Per-rank exit codes from the spawner's failure table, torchrun's format (a negative code is
+    the signal)."""
     out: dict[int, dict[str, Any]] = {}
     for m in _FAILURE_ROW.finditer(log):
         rank, code, pid = int(m.group(1)), int(m.group(2)), int(m.group(3))
@@ -453,8 +459,8 @@ def torchrun_exits(log: str) -> dict[int, dict[str, Any]]:
 
 
 def kill_job(proc: subprocess.Popen, job: JobSpec, known: set[int] | None = None, root: int | None = None) -> None:
-    """SIGTERM then SIGKILL to torchrun's group and to each rank's own group (`root`: torchrun's
-    pid when `proc` is its sandbox)."""
+    """SIGTERM then SIGKILL to the spawner's group and to each rank's own group (`root`: the
+    spawner's pid when `proc` is its sandbox)."""
     root = root or proc.pid
     groups = {root} | set(_rank_pids(job, root, known or set()))
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -474,11 +480,11 @@ def kill_job(proc: subprocess.Popen, job: JobSpec, known: set[int] | None = None
         pass
 
 
-def _rank_pids(job: JobSpec, torchrun_pid: int, known: set[int]) -> list[int]:
+def _rank_pids(job: JobSpec, spawner_pid: int, known: set[int]) -> list[int]:
     """The ranks' pids. A status file is the candidate's to forge, so its pid counts only when
-    /proc (or the polling loop) saw that process descend from torchrun."""
-    family = set(_descendants({torchrun_pid})) | known
-    pids = [p for p in _children(torchrun_pid)]  # ranks that had not written a status yet
+    /proc (or the polling loop) saw that process descend from the spawner."""
+    family = set(_descendants({spawner_pid})) | known
+    pids = [p for p in _children(spawner_pid)]  # ranks that had not written a status yet
     for r in range(job.world_size):
         status = read_json(status_path(job.job_dir, r)) or {}
         pid = status.get("pid")
@@ -532,7 +538,7 @@ def _has_marker(pid: int, marker: str) -> bool:
 def sweep_strays(marker: str, family: set[int]) -> list[dict[str, Any]]:
     """Kill every process the job left behind; return what was found.
 
-    A process belongs to the job when its parent chain leads to torchrun or a rank, when it is in
+    A process belongs to the job when its parent chain leads to the spawner or a rank, when it is in
     one of their process groups or sessions, or when its environment carries the job's marker (a
     double fork that left the session still inherits the environment)."""
     me = os.getpid()
@@ -611,7 +617,7 @@ def _alive(pid: int) -> bool:
 
 
 def _die_with_parent() -> None:
-    """In torchrun's process (before exec): die when the evaluating process dies."""
+    """In the spawner's process (before exec): die when the evaluating process dies."""
     try:
         import ctypes
 

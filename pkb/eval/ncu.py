@@ -5,7 +5,7 @@
 The evaluation's own launch never runs under ncu (its timings would not be the candidate's). This
 one has one trial, no timing, and a profile phase whose calls only open their NVTX ranges
 (profile_backend "nvtx"), so ncu's --nvtx-include picks the second call's kernels,
-pkb:candidate_call[1], past first-call effects. torchrun starts `ncu ... python -m worker` per
+pkb:candidate_call[1], past first-call effects. The rank spawner starts `ncu ... python -m worker` per
 rank (profiling.capture.run_ncu_command builds the ncu part: clocks unlocked, --communicator
 when several ranks, one report per rank). Where ncu refuses some metrics on this machine (the
 one-GPU H200 has no NVLink counters), the launch runs once more without them and the summary says
@@ -121,7 +121,7 @@ def _report_rank(path: Path) -> int | None:
 
 
 def _launch_log(job: JobSpec) -> str:
-    """torchrun's whole log, where the ranks' ncu lines land (the launch result keeps only its
+    """The spawner's whole log, where the ranks' ncu lines land (the launch result keeps only its
     tail, and ncu names refused metrics at the start)."""
     try:
         return launcher_log_path(job.job_dir).read_text(encoding="utf-8", errors="replace")

@@ -223,7 +223,7 @@ def _decide(launch: LaunchResult, job: Any, ranks: list[Any]) -> dict[str, Any]:
     unfinished = [r for r in ranks if not r.finished]
     if unfinished or launch.returncode not in (0, None):
         # A rank died without writing an error: a signal (segfault, abort on a CUDA error), or
-        # os._exit. Which rank died first is in torchrun's failure table.
+        # os._exit. Which rank died first is in the spawner's failure table.
         text = "\n".join(r.stderr_tail for r in unfinished) + "\n" + launch.launcher_tail
         subtype = runtime_subtype(text) or "crash"
         crashed = []
@@ -249,11 +249,11 @@ def _decide(launch: LaunchResult, job: Any, ranks: list[Any]) -> dict[str, Any]:
             return f"rank {c['rank']} in {c['phase'] or 'start-up'}"
         where = ", ".join(how(c) for c in crashed)
         if (getattr(launch, "sandbox", None) or {}).get("init_exit") == -9:
-            # a SIGKILL the harness did not send, most likely from a rank (torchrun is in its reach);
+            # a SIGKILL the harness did not send, most likely from a rank (the spawner is in its reach);
             # the sandbox's init then killed the ranks left without their launcher
             details.setdefault("signal", "SIGKILL")
             details["launcher_killed"] = True
-            where += "; torchrun itself was killed by SIGKILL inside the sandbox"
+            where += "; the rank spawner itself was killed by SIGKILL inside the sandbox"
         return _result("ran", "runtime_error", subtype, details, reason=f"died without a report: {where}")
 
     trials = {r.rank: r.result.get("trials", []) for r in ranks}  # type: ignore[union-attr]
@@ -333,7 +333,7 @@ _ECHO_SUBTYPES = ("nccl_error", "rendezvous_error")  # a peer's death, seen from
 
 
 def _sigkilled(launch: LaunchResult, boxed: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
-    """The ranks that died of SIGKILL without a report, and whether torchrun itself did."""
+    """The ranks that died of SIGKILL without a report, and whether the rank spawner itself did."""
     killed = [{"rank": r.rank, "phase": r.phase} for r in launch.ranks
               if not r.finished and not (r.result and r.result.get("error")) and (getattr(r, "exit", None) or {}).get("signal") == "SIGKILL"]
     launcher = boxed.get("init_exit") == -9 if boxed.get("kind", "none") != "none" else launch.returncode == -9
@@ -399,7 +399,7 @@ def _outside_kill(launch: LaunchResult, details: dict[str, Any], outside: dict[s
     SIGKILL its own rank, and the kernel does not say who sent a SIGKILL."""
     who = [f"rank {k['rank']} in {k['phase'] or 'start-up'}" for k in outside["ranks"]]
     if outside["launcher"]:
-        who.append("torchrun itself was killed by SIGKILL" + (" inside the sandbox" if details.get("sandbox", {}).get("kind", "none") != "none" else ""))
+        who.append("the rank spawner itself was killed by SIGKILL" + (" inside the sandbox" if details.get("sandbox", {}).get("kind", "none") != "none" else ""))
     where = ", ".join(who)
     details.update(outside_kills=count, killed_ranks=outside["ranks"], signal="SIGKILL",
                    not_oom=_memory_checked(launch, details.get("sandbox") or {}))

@@ -26,7 +26,7 @@ def redirect_output(job_dir: str, rank: int) -> None:
 
 
 def die_with_parent() -> None:
-    """If torchrun dies (SIGKILL of the evaluator), this rank must not live on."""
+    """If the spawner dies (SIGKILL of the evaluator), this rank must not live on."""
     if not sys.platform.startswith("linux"):
         return
     try:

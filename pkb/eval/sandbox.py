@@ -1,10 +1,10 @@
 """A sandbox around one candidate launch, built on bubblewrap (Debian's `bubblewrap` package).
 
-Inside it the launch (torchrun and its ranks) has:
+Inside it the launch (the rank spawner and its ranks) has:
     its own PID namespace     the harness, other jobs and every other process are invisible and
                               out of signal reach; its init is pkb/eval/sandbox_init.py, which the
                               candidate cannot signal or trace, and which names and kills whatever
-                              the launch left behind when torchrun exits
+                              the launch left behind when the spawner exits
     a read-only filesystem    the whole tree read-only; the evaluation's work folder (other
                               candidates' jobs and builds) and the store hidden under empty tmpfs;
                               writable only its job folder (scratch, result files), its own build
@@ -48,7 +48,7 @@ ISOLATES = {
     "unshare": "own PID namespace only; the filesystem, network and capabilities are shared",
     "none": "no namespaces: the launcher's process groups, its sweep and the launch cgroup where one is made",
 }
-END_WAIT_S = 10.0  # for the init to name and kill what is left, after torchrun exited
+END_WAIT_S = 10.0  # for the init to name and kill what is left, after the spawner exited
 # What a candidate can still reach under each fallback (said in every record of that kind).
 REACHABLE = {
     "unshare": "harness files reachable: the store, the work folder and other candidates' jobs, by path "
@@ -243,7 +243,7 @@ class Sandbox:
             os.close(self._report[1])
 
     def root_pid(self, proc: subprocess.Popen) -> int:
-        """torchrun's pid as this process sees it (the first child of the sandbox's init)."""
+        """The rank spawner's pid as this process sees it (the first child of the sandbox's init)."""
         if self.kind == "none":
             return proc.pid
         init = _children(proc.pid)
@@ -251,7 +251,7 @@ class Sandbox:
         return min(kids, key=_ns_pid) if kids else proc.pid
 
     def finish(self, proc: subprocess.Popen, known: set[int] | None = None) -> dict[str, Any]:
-        """After torchrun ended (or was killed): let the init name and kill the leftovers, end the
+        """After the spawner ended (or was killed): let the init name and kill the leftovers, end the
         sandbox, kill anything still in the cgroup, and say what happened."""
         out: dict[str, Any] = {"kind": self.kind, "isolates": ISOLATES[self.kind]}
         if self.reason:
@@ -277,7 +277,7 @@ class Sandbox:
                 out["enclose_error"] = merged["enclose_error"]
             out["strays"] = [{**s, "where": "sandbox"} for s in merged.get("strays") or []]
             out["stray_count"] = int(merged.get("stray_count") or len(out["strays"]))  # all killed; some named
-            # The init reports torchrun's end before it exits: without that line it was killed
+            # The init reports the spawner's end before it exits: without that line it was killed
             # from outside the sandbox (nothing inside can signal it).
             out["init_killed"] = "exit" not in merged and not out.get("init_unresponsive")
             out["init_returncode"] = proc.returncode
@@ -307,7 +307,7 @@ def for_job(writable: list[str], readonly: list[str], hidden: list[str], name: s
 
 
 def processes_of_job(job_dir: str | Path) -> list[int]:
-    """Pids (as this process sees them) of the job's torchrun and ranks: their command lines name
+    """Pids (as this process sees them) of the job's rank spawner and ranks: their command lines name
     the job's file. Inside a sandbox the ranks' own pids are their namespace's, so this is how a
     process outside looks for them."""
     needle = str(Path(job_dir) / "job.json").encode()

@@ -1,5 +1,5 @@
 """The init process of a candidate's sandbox (PID 1 of its PID namespace), run as a plain script
-(`python -I -S sandbox_init.py REPORT_FD -- torchrun ...`, no package import).
+(`python -I -S sandbox_init.py REPORT_FD -- python rank_spawner.py ...`, no package import).
 
 As the namespace's init it cannot be signalled from inside the sandbox (the kernel drops every
 signal a namespace member sends to an init without a handler, SIGKILL included), and undumpable

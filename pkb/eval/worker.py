@@ -1,6 +1,6 @@
 """Inside one rank: load the candidate, run every trial against the reference, then time both.
 
-Started by torchrun (`python -m pkb.eval.worker <job.json>`), one process per GPU. Everything this
+Started by the rank spawner (`python -m pkb.eval.worker <job.json>`), one process per GPU. Everything this
 rank learns goes to files in the job directory: `status_rank<r>.json` (the phase it is in, so a
 hang can be located), `result_rank<r>.json` (rewritten after every step, so a later crash or hang
 keeps what was already measured) and, on mismatch, small tensors for the diagnosis stage.

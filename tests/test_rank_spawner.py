@@ -1,0 +1,103 @@
+"""The rank spawner (pkb/eval/rank_spawner.py) that starts a launch's ranks in place of torchrun:
+torch's environment per rank, a session per rank, peers stopped when one fails, failures in the
+table the launcher reads, signals passed on."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from pkb.eval.launcher import RANK_SPAWNER, rank_command, torchrun_exits
+
+RANK = textwrap.dedent("""
+    import json, os, sys, time
+    out = sys.argv[1]
+    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    info = {k: os.environ.get(k) for k in keys}
+    info.update(pid=os.getpid(), sid=os.getsid(0))
+    open(os.path.join(out, "rank" + os.environ["RANK"] + ".json"), "w").write(json.dumps(info))
+    behaviour = sys.argv[2] if len(sys.argv) > 2 else "ok"
+    if behaviour == "rank1_fails" and os.environ["RANK"] == "1":
+        sys.exit(3)
+    if behaviour == "rank0_segfaults" and os.environ["RANK"] == "0":
+        import ctypes
+        ctypes.string_at(0)
+    if behaviour != "ok":
+        time.sleep(60)
+""")
+
+
+def _spawn(tmp_path: Path, world_size: int, behaviour: str) -> subprocess.Popen:
+    script = tmp_path / "rank.py"
+    script.write_text(RANK)
+    cmd = [sys.executable, str(RANK_SPAWNER), str(world_size), "127.0.0.1", "29555", "--",
+           sys.executable, str(script), str(tmp_path), behaviour]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _ranks(tmp_path: Path, world_size: int) -> list[dict]:
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world_size)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_each_rank_gets_torchs_environment_in_a_session_of_its_own(tmp_path):
+    proc = _spawn(tmp_path, 3, "ok")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    ranks = _ranks(tmp_path, 3)
+    assert [r["RANK"] for r in ranks] == ["0", "1", "2"] and [r["LOCAL_RANK"] for r in ranks] == ["0", "1", "2"]
+    assert {r["WORLD_SIZE"] for r in ranks} == {"3"} and {r["LOCAL_WORLD_SIZE"] for r in ranks} == {"3"}
+    assert {(r["MASTER_ADDR"], r["MASTER_PORT"]) for r in ranks} == {("127.0.0.1", "29555")}
+    assert all(r["sid"] == r["pid"] for r in ranks)  # each rank leads its own session
+    assert torchrun_exits(err) == {}
+
+
+def test_a_failed_rank_stops_its_peers_and_is_reported_in_torchruns_table(tmp_path):
+    t0 = time.monotonic()
+    proc = _spawn(tmp_path, 2, "rank1_fails")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert time.monotonic() - t0 < 30  # rank 0 would have slept 60 s
+    assert torchrun_exits(err) == {1: {"exit_code": 3, "pid": _ranks(tmp_path, 2)[1]["pid"]}}
+    assert not _alive(_ranks(tmp_path, 2)[0]["pid"])
+
+
+def test_a_rank_killed_by_a_signal_is_named_by_it(tmp_path):
+    proc = _spawn(tmp_path, 2, "rank0_segfaults")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    exits = torchrun_exits(err)
+    assert exits[0]["exit_code"] == -signal.SIGSEGV and exits[0]["signal"] == "SIGSEGV"
+
+
+def test_sigterm_to_the_spawner_reaches_every_rank(tmp_path):
+    proc = _spawn(tmp_path, 2, "sleep")
+    deadline = time.monotonic() + 30
+    while not all((tmp_path / f"rank{r}.json").exists() for r in range(2)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGTERM)
+    proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert not any(_alive(r["pid"]) for r in _ranks(tmp_path, 2))
+
+
+def test_the_launch_command_runs_the_worker_under_the_spawner_and_a_wrapper_in_front_of_it(tmp_path):
+    job = tmp_path / "job.json"
+    cmd = rank_command(job, 4, 1234, python="/py")
+    assert cmd[:3] == ["/py", "-s", str(RANK_SPAWNER)] and cmd[3:8] == ["4", "127.0.0.1", "1234", "--", "/py"]
+    assert cmd[8:] == ["-m", "pkb.eval.worker", str(job)]
+    wrapped = rank_command(job, 2, 1234, python="/py", wrapper=["ncu", "--target-processes", "all"])
+    assert wrapped[wrapped.index("--") + 1:] == ["ncu", "--target-processes", "all", "/py", "-m", "pkb.eval.worker", str(job)]
