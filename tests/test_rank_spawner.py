@@ -18,7 +18,7 @@ from pkb.eval.launcher import RANK_SPAWNER, rank_command, torchrun_exits
 RANK = textwrap.dedent("""
     import json, os, sys, time
     out = sys.argv[1]
-    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
     info = {k: os.environ.get(k) for k in keys}
     info.update(pid=os.getpid(), sid=os.getsid(0))
     open(os.path.join(out, "rank" + os.environ["RANK"] + ".json"), "w").write(json.dumps(info))
@@ -61,6 +61,7 @@ def test_each_rank_gets_torchs_environment_in_a_session_of_its_own(tmp_path):
     assert [r["RANK"] for r in ranks] == ["0", "1", "2"] and [r["LOCAL_RANK"] for r in ranks] == ["0", "1", "2"]
     assert {r["WORLD_SIZE"] for r in ranks} == {"3"} and {r["LOCAL_WORLD_SIZE"] for r in ranks} == {"3"}
     assert {(r["MASTER_ADDR"], r["MASTER_PORT"]) for r in ranks} == {("127.0.0.1", "29555")}
+    assert {r["TORCH_NCCL_ASYNC_ERROR_HANDLING"] for r in ranks} == {"1"}  # torchrun's default for NCCL errors
     assert all(r["sid"] == r["pid"] for r in ranks)  # each rank leads its own session
     assert torchrun_exits(err) == {}
 

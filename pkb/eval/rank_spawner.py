@@ -30,8 +30,11 @@ def rank_env(rank: int, world_size: int, addr: str, port: str) -> dict[str, str]
         "RANK": str(rank), "LOCAL_RANK": str(rank), "GROUP_RANK": "0", "ROLE_RANK": str(rank),
         "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size), "ROLE_WORLD_SIZE": str(world_size),
         "MASTER_ADDR": addr, "MASTER_PORT": port,
+        "GROUP_WORLD_SIZE": "1", "ROLE_NAME": "default",
         "TORCHELASTIC_RESTART_COUNT": "0", "TORCHELASTIC_MAX_RESTARTS": "0",
     })
+    # as torchrun's agent: an NCCL error or watchdog timeout tears the rank down
+    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
     return env
 
 
