@@ -3,7 +3,7 @@
     python rank_spawner.py WORLD_SIZE MASTER_ADDR MASTER_PORT -- COMMAND...
 
 Each rank runs COMMAND in a session of its own with torch's environment (RANK, LOCAL_RANK,
-WORLD_SIZE, MASTER_ADDR, MASTER_PORT...); rank 0's process group hosts the store. When a rank
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT...); rank 0 hosts the rendezvous store there. When a rank
 exits with an error the others are stopped (SIGTERM, SIGKILL after a grace), and the failures are
 printed in torchrun's table (rank, exit code, pid) for the launcher to read; the exit status is 1
 then, 0 when every rank exits 0. A SIGTERM or SIGINT to this process is passed on to the ranks.
