@@ -228,22 +228,22 @@ def test_real_ranks_given_no_multicast_address_make_a_multimem_failure_not_the_c
     from pkb.eval.multicast import real_rank_multicast_verdict
 
     off = [{"symm_mem": {"handles": 1, "multicast_zero": 1}}, None]
-    verdict = real_rank_multicast_verdict(FAILED, off, MULTIMEM_SOURCE)
+    verdict = real_rank_multicast_verdict(FAILED, off, lambda: MULTIMEM_SOURCE)
     assert verdict is not None and (verdict["status"], verdict["outcome"], verdict["subtype"]) == ("not_run", "", "needs_multicast")
     assert verdict["reason"].startswith("needs multicast: the candidate runs multimem.* (line 2")
     assert verdict["details"]["multicast"]["observed"]["subtype"] == "illegal_address"
     assert verdict["details"]["multicast_reads"] == 1
 
     on = [{"symm_mem": {"handles": 1, "multicast_zero": 0}}]  # multicast was there: the failure is its own
-    assert real_rank_multicast_verdict(FAILED, on, MULTIMEM_SOURCE) is None
-    assert real_rank_multicast_verdict(FAILED, [{}], MULTIMEM_SOURCE) is None  # no evidence from the run
+    assert real_rank_multicast_verdict(FAILED, on, lambda: MULTIMEM_SOURCE) is None
+    assert real_rank_multicast_verdict(FAILED, [{}], lambda: MULTIMEM_SOURCE) is None  # no evidence from the run
     guarded = MULTIMEM_SOURCE.replace("_ext.reduce(", "if int(hdl.multicast_ptr) != 0:\n        _ext.reduce(")
-    assert real_rank_multicast_verdict(FAILED, off, guarded) is None  # a fallback it did not take
-    assert real_rank_multicast_verdict(FAILED, off, "def solution(x):\n    return x\n") is None  # no multimem
+    assert real_rank_multicast_verdict(FAILED, off, lambda: guarded) is None  # a fallback it did not take
+    assert real_rank_multicast_verdict(FAILED, off, lambda: "def solution(x):\n    return x\n") is None  # no multimem
     binding = {**FAILED, "subtype": "binding_mismatch"}  # a wrong signature is its own, multicast or not
-    assert real_rank_multicast_verdict(binding, off, MULTIMEM_SOURCE) is None
+    assert real_rank_multicast_verdict(binding, off, lambda: MULTIMEM_SOURCE) is None
     correct = {**FAILED, "outcome": "faster", "subtype": "", "correct": True}
-    assert real_rank_multicast_verdict(correct, off, MULTIMEM_SOURCE) is None
+    assert real_rank_multicast_verdict(correct, off, lambda: MULTIMEM_SOURCE) is None
 
 
 def test_every_real_rank_reports_its_symmetric_memory_handles(tmp_path):

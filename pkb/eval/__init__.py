@@ -375,13 +375,13 @@ def _judge_multicast(pending: Pending, evaluation: dict[str, Any], result: Any, 
     """A failure that multicast switched off explains is not the candidate's: "needs multicast"."""
     from pkb.eval.multicast import real_rank_multicast_verdict
 
-    if evaluation.get("correct") or not any(((r.result or {}).get("symm_mem") or {}).get("multicast_zero") for r in result.ranks):
-        return  # nothing to judge: correct, or no rank was handed a handle without multicast
-    try:
-        source = Path(pending.job.candidate_path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return
-    verdict = real_rank_multicast_verdict(evaluation, [r.result for r in result.ranks], source, rec)
+    def read_source() -> str | None:
+        try:
+            return Path(pending.job.candidate_path).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+
+    verdict = real_rank_multicast_verdict(evaluation, [r.result for r in result.ranks], read_source, rec)
     if verdict is not None:
         evaluation.update(verdict)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Any
+from typing import Any, Callable
 
 _MULTIMEM = re.compile(r"\bmultimem\.[a-z_.0-9]+")
 # In CUDA text: the multicast address (multicast_ptr, mc_ptr, ...) tested against 0 or used as
@@ -266,16 +266,18 @@ class MulticastAddressWatch:
         module.rendezvous = rendezvous
 
 
-def real_rank_multicast_verdict(evaluation: dict[str, Any], rank_results: list[dict[str, Any] | None], source: str,
-                                record: Any = None) -> dict[str, Any] | None:
+def real_rank_multicast_verdict(evaluation: dict[str, Any], rank_results: list[dict[str, Any] | None],
+                                read_source: Callable[[], str | None], record: Any = None) -> dict[str, Any] | None:
     """The "needs multicast" verdict for a failed run on real ranks, or None to keep the run's.
 
     Only where a rank was handed a symmetric-memory handle whose multicast address was 0 (the
-    run's own evidence that multicast was off), and `needs_multicast_verdict` agrees."""
+    run's own evidence that multicast was off), and `needs_multicast_verdict` agrees. The
+    candidate's source is read (`read_source`) only then."""
     if evaluation.get("correct") or evaluation.get("status") not in ("ran", "inconclusive"):
         return None
     zero = sum(int(((r or {}).get("symm_mem") or {}).get("multicast_zero") or 0) for r in rank_results)
-    if zero == 0:
+    source = read_source() if zero else None
+    if source is None:
         return None
     need = multicast_need(source, record)
     if not need["multimem"]:
