@@ -30,3 +30,9 @@ def facts(src: str, run: RunContext | None = RUN):
 def paths(f, qualname: str) -> list[str]:
     """Where each call ending in `qualname` runs (timed, setup, fallback...)."""
     return [c.path for c in f.calls if c.qualname.endswith(qualname)]
+
+
+def edit(src: str, old: str, new: str) -> str:
+    """`src` with `old` replaced: an edit that no longer applies fails loudly, not tests the base file."""
+    assert old in src, old
+    return src.replace(old, new)

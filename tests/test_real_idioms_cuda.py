@@ -7,7 +7,7 @@ and a kernel branch on `multicast_ptr == 0` (a fallback on the run, where multic
 
 from __future__ import annotations
 
-from static_helpers import analyze
+from static_helpers import analyze, edit
 
 
 def line_of(rec, needle: str) -> int:
@@ -809,17 +809,12 @@ def test_peer_pointers_in_a_struct_read_by_a_template_kernel_are_sm_load(tmp_pat
 def test_a_fallback_kernel_moving_data_as_the_run_does_adds_no_fallback_mechanism(tmp_path):
     # the run's kernel stores into a peer as well: the skipped kernel's peer store is the run's
     # own mechanism, not a second one (`fallback` lists only what the skipped branches add)
-    src = _edit(MC_BRANCH, "__global__ void push_multimem(const uint4* src, uint64_t mc, int n) {",
+    src = edit(MC_BRANCH, "__global__ void push_multimem(const uint4* src, uint64_t mc, int n) {",
                 "__global__ void push_multimem(const uint4* src, uint64_t mc, const uint64_t* peers, int n) {")
-    src = _edit(src, "        uint4 v = src[i];\n", "        uint4 v = src[i];\n        reinterpret_cast<uint4*>(peers[0])[i] = v;\n")
-    src = _edit(src, "push_multimem<<<(n + 255) / 256, 256>>>(s, (uint64_t)multicast_ptr, n);",
+    src = edit(src, "        uint4 v = src[i];\n", "        uint4 v = src[i];\n        reinterpret_cast<uint4*>(peers[0])[i] = v;\n")
+    src = edit(src, "push_multimem<<<(n + 255) / 256, 256>>>(s, (uint64_t)multicast_ptr, n);",
                 "push_multimem<<<(n + 255) / 256, 256>>>(s, (uint64_t)multicast_ptr,\n"
                 "            reinterpret_cast<const uint64_t*>(peer_ptrs.data_ptr<int64_t>()), n);")
     rec = analyze(tmp_path, "3_broadcast_cuda.py", src)
     assert sorted(rec.label_values("mechanism")) == ["nvls", "sm_store"]
     assert rec.label_values("fallback") == []
-
-
-def _edit(src: str, old: str, new: str) -> str:
-    assert old in src, old
-    return src.replace(old, new)

@@ -15,6 +15,7 @@ import pytest
 from analyzer.pipeline import StaticAnalyzer, StaticOptions
 from analyzer.rules import all_rules
 from pkb.corpus import read_candidate
+from static_helpers import edit
 
 TREE = "solutions_cuda_bf16_h100_8_openai_test-model"  # a bf16 run: PKB013 knows the problem's dtype
 
@@ -141,60 +142,55 @@ def solution(x):
 """
 
 
-def _edit(src: str, old: str, new: str) -> str:
-    assert old in src, old  # an edit that no longer applies must fail loudly, not test the base file
-    return src.replace(old, new)
-
-
 # rule: (the bug, the text of the line the finding must point at, the correct idiom)
 CASES = {
     "PKB001": (FLAGS_BUG, "while (*(volatile int*)&flags[rank][threadIdx.x] == 0) {}", FLAGS_OK),
     "PKB003": (
-        _edit(FLAGS_BUG, "while (*(volatile int*)&flags[rank][threadIdx.x] == 0) {}", "while (flags[rank][threadIdx.x] == 0) {}"),
+        edit(FLAGS_BUG, "while (*(volatile int*)&flags[rank][threadIdx.x] == 0) {}", "while (flags[rank][threadIdx.x] == 0) {}"),
         "while (flags[rank][threadIdx.x] == 0) {}",  # a plain load: nvcc may hoist it out of the loop
         FLAGS_OK,
     ),
     "PKB008": (
-        _edit(PULL, "    hdl.barrier(channel=0)\n    return out", "    torch.cuda.synchronize()\n    return out"),
+        edit(PULL, "    hdl.barrier(channel=0)\n    return out", "    torch.cuda.synchronize()\n    return out"),
         "torch.cuda.synchronize()",
         PULL,  # the device barrier orders the calls
     ),
     "PKB009": (
-        _edit(PULL, "    out = torch.empty_like(x)\n", "    out = symm_mem.empty(x.numel(), device=x.device, dtype=x.dtype)\n"),
+        edit(PULL, "    out = torch.empty_like(x)\n", "    out = symm_mem.empty(x.numel(), device=x.device, dtype=x.dtype)\n"),
         "out = symm_mem.empty(",
         PULL,  # the symmetric buffer allocated once behind the cache
     ),
     "PKB010": (
-        _edit(PULL, "    buf, hdl = _setup(x)\n", "    buf, _ = _setup(x)\n    hdl = symm_mem.rendezvous(buf, dist.group.WORLD)\n"),
+        edit(PULL, "    buf, hdl = _setup(x)\n", "    buf, _ = _setup(x)\n    hdl = symm_mem.rendezvous(buf, dist.group.WORLD)\n"),
         "hdl = symm_mem.rendezvous(buf, dist.group.WORLD)",
         PULL,  # the handle kept beside the cached buffer
     ),
     "PKB011": (
-        _edit(_edit(PULL, BUILD_AT_IMPORT, ""), "    _ext.run(", "    " + BUILD_AT_IMPORT + "    _ext.run("),
+        edit(edit(PULL, BUILD_AT_IMPORT, ""), "    _ext.run(", "    " + BUILD_AT_IMPORT + "    _ext.run("),
         '    _ext = load_inline(name="pull"',
-        _edit(
-            _edit(PULL, BUILD_AT_IMPORT, "_ext = None\n"),
+        edit(
+            edit(PULL, BUILD_AT_IMPORT, "_ext = None\n"),
             "    _ext.run(",
             "    global _ext\n    if _ext is None:\n        " + BUILD_AT_IMPORT + "    _ext.run(",
         ),  # built on the first call only, behind a module-level cache
     ),
     "PKB012": (
-        _edit(PULL, "    hdl.barrier(channel=0)\n    return out", "    hdl.barrier(channel=0)\n    dist.all_reduce(out)\n    return out"),
+        edit(PULL, "    hdl.barrier(channel=0)\n    return out", "    hdl.barrier(channel=0)\n    dist.all_reduce(out)\n    return out"),
         "dist.all_reduce(out)",
         NCCL_BASELINE,  # a plain NCCL candidate claims no kernel of its own
     ),
     "PKB013": (
-        _edit(PULL, "    buf, hdl = _setup(x)\n", "    assert x.dtype == torch.float32\n    buf, hdl = _setup(x)\n"),
+        edit(PULL, "    buf, hdl = _setup(x)\n", "    assert x.dtype == torch.float32\n    buf, hdl = _setup(x)\n"),
         "assert x.dtype == torch.float32",
-        _edit(PULL, "    buf, hdl = _setup(x)\n", "    assert x.dtype == torch.bfloat16\n    buf, hdl = _setup(x)\n"),  # the run's dtype
+        edit(PULL, "    buf, hdl = _setup(x)\n", "    assert x.dtype == torch.bfloat16\n    buf, hdl = _setup(x)\n"),  # the run's dtype
     ),
     "PKB014": (
-        _edit(PULL, "    hdl.barrier(channel=0)\n", ""),  # both barriers gone
+        edit(PULL, "    hdl.barrier(channel=0)\n", ""),  # both barriers gone
         "for (int p = 0; p < world; ++p) s += peers[p][i];",
         PULL,  # barriers around the peer reads
     ),
     "PKB016": (
-        _edit(PULL, "    return out", "    return out.cpu().to(x.device)"),
+        edit(PULL, "    return out", "    return out.cpu().to(x.device)"),
         "return out.cpu().to(x.device)",
         PULL,  # the result stays on the device
     ),
@@ -268,8 +264,8 @@ def test_pkb003_volatile_spin_ends_on_a_known_run_and_is_reported_elsewhere(anal
 
 # The push's flag stored after a system fence in one kernel; a second kernel only polls the flags
 # with a volatile load before its block goes on.
-FLAGS_POLL_KERNEL = _edit(
-    _edit(
+FLAGS_POLL_KERNEL = edit(
+    edit(
         FLAGS_BUG,
         """        if (threadIdx.x == 0) flags[p][rank] = 1;
     }
@@ -295,14 +291,14 @@ __global__ void wait_peers(int* const* flags, int rank, int world) {
 def test_pkb001_a_kernel_that_only_polls_with_volatile_loads_is_not_reported(analyzer, tmp_path):
     """The reader's volatile poll acquires in practice; the release is the writer's, and it is fenced."""
     assert "PKB001" not in findings(analyzer, tmp_path, FLAGS_POLL_KERNEL)
-    unfenced = _edit(FLAGS_POLL_KERNEL, "{ __threadfence_system(); flags[p][rank] = 1; }", "flags[p][rank] = 1;")
+    unfenced = edit(FLAGS_POLL_KERNEL, "{ __threadfence_system(); flags[p][rank] = 1; }", "flags[p][rank] = 1;")
     assert findings(analyzer, tmp_path, unfenced).get("PKB001") == [line_of(unfenced, "flags[p][rank] = 1;")]  # the writer's
 
 
 def test_pkb008_a_burst_of_host_syncs_is_one_finding(analyzer, tmp_path):
     """Syncs within five lines of the first of a burst wait for one drain: one finding there; a
     sync further on is another."""
-    burst = _edit(PULL, "    hdl.barrier(channel=0)\n    return out",
+    burst = edit(PULL, "    hdl.barrier(channel=0)\n    return out",
                   "    torch.cuda.synchronize()\n    total = out.sum().item()\n    sizes = out[:4].tolist()\n"
                   "    hdl.barrier(channel=0)\n    x.add_(1)\n    x.mul_(2)\n    x.sub_(1)\n    x.div_(2)\n"
                   "    later = x.max().item()\n    return out")
@@ -321,17 +317,17 @@ def test_every_rule_has_its_own_cases():
 
 
 def test_pkb013_a_tile_check_of_the_problems_own_block_size_is_not_narrow(analyzer, tmp_path):
-    checked = _edit(PULL, "void run(int64_t peers, torch::Tensor out, int64_t world) {\n",
+    checked = edit(PULL, "void run(int64_t peers, torch::Tensor out, int64_t world) {\n",
                     "void run(int64_t peers, torch::Tensor out, int64_t world) {\n"
                     "    TORCH_CHECK(out.numel() % 128 == 0, \"multiple of 128\");\n")
     assert findings(analyzer, tmp_path, checked).get("PKB013") == [line_of(checked, "TORCH_CHECK(out.numel() % 128")]
     # solution(x, block_size=128): the problem's inputs are built in blocks of 128
-    own = _edit(checked, "def solution(x):", "def solution(x, block_size: int = 128):")
+    own = edit(checked, "def solution(x):", "def solution(x, block_size: int = 128):")
     assert "PKB013" not in findings(analyzer, tmp_path, own)
 
 
-FLAGS_SIGNAL_KERNEL = _edit(
-    _edit(
+FLAGS_SIGNAL_KERNEL = edit(
+    edit(
         FLAGS_POLL_KERNEL,
         """        if (threadIdx.x == 0) { __threadfence_system(); flags[p][rank] = 1; }
     }
@@ -356,10 +352,10 @@ def test_pkb001_a_kernel_that_only_raises_its_peers_flags_is_not_reported(analyz
     the peers, then one that polls: the launch boundary orders the push before the flags."""
     assert "PKB001" not in findings(analyzer, tmp_path, FLAGS_SIGNAL_KERNEL)
     # the same volatile flag stores at the end of the pushing kernel itself are reported
-    fused = _edit(_edit(FLAGS_SIGNAL_KERNEL, "peers[p][rank * n + i] = x[i];", "peers[p][rank * n + i] = x[i];\n        volatile int* peer_flag = flags[p];\n        if (threadIdx.x == 0) peer_flag[rank] = 1;"),
+    fused = edit(edit(FLAGS_SIGNAL_KERNEL, "peers[p][rank * n + i] = x[i];", "peers[p][rank * n + i] = x[i];\n        volatile int* peer_flag = flags[p];\n        if (threadIdx.x == 0) peer_flag[rank] = 1;"),
                   "    signal_peers<<<1, 32>>>(reinterpret_cast<int* const*>(flags), rank, world);\n", "")
     assert findings(analyzer, tmp_path, fused).get("PKB001") == [line_of(fused, "if (threadIdx.x == 0) peer_flag[rank] = 1;")]
     # plain flag words are reported even in a kernel of their own: no launch boundary keeps the
     # compiler from holding a plain flag in a register (our corpus's 33_ulysses hangs so)
-    plain = _edit(FLAGS_SIGNAL_KERNEL, "volatile int* peer_flag = flags[p];", "int* peer_flag = flags[p];")
+    plain = edit(FLAGS_SIGNAL_KERNEL, "volatile int* peer_flag = flags[p];", "int* peer_flag = flags[p];")
     assert findings(analyzer, tmp_path, plain).get("PKB001") == [line_of(plain, "peer_flag[rank] = 1;")]
