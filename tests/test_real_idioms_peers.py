@@ -450,8 +450,4 @@ def test_a_volatile_word_stored_through_a_peer_flag_pointer_is_a_flag_not_sm_sto
     assert "device_flags" in rec.label_values("sync")
     # the same volatile store through a pointer not named as a flag stays a peer store
     plain = src.replace("peer_flag_ptr", "peer_out_ptr")
-    assert rec_values(analyze(tmp_path, "2_allgather_cuda.py", plain)) == ["sm_load", "sm_store"]
-
-
-def rec_values(rec):
-    return sorted(rec.label_values("mechanism"))
+    assert sorted(analyze(tmp_path, "2_allgather_cuda.py", plain).label_values("mechanism")) == ["sm_load", "sm_store"]
