@@ -34,7 +34,7 @@ def torch_matmul_lines(rec: CandidateRecord, py) -> list[int]:
 # and neither is index arithmetic (`idx += blockDim.x * gridDim.x`).
 _COMPUTE_RE = re.compile(
     r"\bfmaf?\s*\(|__fmaf?_|__fmul|__hmul|__hfma|rsqrtf?\s*\(|sqrtf?\s*\(|\bexpf?\s*\(|__expf|exp2f\s*\(|\blogf?\s*\(|__logf"
-    r"|\btanhf?\s*\(|\b(sin|cos)f?\s*\(|__(sin|cos)f|wmma|mma\.sync|wgmma|\bmma\b|cublas"
+    r"|\btanhf?\s*\(|__popcl{0,2}\s*\(|\b(sin|cos)f?\s*\(|__(sin|cos)f|wmma|mma\.sync|wgmma|\bmma\b|cublas"
 )
 _INDEX_WORDS = re.compile(r"blockIdx|blockDim|threadIdx|gridDim|sizeof|stride|offset|\bidx\b|_idx\b|\btid\b|lane|warp|"
                           r"\.(batch|depth|rows|cols)\(\)|"

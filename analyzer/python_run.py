@@ -128,6 +128,8 @@ class RunBranches:
         inputs); None where the run does not decide it."""
         if depth > 4:
             return None
+        if isinstance(test, ast.Constant) and isinstance(test.value, (bool, int, str, type(None))):
+            return bool(test.value)  # `x if False else y`, `if 0:`: a branch switched off by hand
         if isinstance(test, ast.BoolOp):
             vals = [self.run_value(v, fn, depth + 1) for v in test.values]
             if isinstance(test.op, ast.And):

@@ -59,6 +59,15 @@ def test_a_product_of_indexed_operands_split_over_two_lines_is_computation():
     assert not _kernel_computes(["    int64_t in_idx = ((b * C + c) * T + t) *", "        H + h;"])
 
 
+def test_a_population_count_of_gathered_values_is_computation():
+    # gathering peers' masks, then thresholding them into bit words and counting the set bits (an
+    # area per mask) in the same kernel: the count derives new values from the gathered ones
+    bitpack = ["            if (p < pixels && dst[p] > 0.0f) bits |= (1u << b);",
+               "        local_area += __popc(bits);"]
+    assert _kernel_computes(bitpack)
+    assert not _kernel_computes(bitpack[:1])
+
+
 def test_a_kernel_only_one_thread_runs_works_on_a_scalar():
     # the root of a sum over peers' partial norms: arithmetic, but nothing to overlap
     norm = """__global__ void total_norm(const int64_t* peer_ptrs, float* out, int n) {

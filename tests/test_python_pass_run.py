@@ -389,6 +389,23 @@ def test_untaken_conditional_expression_and_size_one_shortcut_through_a_local():
     assert by_line == {7: "fallback", 8: "timed", 10: "fallback", 11: "timed"}
 
 
+def test_a_branch_switched_off_by_a_constant_never_runs():
+    # `int(t.cpu()[r].item()) if False else sum(...)` (a GPT-5.5 file) and `if 0:` blocks: the
+    # author disabled the branch, so its host syncs are not on the run
+    f = facts('''
+        import torch
+        def solution(x, counts):
+            off = int(counts.cpu()[0].item()) if False else 3
+            if 0:
+                x.sum().item()
+            if True:
+                x.max().item()
+            return x
+    ''')
+    by_line = {c.line: c.path for c in f.calls if c.qualname in ("tensor.item", "tensor.cpu")}
+    assert by_line == {4: "fallback", 6: "fallback", 8: "timed"}
+
+
 def test_world_size_of_the_whole_world_group_is_the_runs():
     # `group = group or dist.group.WORLD` with solution()'s group left at None: W is the run's 8,
     # so a library path for other sizes is a fallback (175 files of the corpus bind the group so)
