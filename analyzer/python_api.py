@@ -70,7 +70,14 @@ _METADATA_WORDS = ("split", "count", "size", "offset", "len", "num", "idx", "ind
 
 
 # Words that name a collective's argument as split sizes, counts or offsets.
-METADATA_ARG_WORDS = ("split", "count", "size", "offset", "meta", "num_", "nnz", "len")
+METADATA_ARG_WORDS = ("split", "count", "size", "offset", "meta", "num_", "nnz", "len", "shape")
+_METADATA_NAME = re.compile("|".join(w if w != "shape" else r"(?<!re)shape" for w in METADATA_ARG_WORDS))
+
+
+def names_metadata(text: str) -> bool:
+    """An argument named for sizes, counts, offsets or shapes (`split_sizes`, `shape_list`), not a
+    reshaped payload (`x_reshaped`)."""
+    return bool(_METADATA_NAME.search(text.lower()))
 
 
 def is_metadata_collective(call: CallSite) -> bool:
@@ -83,7 +90,7 @@ def is_metadata_collective(call: CallSite) -> bool:
     # host as numbers.
     if any(a.read_back for a in call.args if a.position == 0 or a.keyword in ("output", "output_tensor", "tensor_list", "tensor")):
         return True
-    return bool(args) and all(a.integer_tensor or any(w in a.text.lower() for w in METADATA_ARG_WORDS) for a in args)
+    return bool(args) and all(a.integer_tensor or names_metadata(a.text) for a in args)
 
 
 def _names_cpu(node: ast.AST) -> bool:
@@ -141,7 +148,7 @@ class CallCategories:
                 # named for sizes or counts there (index and node-id payloads are integers too)
                 passed = self.arguments_passed(fn, node.id)
                 return bool(passed) and all(
-                    any(w in ast.unparse(a).lower() for w in METADATA_ARG_WORDS)
+                    names_metadata(ast.unparse(a))
                     and self._is_integer_tensor(a, caller, frozenset(), hops + 1) for a, caller in passed)
             return bool(values) and all(self._is_integer_tensor(v, fn, seen | {node.id}, hops) for v in values)
         if not isinstance(node, ast.Call):

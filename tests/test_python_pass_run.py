@@ -372,6 +372,24 @@ def test_metadata_collectives_and_cpu_copies_read_back_as_numbers():
     assert by_name["cpu"].category == "cuda_sync"
 
 
+def test_an_object_gather_of_shapes_is_metadata_but_a_reshaped_payload_is_not():
+    from analyzer.python_pass import is_metadata_collective
+    f = facts('''
+        import torch
+        import torch.distributed as dist
+        def solution(x, weights):
+            local_shape = [int(t.shape[0]) for t in weights]
+            shape_list = [None] * 8
+            dist.all_gather_object(shape_list, local_shape)
+            x_reshaped = x.view(-1)
+            dist.all_reduce(x_reshaped)
+            return x
+    ''')
+    by_name = {c.qualname.split(".")[-1]: c for c in f.calls}
+    assert is_metadata_collective(by_name["all_gather_object"])
+    assert not is_metadata_collective(by_name["all_reduce"])
+
+
 def test_untaken_conditional_expression_and_size_one_shortcut_through_a_local():
     f = facts('''
         import torch
