@@ -88,7 +88,10 @@ class SideStreams:
             # while the next iteration's side-stream work (the next chunk's transfer) is in flight,
             # unless each iteration makes the side stream wait for the current one first.
             between += list(range(end + 1, loop_end + 1))
+        on_same_stream = self._lines_on_the_same_stream(block)
         for i in between:
+            if i in on_same_stream:
+                continue  # queued behind the block's own work: it runs after it, not beside it
             code = self.lines[i - 1].split("#")[0].strip()
             # Work is a call that is not stream plumbing nor a builtin on host numbers.
             called = [m.group(1) for m in re.finditer(r"([\w.]+)\s*\(", code)]
@@ -100,6 +103,22 @@ class SideStreams:
         # parenthesis) between the block and the join counts as other work.
         launches = {c.line for c in calls if c.category in ("triton_launch", "cupy_launch")}
         return any(m in between for m in matmul_lines) or any(i in launches for i in between)
+
+    def _stream_named(self, with_line: int) -> str | None:
+        """The stream a side-stream block's head names (`side` of `with torch.cuda.stream(side):`)."""
+        m = re.search(r"\bstream\(\s*([\w.\[\]]+)\s*\)", self.lines[with_line - 1])
+        return m.group(1) if m else None
+
+    def _lines_on_the_same_stream(self, block: tuple[str, int, int, int]) -> set[int]:
+        """Body lines of the function's other `with torch.cuda.stream(s):` blocks on the stream of
+        `block`: work issued there waits for the block's work in stream order."""
+        fn, with_line, _, _ = block
+        stream = self._stream_named(with_line)
+        if stream is None:
+            return set()
+        return {i for other_fn, other_with, first, last in self._side_stream_blocks()
+                if other_fn == fn and other_with != with_line and self._stream_named(other_with) == stream
+                for i in range(other_with, last + 1)}
 
     def _stream_per_iteration(self, with_line: int, loop: ast.AST) -> bool:
         """`with torch.cuda.stream(streams[i]):` in `for i in ...`: another stream each iteration, so

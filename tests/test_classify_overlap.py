@@ -146,6 +146,15 @@ def test_side_stream_with_work_before_the_join_is_multi_stream(analyzer, tmp_pat
     assert overlap(analyzer, tmp_path, src) == ["multi_stream"]
 
 
+def test_more_work_on_the_same_side_stream_before_the_join_is_not_overlap(analyzer, tmp_path):
+    # a second `with` block on the same stream queues behind the first one's transfer
+    second = "with torch.cuda.stream(_side):\n        parts = [p.contiguous() for p in parts]"
+    assert overlap(analyzer, tmp_path, SIDE.replace("BETWEEN", second)) == ["none"]
+    other = "with torch.cuda.stream(_other):\n        parts = [p.contiguous() for p in parts]"
+    src = SIDE.replace("BETWEEN", other).replace("_side = torch", "_other = torch.cuda.Stream()\n_side = torch")
+    assert overlap(analyzer, tmp_path, src) == ["multi_stream"]
+
+
 def test_side_streams_that_only_compute_overlap_nothing(analyzer, tmp_path):
     # two local reductions on side streams, no transfer anywhere on the run
     local = '''
