@@ -417,11 +417,17 @@ class Classifier(SideStreams):
                 other = self._launched_kernels(k_facts, ("setup", "fallback")) or set()
                 return {k.fn.name for k in k_facts if k.fn.name not in other} if other else None
             return None
+        # cupy kernels are launched by name
+        return self._kernels_reached(timed_ext) or None
+
+    def _kernels_reached(self, targets: set[str]) -> set[str]:
+        """Kernels that extension calls of these names (`ext.fn`'s `fn`) launch, through the
+        bindings and the host functions they call."""
         out: set[str] = set()
         for cuda in self.facts.cuda:
             by_name = {f.name: f for f in cuda.functions}
             entry_fns = set()
-            for name in timed_ext:
+            for name in targets:
                 entry_fns.add(cuda.bindings.get(name, name))
             for f in cuda.functions:
                 if f.name in entry_fns:
@@ -431,8 +437,7 @@ class Classifier(SideStreams):
                     out |= reached
                     # launches by their written (namespace-qualified) names
                     out |= {la.kernel for la in cuda.launches if la.caller in reached}
-        # cupy kernels are launched by name
-        return out or None
+        return out
 
     def _host_fn_timed(self, cuda: CudaFacts, host_fn: str) -> bool:
         timed_ext = {c.target for c in self.facts.python.calls if c.category == "ext_kernel" and c.path == "timed"}

@@ -3,7 +3,8 @@
 runs, and whether other work is issued while each runs, before the streams are joined.
 
 Reads the Python pass's calls and the file's lines through the classifier (`self.facts`,
-`self.rec`, `self.lines`, `self.timed`).
+`self.rec`, `self.lines`, `self.timed`), and which extension calls launch computing kernels
+(`self._kernels_reached`, `self.computes`).
 """
 
 from __future__ import annotations
@@ -77,7 +78,9 @@ class SideStreams:
         loop = self._enclosing_loop(first)
         loop_end = (loop.end_lineno or loop.lineno) if loop is not None else 0
         if loop is not None and loop_end < end:
-            computes = any(first <= m <= last for m in matmul_lines) or any(first <= c.line <= last for c in self.timed("compute"))
+            computes = any(first <= m <= last for m in matmul_lines) or any(first <= c.line <= last for c in self.timed("compute")) \
+                or any(self.computes.get(k, False) for k in self._kernels_reached(
+                    {c.target for c in self.timed("ext_kernel") if first <= c.line <= last}))
             if computes and self._stream_per_iteration(with_line, loop):
                 # each iteration's block on its own stream, all joined after the loop: the next
                 # chunk's transfer runs beside this chunk's compute
