@@ -43,7 +43,19 @@ _INDEX_WORDS = re.compile(r"blockIdx|blockDim|threadIdx|gridDim|sizeof|stride|of
 _VALUE_PRODUCT = re.compile(r"[\w\])]\s*[*/]\s*[\w(]")
 
 
-def line_computes(line: str) -> bool:
+# An integer variable's declaration (`uint32_t i1 = temp % N1;`, a parameter `uint32_t chunk0,`):
+# arithmetic among such names picks an address or a peer, it computes no value of the data.
+_INT_TYPE = r"(?:unsigned\s+)?(?:long\s+long|int|long|short|unsigned|size_t|u?int(?:8|16|32|64)_t)"
+_INT_DECL = re.compile(rf"\b{_INT_TYPE}\s+(?:const\s+)?(\w+)\s*(?=[;=,)])")
+_TYPE_WORDS = re.compile(rf"^(?:{_INT_TYPE}|const|static_cast|reinterpret_cast|float|double)$")
+
+
+def integer_names(body_lines: list[str]) -> frozenset[str]:
+    """Names declared with an integer type in a kernel's signature and body."""
+    return frozenset(m.group(1) for line in body_lines for m in _INT_DECL.finditer(line.split("//")[0]))
+
+
+def line_computes(line: str, integers: frozenset[str] = frozenset()) -> bool:
     code = line.split("//")[0]
     if _COMPUTE_RE.search(code):
         return True
@@ -61,6 +73,10 @@ def line_computes(line: str) -> bool:
         lhs = re.sub(r"\[[^\[\]]*\]", "", lhs)
     # `sum * inv_ws`, `sum / world_size`: the average a reduce with AVG ends in, the collective's own
     rhs = _AVERAGE.sub("", rhs)
+    # `r = i1 / chunk0`: every operand an integer variable or a literal, an index computed
+    operands = [w for w in re.findall(r"\b[A-Za-z_]\w*\b(?!\s*[(<])", rhs) if not _TYPE_WORDS.match(w)]
+    if integers and operands and all(w in integers for w in operands):
+        return False
     # index words inside the subscripts (`a[in_idx] * w[w_idx]`) address the operands; only
     # those left outside them make the product index arithmetic
     return bool(_VALUE_PRODUCT.search(rhs)) and not _INDEX_WORDS.search(lhs + "=" + rhs)
@@ -89,7 +105,8 @@ def kernel_computes(body_lines: list[str]) -> bool:
             joined[-1] = joined[-1].split("//")[0].rstrip() + " " + line.strip()
         else:
             joined.append(line)
-    return any(line_computes(line) for line in joined)
+    integers = integer_names(joined)
+    return any(line_computes(line, integers) for line in joined)
 
 
 def one_thread(body_lines: list[str]) -> bool:

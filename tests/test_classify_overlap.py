@@ -59,6 +59,21 @@ def test_a_product_of_indexed_operands_split_over_two_lines_is_computation():
     assert not _kernel_computes(["    int64_t in_idx = ((b * C + c) * T + t) *", "        H + h;"])
 
 
+def test_a_quotient_of_integer_variables_picks_a_peer_and_computes_nothing():
+    # a scatter that derives the destination rank from a coordinate (`r = i1 / chunk0`) and
+    # stores the element unchanged; the same quotient of float values computes
+    scatter = ["__global__ void push_kernel(const float* x, const uint64_t* ptrs, uint32_t N1, uint32_t chunk0, uint64_t n) {",
+               "    uint32_t i1 = threadIdx.x % N1;",
+               "    uint32_t r;",
+               "    r = i1 / chunk0;",
+               "    float* dest = (float*)ptrs[r];",
+               "    dest[i1] = x[i1];",
+               "}"]
+    assert not _kernel_computes(scatter)
+    scaled = [ln.replace("uint32_t chunk0", "float chunk0").replace("uint32_t r;", "float r;") for ln in scatter]
+    assert _kernel_computes(scaled)
+
+
 def test_a_population_count_of_gathered_values_is_computation():
     # gathering peers' masks, then thresholding them into bit words and counting the set bits (an
     # area per mask) in the same kernel: the count derives new values from the gathered ones
