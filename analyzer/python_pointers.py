@@ -301,6 +301,9 @@ class PointerKinds:
                             appended = self._appended_kind(node.value.args[0], fn, scope)
                             if appended in ("peer_ptr_array", "signal_ptr_array"):
                                 self.table_lists.add(node.value.func.value.id)  # a list of tables
+                            elif appended in ("peer_ptr", "signal_ptr"):
+                                # `ptrs.append(int(hdl.buffer_ptrs[p]))`: a table of the peers' addresses
+                                appended = "peer_ptr_array" if appended == "peer_ptr" else "signal_ptr_array"
                             self._set_kind(node.value.func.value, appended, scope, node.lineno)
                         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.functions \
                                 and node.func.id not in self.triton_names:

@@ -255,7 +255,7 @@ def test_a_table_of_the_inputs_addresses_is_local_and_of_peers_addresses_peer():
     f = facts('''
 import torch
 from torch.utils.cpp_extension import load_inline
-ext = load_inline(name="e", cpp_sources="", cuda_sources="", functions=["scale", "pull"])
+ext = load_inline(name="e", cpp_sources="", cuda_sources="", functions=["scale", "pull", "one"])
 
 def solution(grads, hdl):
     ptrs = []
@@ -266,10 +266,14 @@ def solution(grads, hdl):
         peers.append(hdl.buffer_ptrs[r])
     ext.scale(torch.tensor(ptrs, dtype=torch.int64, device="cuda").data_ptr(), len(grads))
     ext.pull(torch.tensor(peers, dtype=torch.int64, device="cuda").data_ptr())
+    ext.one(peers[1])
     return grads
 ''')
     assert f.ext_arg_kinds["scale"][0] == "local"
-    assert f.ext_arg_kinds["pull"][0] in ("peer_ptr", "peer_ptr_array")
+    # a list the peers' addresses are appended to is a table of them (a kernel indexes it by
+    # peer and loads the address locally); one of its entries is a peer's address
+    assert f.ext_arg_kinds["pull"][0] == "peer_ptr_array"
+    assert f.ext_arg_kinds["one"][0] == "peer_ptr"
 
 
 def test_a_comprehension_over_the_inputs_addresses_is_local():
