@@ -91,7 +91,9 @@ def test_pkb017_cast_first_or_scaled_offset_is_aligned(tmp_path):
         "uint32_t* send_addr = reinterpret_cast<uint32_t*>(remote_base + block_id * (uint64_t)world_size + (uint64_t)rank);",
         "const uint64_t off = (block_id * (uint64_t)world_size + (uint64_t)rank) * sizeof(uint32_t);\n"
         "    uint32_t* send_addr = reinterpret_cast<uint32_t*>(remote_base + off);")
-    for src in (cast_first, scaled):
+    # a literal width with an integer suffix (`* 4ull`) scales as well
+    suffixed = scaled.replace("* sizeof(uint32_t);", "* 4ull;")
+    for src in (cast_first, scaled, suffixed):
         assert lines_of(analyze(tmp_path, candidate(src)), "PKB017") == []
 
 

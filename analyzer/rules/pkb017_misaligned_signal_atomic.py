@@ -16,7 +16,8 @@ _INT_ADDR_DECL = re.compile(
 _INT_ADDR_PARAM = re.compile(r"(?:uint64_t|uintptr_t|int64_t|intptr_t|unsigned\s+long\s+long|CUdeviceptr)\s+(\w+)\s*[,)]")
 _SIGNAL_NAME = re.compile(r"signal|flag|sig_|_sig\b|sync|barrier|sema|ready|arrive", re.I)
 # An offset scaled to the slot width: sizeof(...), * 4 / * 8, << 2 / << 3, or a literal multiple.
-_SCALED = re.compile(r"sizeof\s*\(|\*\s*(?:4|8|16|32|64)\b|\b(?:4|8|16|32|64)\s*\*|<<\s*[2-6]\b")
+# A literal may carry an integer suffix (`* 4ull`).
+_SCALED = re.compile(r"sizeof\s*\(|\*\s*(?:4|8|16|32|64)[uUlL]*\b|\b(?:4|8|16|32|64)[uUlL]*\s*\*|<<\s*[2-6][uUlL]*\b")
 
 
 def _match_paren(text: str, i: int) -> int:
