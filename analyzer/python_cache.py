@@ -14,6 +14,13 @@ from pkb.facts import ReusedReturn
 from analyzer.python_api import dotted
 
 
+def _base_name(node: ast.AST) -> str:
+    """The variable an expression reads through (`st` of `st["buf"].numel()`), or ''."""
+    while isinstance(node, (ast.Call, ast.Attribute, ast.Subscript)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else ""
+
+
 class CacheState:
     """Set-up detection and reused returned buffers (a mixin of PythonPass)."""
 
@@ -38,6 +45,9 @@ class CacheState:
                     d = dotted(side)
                     if d:
                         names.add(d)
+                    base = _base_name(side)
+                    if base and base != d:
+                        names.add(base)  # `need > st["buf"].numel()`: a test of what `st` holds
             elif isinstance(p, ast.Call) and isinstance(p.func, ast.Name) and p.func.id == "hasattr":
                 if p.args:
                     names.add(dotted(p.args[0]))
@@ -45,10 +55,14 @@ class CacheState:
                 d = dotted(p)
                 if d:
                     names.add(d)
+        aliases: set[str] = set()  # locals read from a cache: storing into them fills the cache
         if fn is not None:
             for n in list(names):
                 if "." not in n and n not in self.global_names:
-                    names |= self._cache_reads(n, fn)
+                    reads = self._cache_reads(n, fn)
+                    names |= reads
+                    if reads:
+                        aliases.add(n)
         # Module globals, attributes of self/cls, and attributes of the file's functions and
         # classes (`solution._state`, `hasattr(solution, "mgr")`) outlive the call.
         module_defs = {n.name for n in self.tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
@@ -71,6 +85,8 @@ class CacheState:
                 elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
                     targets = node.args[:1]
                 for tg in targets:
+                    if isinstance(tg, (ast.Subscript, ast.Attribute)) and _base_name(tg) in aliases:
+                        return True  # `st["buf"] = bigger`: the cached entry grows in place
                     for sub in ast.walk(tg):
                         d = dotted(sub) if isinstance(sub, (ast.Name, ast.Attribute)) else ""
                         if d and any(d == n or n.startswith(d + ".") or d.startswith(n) for n in cached):

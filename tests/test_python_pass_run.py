@@ -112,6 +112,35 @@ def test_a_local_not_read_from_a_cache_is_no_guard():
     assert paths(f, "_symmetric_memory.empty") == ["timed"]
 
 
+def test_growing_a_cache_entry_read_into_a_local_is_setup():
+    # `st = _cache[g]`, then `if need > st["buf"].numel(): st["buf"] = bigger`: the entry grows
+    # when the inputs outgrow it, not on every call
+    grow = '''
+        import torch
+        import torch.distributed as dist
+        import torch.distributed._symmetric_memory as symm_mem
+        _cache = {}
+        def solution(t, group=None):
+            if group not in _cache:
+                buf = symm_mem.empty(1 << 20, device=t.device, dtype=torch.uint8)
+                _cache[group] = {"buf": buf, "hdl": symm_mem.rendezvous(buf, group)}
+            st = _cache[group]
+            need = t.numel() * t.element_size()
+            if need > st["buf"].numel():
+                buf = symm_mem.empty(2 * need, device=t.device, dtype=torch.uint8)
+                st["buf"] = buf
+                st["hdl"] = symm_mem.rendezvous(buf, group)
+            st["hdl"].barrier(channel=0)
+            return t
+    '''
+    f = facts(grow)
+    assert paths(f, "_symmetric_memory.empty") == ["setup", "setup"]
+    assert paths(f, "_symmetric_memory.rendezvous") == ["setup", "setup"]
+    # a local not read from the cache, stored into, guards nothing
+    fresh = grow.replace("st = _cache[group]", "st = {\"buf\": torch.empty(0)}")
+    assert paths(facts(fresh), "_symmetric_memory.empty") == ["setup", "timed"]
+
+
 def test_calls_followed_through_autograd_apply_self_and_instances():
     f = facts('''
         import torch
