@@ -306,6 +306,18 @@ def test_pkb008_a_burst_of_host_syncs_is_one_finding(analyzer, tmp_path):
                                                                   line_of(burst, "later = x.max().item()")]
 
 
+def test_pkb008_a_wait_in_an_extensions_host_code_is_reported_at_each_timed_call(analyzer, tmp_path):
+    """`cudaStreamSynchronize` in the extension's `run`: the timed path waits wherever it calls
+    `_ext.run`, so each call far enough apart is a finding there, naming the CUDA line."""
+    waits = edit(PULL, "    pull_sum<<<8, 256>>>(", "    cudaStreamSynchronize(0);\n    pull_sum<<<8, 256>>>(")
+    twice = edit(waits, "    hdl.barrier(channel=0)\n    return out",
+                 "    hdl.barrier(channel=0)\n    x.add_(1)\n    x.mul_(2)\n    x.sub_(1)\n    x.div_(2)\n"
+                 "    _ext.run(hdl.buffer_ptrs_dev, x, hdl.world_size)\n    return out")
+    calls = [i + 1 for i, ln in enumerate(textwrap.dedent(twice).lstrip("\n").splitlines()) if "_ext.run(hdl.buffer_ptrs_dev" in ln]
+    assert findings(analyzer, tmp_path, twice).get("PKB008") == calls
+    assert "PKB008" not in findings(analyzer, tmp_path, PULL)
+
+
 def test_every_rule_has_its_own_cases():
     ids = {r.id for r in all_rules()}
     assert ids == set(CASES) | set(CASES_ELSEWHERE), "a rule needs a bug file and a correct file here, or in CASES_ELSEWHERE"

@@ -10,7 +10,9 @@ class HostSyncInTimedPath(Rule):
     Finds `torch.cuda.synchronize()`, `stream.synchronize()`, `.item()`, `.tolist()`,
     `dist.barrier()` and, in the CUDA host code the timed call reaches, `cudaDeviceSynchronize`,
     `cudaStreamSynchronize`, `cudaEventSynchronize` and a synchronous `cudaMemcpy` to the host, when they run on every call of
-    `solution()` rather than in a cached set-up branch.
+    `solution()` rather than in a cached set-up branch. A wait in an extension's host code is
+    reported at each timed call of that extension function (`ext.sync_stream()` called twice
+    waits twice), naming the CUDA call and its line.
 
     A burst of host syncs within `BURST_LINES` lines of its first (the split sizes of an
     all-to-all read back with `.cpu().tolist()` one after another) is one finding at that first
@@ -41,30 +43,35 @@ class HostSyncInTimedPath(Rule):
     fix = "replace with a device-side barrier (hdl.barrier) or stream events; keep host syncs in set-up"
 
     def check(self, ctx):
+        # (line, what syncs, the kernel-side function or ''): Python's own syncs, and each timed
+        # extension call whose host code waits for the GPU, at the call (the place on the timed
+        # path a reader changes; a helper called twice per call waits twice)
+        syncs = [(c.line, c.qualname, "") for c in ctx.calls("cuda_sync", "host_sync")]
+        ext_calls = ctx.calls("ext_kernel")
+        for cuda in ctx.facts.cuda:
+            waits: dict[str, str] = {}
+            for call in cuda.api_calls:
+                if call.category == "host_sync":
+                    waits.setdefault(call.function, f"{call.api} (line {call.line})")
+            for m in sorted(cuda.memcpys, key=lambda m: m.line):
+                if m.blocks_host:
+                    waits.setdefault(m.function, f"{m.api} {m.kind_arg} (line {m.line})")
+            for c in ext_calls:
+                entry = cuda.bindings.get(c.target, c.target)
+                if entry in waits:
+                    syncs.append((c.line, f"{c.target} waits for the GPU: {waits[entry]}", entry))
         burst: list = []
-        for c in sorted(ctx.calls("cuda_sync", "host_sync"), key=lambda c: c.line):
-            if burst and c.line - burst[0].line > BURST_LINES:
+        for item in sorted(set(syncs)):
+            if burst and item[0] - burst[0][0] > BURST_LINES:
                 yield self._burst_finding(ctx, burst)
                 burst = []
-            burst.append(c)
+            burst.append(item)
         if burst:
             yield self._burst_finding(ctx, burst)
-        timed_ext = {c.target for c in ctx.calls("ext_kernel")}
-        for cuda in ctx.facts.cuda:
-            entries = {cuda.bindings.get(n, n) for n in timed_ext}
-            for call in cuda.api_calls:
-                if call.category == "host_sync" and call.function in entries:
-                    yield self.finding(ctx, call.line, call.api, kernel=call.function, pass_name="clang")
-            last = None
-            for m in sorted((m for m in cuda.memcpys if m.blocks_host and m.function in entries), key=lambda m: m.line):
-                if last is None or m.line - last > BURST_LINES:  # copies one after another wait once
-                    yield self.finding(ctx, m.line, f"{m.api} {m.kind_arg}", kernel=m.function, pass_name="clang")
-                    last = m.line
 
     def _burst_finding(self, ctx, burst):
-        first = burst[0]
-        rest = sorted({c.line for c in burst[1:]} - {first.line})
-        detail = first.qualname
+        line, detail, kernel = burst[0]
+        rest = sorted({b[0] for b in burst[1:]} - {line})
         if rest:
             detail += f" (the same burst goes on at line{'s' if len(rest) > 1 else ''} {', '.join(map(str, rest))})"
-        return self.finding(ctx, first.line, detail)
+        return self.finding(ctx, line, detail, kernel=kernel, pass_name="clang" if kernel else "python")
