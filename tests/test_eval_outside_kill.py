@@ -55,21 +55,25 @@ def _options(tmp: Path, **over) -> EvalOptions:
 
 
 def _rank_pids(work: Path) -> dict[int, int]:
-    """rank -> pid as this process sees it (inside a sandbox the status file's pid is the
-    namespace's): the worker processes of the job, matched to ranks by their environment."""
+    """rank -> pid as this process sees it: the job's processes whose pid in their own namespace
+    (the last NSpid field; the pid itself outside a sandbox) is one a rank wrote in its status
+    file. A forked rank shares the spawner's command line and initial environment, so neither
+    tells the ranks apart."""
     out = {}
     for job in work.glob("jobs/*"):
+        by_inner = {}
+        for rank_status in job.glob("*status*"):
+            data = jobfiles.read_json(rank_status) or {}
+            if "rank" in data and "pid" in data:
+                by_inner[int(data["pid"])] = int(data["rank"])
         for pid in sandbox.processes_of_job(job):
             try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                status = Path(f"/proc/{pid}/status").read_text()
             except OSError:
                 continue
-            if b"pkb.eval.worker" not in cmd or b"torch.distributed.run" in cmd:
-                continue
-            rank = next((int(e.split(b"=", 1)[1]) for e in env if e.startswith(b"RANK=")), None)
-            if rank is not None:
-                out[rank] = pid
+            nspid = next((line.split()[-1] for line in status.splitlines() if line.startswith("NSpid:")), str(pid))
+            if int(nspid) in by_inner:
+                out[by_inner[int(nspid)]] = pid
     return out
 
 

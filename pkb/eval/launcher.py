@@ -123,11 +123,11 @@ RANK_SPAWNER = Path(__file__).with_name("rank_spawner.py")
 
 
 def rank_command(job_file: Path, world_size: int, port: int, python: str | None = None, wrapper: list[str] | None = None) -> list[str]:
-    """The job's ranks under pkb.eval.rank_spawner (torchrun's local agent without its import of
-    torch); with a wrapper (ncu ...) each rank runs `wrapper python -m worker`."""
+    """The job's ranks under pkb.eval.rank_spawner (torchrun's local agent, forking the ranks after
+    one import of torch); with a wrapper (ncu ...) each rank runs `wrapper python -m worker`."""
     py = python or sys.executable
     rank = [*(wrapper or []), py, "-m", "pkb.eval.worker", str(job_file)]
-    return [py, "-s", str(RANK_SPAWNER), str(world_size), "127.0.0.1", str(port), "--", *rank]
+    return [py, str(RANK_SPAWNER), str(world_size), "127.0.0.1", str(port), "--", *rank]
 
 
 def prepare_job_dir(job_dir: Path) -> None:
