@@ -116,9 +116,9 @@ FORKED_RANK = textwrap.dedent("""
 """)
 
 
-def _spawn_module(tmp_path: Path, behaviour: str, fork: str = "1") -> subprocess.CompletedProcess:
+def _spawn_module(tmp_path: Path, behaviour: str, fork: str = "1", world_size: int = 2) -> subprocess.CompletedProcess:
     (tmp_path / "rankmod.py").write_text(FORKED_RANK)
-    cmd = [sys.executable, str(RANK_SPAWNER), "2", "127.0.0.1", "29556", "--",
+    cmd = [sys.executable, str(RANK_SPAWNER), str(world_size), "127.0.0.1", "29556", "--",
            sys.executable, "-m", "rankmod", str(tmp_path), behaviour]
     env = {**os.environ, "PKB_RANK_FORK": fork}
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
@@ -141,3 +141,10 @@ def test_pkb_rank_fork_0_starts_each_rank_as_a_process_of_its_own(tmp_path):
     res = _spawn_module(tmp_path, "ok", fork="0")
     assert res.returncode == 0, res.stderr
     assert not any(r["preloaded"] for r in _ranks(tmp_path, 2))
+
+
+def test_a_single_rank_is_not_forked(tmp_path):
+    # nothing to share: a fork would only copy pages
+    res = _spawn_module(tmp_path, "ok", world_size=1)
+    assert res.returncode == 0, res.stderr
+    assert not _ranks(tmp_path, 1)[0]["preloaded"]

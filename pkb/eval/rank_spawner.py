@@ -10,10 +10,11 @@ then, 0 when every rank exits 0. A SIGTERM or SIGINT to this process is passed o
 
 Run as a script: torchrun's agent imports torch (about 2 s of CPU for each launch) only to
 supervise processes that import it again. Where COMMAND is `python -m MODULE ARGS` of this
-interpreter, torch is imported here once and each rank is a fork of this process that runs
-MODULE as `__main__` (about 1.6 s of CPU saved per rank after the first; nothing has touched CUDA
-yet, so a fork is as clean as a new process). PKB_RANK_FORK=0, another interpreter, a wrapper in
-front (ncu) or a thread here makes each rank a process of its own instead.
+interpreter and there are two ranks or more, torch is imported here once and each rank is a fork
+of this process that runs MODULE as `__main__`: nothing has touched CUDA yet, so a fork is as
+clean as a new process, and a two-rank launch on CPU costs about a tenth less CPU
+(bench/rank_fork.py), a little more wall time on an idle machine. PKB_RANK_FORK=0, another
+interpreter, a wrapper in front (ncu) or a thread here makes each rank a process of its own.
 """
 
 from __future__ import annotations
@@ -130,7 +131,8 @@ def run_forked(env: dict[str, str], module: str, args: list[str]) -> None:
 
 
 def start_ranks(command: list[str], world_size: int, addr: str, port: str) -> list[subprocess.Popen | ForkedRank]:
-    module = forked_module(command)
+    # one rank gains nothing from sharing an import, and its fork costs copied pages
+    module = forked_module(command) if world_size > 1 else None
     if module is None or not preload():
         return [subprocess.Popen(command, env=rank_env(rank, world_size, addr, port), start_new_session=True)
                 for rank in range(world_size)]
