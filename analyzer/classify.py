@@ -417,7 +417,6 @@ class Classifier(SideStreams):
                 other = self._launched_kernels(k_facts, ("setup", "fallback")) or set()
                 return {k.fn.name for k in k_facts if k.fn.name not in other} if other else None
             return None
-        # cupy kernels are launched by name
         return self._kernels_reached(timed_ext) or None
 
     def _kernels_reached(self, targets: set[str]) -> set[str]:
@@ -431,7 +430,7 @@ class Classifier(SideStreams):
                 entry_fns.add(cuda.bindings.get(name, name))
             for f in cuda.functions:
                 if f.name in entry_fns:
-                    if f.kind == "global":
+                    if f.kind == "global":  # a cupy launch names its kernel itself
                         out.add(f.name)
                     reached = _reach(f, by_name, device_only=False)
                     out |= reached
