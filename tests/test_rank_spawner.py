@@ -13,7 +13,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from pkb.eval.launcher import RANK_SPAWNER, rank_command, torchrun_exits
+from pkb.eval.job import JobSpec
+from pkb.eval.launcher import RANK_SPAWNER, launch_env, rank_command, torchrun_exits
 
 RANK = textwrap.dedent("""
     import json, os, sys, time
@@ -148,3 +149,16 @@ def test_a_single_rank_is_not_forked(tmp_path):
     res = _spawn_module(tmp_path, "ok", world_size=1)
     assert res.returncode == 0, res.stderr
     assert not _ranks(tmp_path, 1)[0]["preloaded"]
+
+
+def test_nccl_launches_keep_a_process_per_rank_unless_asked(tmp_path, monkeypatch):
+    monkeypatch.delenv("PKB_RANK_FORK", raising=False)
+
+    def job(backend):
+        return JobSpec(job_dir=str(tmp_path), candidate_path="c.py", candidate_sha256="", problem={}, world_size=2,
+                       backend=backend, device="cuda" if backend == "nccl" else "cpu", dtype="float32", trials=1)
+
+    assert launch_env(job("nccl"), tmp_path)["PKB_RANK_FORK"] == "0"
+    assert "PKB_RANK_FORK" not in launch_env(job("gloo"), tmp_path)
+    monkeypatch.setenv("PKB_RANK_FORK", "1")
+    assert launch_env(job("nccl"), tmp_path)["PKB_RANK_FORK"] == "1"

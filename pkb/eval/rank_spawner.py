@@ -13,8 +13,9 @@ supervise processes that import it again. Where COMMAND is `python -m MODULE ARG
 interpreter and there are two ranks or more, torch is imported here once and each rank is a fork
 of this process that runs MODULE as `__main__`: nothing has touched CUDA yet, so a fork is as
 clean as a new process, and a two-rank launch on CPU costs about a tenth less CPU
-(bench/rank_fork.py), a little more wall time on an idle machine. PKB_RANK_FORK=0, another
-interpreter, a wrapper in front (ncu) or a thread here makes each rank a process of its own.
+(bench/rank_fork.py), a little more wall time on an idle machine. PKB_RANK_FORK=0 (the launcher's
+default for NCCL launches), another interpreter, a wrapper in front (ncu) or a thread here makes
+each rank a process of its own.
 """
 
 from __future__ import annotations
@@ -92,10 +93,12 @@ def preload() -> bool:
     """Import what every rank imports first (torch), once; False where forking would be unsafe."""
     sys.path[0] = os.getcwd()  # as `python -m` sets it: not this script's folder
     try:
-        import torch  # noqa: F401 - kept in sys.modules for the forked ranks
+        import torch  # kept in sys.modules for the forked ranks
         import torch.distributed  # noqa: F401
     except Exception:
         return False
+    if torch.cuda.is_initialized():
+        return False  # CUDA does not survive a fork
     # A Python thread would not survive the fork (a lock it held stays held in the child). The
     # native pool numpy's OpenBLAS starts at import stops and restarts itself around a fork
     # (pthread_atfork), as every fork of a numpy process relies on.
