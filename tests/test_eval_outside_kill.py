@@ -57,8 +57,7 @@ def _options(tmp: Path, **over) -> EvalOptions:
 def _rank_pids(work: Path) -> dict[int, int]:
     """rank -> pid as this process sees it: the job's processes whose pid in their own namespace
     (the last NSpid field; the pid itself outside a sandbox) is one a rank wrote in its status
-    file. A forked rank shares the spawner's command line and initial environment, so neither
-    tells the ranks apart."""
+    file, whatever the ranks' command lines and environments look like."""
     out = {}
     for job in work.glob("jobs/*"):
         by_inner = {}

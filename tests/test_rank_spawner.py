@@ -13,8 +13,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from pkb.eval.job import JobSpec
-from pkb.eval.launcher import RANK_SPAWNER, launch_env, rank_command, torchrun_exits
+from pkb.eval.launcher import RANK_SPAWNER, rank_command, torchrun_exits
 
 RANK = textwrap.dedent("""
     import json, os, sys, time
@@ -99,66 +98,7 @@ def test_sigterm_to_the_spawner_reaches_every_rank(tmp_path):
 def test_the_launch_command_runs_the_worker_under_the_spawner_and_a_wrapper_in_front_of_it(tmp_path):
     job = tmp_path / "job.json"
     cmd = rank_command(job, 4, 1234, python="/py")
-    assert cmd[:2] == ["/py", str(RANK_SPAWNER)] and cmd[2:7] == ["4", "127.0.0.1", "1234", "--", "/py"]
-    assert cmd[7:] == ["-m", "pkb.eval.worker", str(job)]
+    assert cmd[:3] == ["/py", "-s", str(RANK_SPAWNER)] and cmd[3:8] == ["4", "127.0.0.1", "1234", "--", "/py"]
+    assert cmd[8:] == ["-m", "pkb.eval.worker", str(job)]
     wrapped = rank_command(job, 2, 1234, python="/py", wrapper=["ncu", "--target-processes", "all"])
     assert wrapped[wrapped.index("--") + 1:] == ["ncu", "--target-processes", "all", "/py", "-m", "pkb.eval.worker", str(job)]
-
-
-FORKED_RANK = textwrap.dedent("""
-    import json, os, sys
-    preloaded = "torch" in sys.modules  # before this module imports anything heavy
-    out = sys.argv[1]
-    info = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "MASTER_PORT")}
-    info.update(pid=os.getpid(), sid=os.getsid(0), preloaded=preloaded, name=__name__, path0=sys.path[0])
-    open(os.path.join(out, "rank" + os.environ["RANK"] + ".json"), "w").write(json.dumps(info))
-    if sys.argv[2] == "rank1_fails" and os.environ["RANK"] == "1":
-        sys.exit(5)
-""")
-
-
-def _spawn_module(tmp_path: Path, behaviour: str, fork: str = "1", world_size: int = 2) -> subprocess.CompletedProcess:
-    (tmp_path / "rankmod.py").write_text(FORKED_RANK)
-    cmd = [sys.executable, str(RANK_SPAWNER), str(world_size), "127.0.0.1", "29556", "--",
-           sys.executable, "-m", "rankmod", str(tmp_path), behaviour]
-    env = {**os.environ, "PKB_RANK_FORK": fork}
-    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-
-
-def test_ranks_of_a_python_module_are_forked_after_torch_is_imported_once(tmp_path):
-    res = _spawn_module(tmp_path, "ok")
-    assert res.returncode == 0, res.stderr
-    ranks = _ranks(tmp_path, 2)
-    assert [r["RANK"] for r in ranks] == ["0", "1"] and {r["MASTER_PORT"] for r in ranks} == {"29556"}
-    assert all(r["preloaded"] for r in ranks)  # torch came from the spawner
-    assert {r["name"] for r in ranks} == {"__main__"} and {r["path0"] for r in ranks} == {str(tmp_path)}  # as `python -m`
-    assert all(r["sid"] == r["pid"] for r in ranks) and ranks[0]["pid"] != ranks[1]["pid"]
-    # a forked rank's failure is reported as a process's would be
-    res = _spawn_module(tmp_path, "rank1_fails")
-    assert res.returncode == 1 and torchrun_exits(res.stderr)[1]["exit_code"] == 5
-
-
-def test_pkb_rank_fork_0_starts_each_rank_as_a_process_of_its_own(tmp_path):
-    res = _spawn_module(tmp_path, "ok", fork="0")
-    assert res.returncode == 0, res.stderr
-    assert not any(r["preloaded"] for r in _ranks(tmp_path, 2))
-
-
-def test_a_single_rank_is_not_forked(tmp_path):
-    # nothing to share: a fork would only copy pages
-    res = _spawn_module(tmp_path, "ok", world_size=1)
-    assert res.returncode == 0, res.stderr
-    assert not _ranks(tmp_path, 1)[0]["preloaded"]
-
-
-def test_nccl_launches_keep_a_process_per_rank_unless_asked(tmp_path, monkeypatch):
-    monkeypatch.delenv("PKB_RANK_FORK", raising=False)
-
-    def job(backend):
-        return JobSpec(job_dir=str(tmp_path), candidate_path="c.py", candidate_sha256="", problem={}, world_size=2,
-                       backend=backend, device="cuda" if backend == "nccl" else "cpu", dtype="float32", trials=1)
-
-    assert launch_env(job("nccl"), tmp_path)["PKB_RANK_FORK"] == "0"
-    assert "PKB_RANK_FORK" not in launch_env(job("gloo"), tmp_path)
-    monkeypatch.setenv("PKB_RANK_FORK", "1")
-    assert launch_env(job("nccl"), tmp_path)["PKB_RANK_FORK"] == "1"

@@ -123,11 +123,11 @@ RANK_SPAWNER = Path(__file__).with_name("rank_spawner.py")
 
 
 def rank_command(job_file: Path, world_size: int, port: int, python: str | None = None, wrapper: list[str] | None = None) -> list[str]:
-    """The job's ranks under pkb.eval.rank_spawner (torchrun's local agent, forking the ranks after
-    one import of torch); with a wrapper (ncu ...) each rank runs `wrapper python -m worker`."""
+    """The job's ranks under pkb.eval.rank_spawner (torchrun's local agent without its import of
+    torch); with a wrapper (ncu ...) each rank runs `wrapper python -m worker`."""
     py = python or sys.executable
     rank = [*(wrapper or []), py, "-m", "pkb.eval.worker", str(job_file)]
-    return [py, str(RANK_SPAWNER), str(world_size), "127.0.0.1", str(port), "--", *rank]
+    return [py, "-s", str(RANK_SPAWNER), str(world_size), "127.0.0.1", str(port), "--", *rank]
 
 
 def prepare_job_dir(job_dir: Path) -> None:
@@ -153,35 +153,6 @@ def clear_stale_build_locks(extensions_dir: str, older_than_s: float) -> list[st
         except OSError:
             pass
     return removed
-
-
-def repo_root(job: JobSpec) -> str:
-    """The tree the ranks import pkb from."""
-    return job.repo_root or str(Path(__file__).resolve().parents[2])
-
-
-def launch_env(job: JobSpec, job_dir: Path) -> dict[str, str]:
-    """The environment of a launch's spawner, which its ranks inherit."""
-    env = dict(os.environ)
-    repo = repo_root(job)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
-    if job.extensions_dir:
-        Path(job.extensions_dir).mkdir(parents=True, exist_ok=True)
-        # One cache for all ranks: torch's build lock lets one rank build while the others wait
-        # and then load the same .so (instead of every rank compiling its own copy).
-        env["TORCH_EXTENSIONS_DIR"] = job.extensions_dir
-        env.setdefault("TRITON_CACHE_DIR", os.path.join(job.extensions_dir, "triton"))
-        env.setdefault("CUPY_CACHE_DIR", os.path.join(job.extensions_dir, "cupy"))
-    env["TORCHELASTIC_ERROR_FILE"] = str(job_dir / "torchelastic_error.json")
-    if job.visible_devices:
-        env["CUDA_VISIBLE_DEVICES"] = job.visible_devices
-    env.setdefault("OMP_NUM_THREADS", "1")
-    env["PYTHONUNBUFFERED"] = "1"
-    if job.backend == "nccl":
-        # Forked ranks have run over gloo only: NCCL over them waits for a machine with two GPUs
-        # or more (PKB_RANK_FORK=1 asks for it).
-        env.setdefault("PKB_RANK_FORK", "0")
-    return env
 
 
 def launch(job: JobSpec, python: str | None = None, retries_on_port_clash: int = 2) -> LaunchResult:
@@ -210,7 +181,21 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
         (job_dir / PROFILE_DIR).mkdir()  # ncu around a rank checks at start that its report can be written there
     job_file = job.write()
     cmd = rank_command(job_file, job.world_size, free_port(), python, job.rank_wrapper)
-    env = launch_env(job, job_dir)
+    env = dict(os.environ)
+    repo = job.repo_root or str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
+    if job.extensions_dir:
+        Path(job.extensions_dir).mkdir(parents=True, exist_ok=True)
+        # One cache for all ranks: torch's build lock lets one rank build while the others wait
+        # and then load the same .so (instead of every rank compiling its own copy).
+        env["TORCH_EXTENSIONS_DIR"] = job.extensions_dir
+        env.setdefault("TRITON_CACHE_DIR", os.path.join(job.extensions_dir, "triton"))
+        env.setdefault("CUPY_CACHE_DIR", os.path.join(job.extensions_dir, "cupy"))
+    env["TORCHELASTIC_ERROR_FILE"] = str(job_dir / "torchelastic_error.json")
+    if job.visible_devices:
+        env["CUDA_VISIBLE_DEVICES"] = job.visible_devices
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONUNBUFFERED"] = "1"
     scratch = job_dir / "scratch"
     scratch.mkdir(exist_ok=True)
     key = secrets.token_hex(16)
@@ -227,7 +212,7 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
         # the build root is shared by every candidate (prebuilt there, locked there by the ranks):
         # writable, so one candidate could tamper with another's build (a known gap)
         writable=[str(job_dir), *(p for p in (job.extensions_dir, job.build_root) if p)],
-        readonly=[repo_root(job), str(Path(job.candidate_path).parent), *job.extra_sys_path, *env.get("PYTHONPATH", "").split(os.pathsep),
+        readonly=[repo, str(Path(job.candidate_path).parent), *job.extra_sys_path, *env.get("PYTHONPATH", "").split(os.pathsep),
                   *(str(job.problem[k]) for k in ("path", "root") if job.problem.get(k)),  # a problem file, a PKB checkout
                   *_wrapper_dirs(job.rank_wrapper)],  # ncu, wherever it is installed
         hidden=job.sandbox_hide, name=Path(job_dir).name[-40:],
