@@ -109,9 +109,18 @@ def kernel_computes(body_lines: list[str]) -> bool:
     return any(line_computes(line, integers) for line in joined)
 
 
+# `if (threadIdx.x != 0 || blockIdx.x != 0) return;` as the body's first statement: the same
+# single thread, written as an early return of all the others.
+_OTHERS_RETURN = re.compile(r"^[^{]*\{\s*if\s*\(\s*(threadIdx\.x\s*!=\s*0\s*\|\|\s*blockIdx\.x\s*!=\s*0"
+                            r"|blockIdx\.x\s*!=\s*0\s*\|\|\s*threadIdx\.x\s*!=\s*0)\s*\)\s*return\s*;", re.S)
+
+
 def one_thread(body_lines: list[str]) -> bool:
-    """The kernel's body is one `if (threadIdx.x == 0 && blockIdx.x == 0) { ... }`."""
+    """The kernel's body is one `if (threadIdx.x == 0 && blockIdx.x == 0) { ... }`, or every other
+    thread returns first."""
     text = "\n".join(body_lines)
+    if _OTHERS_RETURN.match(text):
+        return True
     m = _ONE_THREAD.match(text)
     if m is None:
         return False

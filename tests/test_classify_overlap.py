@@ -99,6 +99,16 @@ def test_a_kernel_only_one_thread_runs_works_on_a_scalar():
         if (i < n) x[i] = x[i] / sqrtf(*norm);
     }"""
     assert not _one_thread(every_thread.splitlines())
+    # the same single thread, written as an early return of every other one
+    others_return = """__global__ void stats(const long long* ptrs, float* loss, int world) {
+        if (threadIdx.x != 0 || blockIdx.x != 0) return;
+        float s = 0.f;
+        for (int r = 0; r < world; ++r) s += reinterpret_cast<const float*>(ptrs[r])[0];
+        loss[0] = s / fmaxf(s, 1.0f);
+    }"""
+    assert _one_thread(others_return.splitlines())
+    some_return = others_return.replace("if (threadIdx.x != 0 || blockIdx.x != 0) return;", "if (threadIdx.x >= world) return;")
+    assert not _one_thread(some_return.splitlines())
 
 
 @pytest.mark.parametrize(("path", "name", "pid", "expected"), [
