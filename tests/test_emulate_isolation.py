@@ -8,6 +8,8 @@ import os
 import textwrap
 from pathlib import Path
 
+from emulate_helpers import EmulatedCandidate
+
 from pkb.emulate import emulated_evaluate
 from pkb.emulate.isolate import parse_stacks, run_child
 from pkb.emulate.records import emulate_records
@@ -59,19 +61,6 @@ def solution(tensor):
 '''
 
 
-class Rec:
-    parse_status = "ok"
-    sha256 = ""
-    problem_name = "allreduce"
-    model = provider = backend = precision = ""
-
-    def __init__(self, path: Path) -> None:
-        self.path = str(path)
-        self.source = path.read_text()
-        self.problem_id = 1
-        self.evaluation: dict = {}
-
-
 def _line(source: str, text: str) -> int:
     return next(i for i, ln in enumerate(textwrap.dedent(source).splitlines(), 1) if text in ln)
 
@@ -89,7 +78,7 @@ def _files(tmp_path: Path, **sources: str) -> list[Path]:
 
 def test_a_hanging_or_exiting_candidate_costs_only_itself(tmp_path):
     files = _files(tmp_path, sleeps=SLEEPS, exits=EXITS, good=GOOD)
-    recs = [Rec(p) for p in files]
+    recs = [EmulatedCandidate(p) for p in files]
     options = EvalOptions(trials=1, dtype="float32", store_path=str(tmp_path / "s.sqlite"), work_dir=str(tmp_path / "w"))
     parent = os.getpid()
     emulate_records(recs, 2, options, device="cpu", call_timeout_s=3.0)
@@ -156,7 +145,7 @@ def test_emulated_results_are_stored_beside_real_ones_and_resume(tmp_path):
     (p,) = _files(tmp_path, good=GOOD)
     store_path = tmp_path / "s.sqlite"
     options = EvalOptions(trials=1, dtype="float32", store_path=str(store_path), work_dir=str(tmp_path / "w"))
-    rec = Rec(p)
+    rec = EmulatedCandidate(p)
     import hashlib
 
     sha = hashlib.sha256(rec.source.encode()).hexdigest()
@@ -170,17 +159,17 @@ def test_emulated_results_are_stored_beside_real_ones_and_resume(tmp_path):
         emu = frame.loc[rec.evaluation["config_key"]]
         assert emu["emulated"] == 1 and emu["world_size"] == 4 and emu["backend"] == "emulated" and emu["status"] == "ran"
         assert len(store.trials(sha)) == 4  # one trial row per virtual rank
-    again = Rec(p)
+    again = EmulatedCandidate(p)
     emulate_records([again], 4, options, device="cpu")
     assert again.evaluation["status"] == "skipped_cached" and again.evaluation["correct"]
-    other = Rec(p)
+    other = EmulatedCandidate(p)
     emulate_records([other], 2, options, device="cpu")  # another virtual world size: its own row
     assert other.evaluation["status"] == "ran" and other.evaluation["config_key"] != rec.evaluation["config_key"]
 
 
 def test_packed_runs_keep_their_verdicts_and_the_store_has_each(tmp_path):
     files = _files(tmp_path, sleeps=SLEEPS, exits=EXITS, good=GOOD)
-    recs = [Rec(p) for p in files]
+    recs = [EmulatedCandidate(p) for p in files]
     options = EvalOptions(trials=1, dtype="float32", store_path=str(tmp_path / "s.sqlite"), work_dir=str(tmp_path / "w"), jobs=3)
     landed = []
     emulate_records(recs, 2, options, device="cpu", call_timeout_s=3.0, on_result=lambda r: landed.append(r.path))

@@ -11,6 +11,7 @@ import types
 from pathlib import Path
 
 import pytest
+from emulate_helpers import EmulatedCandidate
 
 from pkb.emulate import emulated_evaluate
 from pkb.emulate.records import emulate_records, prebuild_before_the_clock
@@ -67,17 +68,6 @@ def _pkb_root(tmp_path: Path) -> Path:
     return root
 
 
-class Rec:
-    parse_status = "ok"
-    sha256 = ""
-    model = provider = backend = precision = ""
-
-    def __init__(self, path: Path, pid: int, name: str) -> None:
-        self.path, self.source = str(path), path.read_text()
-        self.problem_id, self.problem_name = pid, name
-        self.evaluation: dict = {}
-
-
 @pytest.fixture(autouse=True)
 def _forget_utils():
     """PKB's `utils` package is imported in the test process by the in-process runs."""
@@ -95,7 +85,7 @@ def test_pkb_root_gives_path_reference_and_inputs(tmp_path):
     wrong.write_text(textwrap.dedent(CANDIDATE).replace("out * scale()", "out * 3"))
     options = EvalOptions(trials=2, dtype="float32", pkb_root=str(root), store_path=str(tmp_path / "s.sqlite"),
                           work_dir=str(tmp_path / "w"))
-    recs = [Rec(cand, 901, "doubled_sum"), Rec(wrong, 901, "doubled_sum")]
+    recs = [EmulatedCandidate(cand, 901, "doubled_sum"), EmulatedCandidate(wrong, 901, "doubled_sum")]
     emulate_records(recs, 4, options, device="cpu")
     good, bad = recs[0].evaluation, recs[1].evaluation
     assert good["status"] == "ran" and good["correct"], good
@@ -135,7 +125,7 @@ def test_without_pkb_root_the_pkb_only_problem_is_not_found(tmp_path):
     cand = tmp_path / "901_doubled_sum_cuda.py"
     cand.write_text(textwrap.dedent(CANDIDATE))
     options = EvalOptions(trials=1, dtype="float32", store_path=str(tmp_path / "s.sqlite"), work_dir=str(tmp_path / "w"))
-    rec = Rec(cand, 901, "doubled_sum")
+    rec = EmulatedCandidate(cand, 901, "doubled_sum")
     emulate_records([rec], 2, options, device="cpu")
     assert rec.evaluation["status"] == "not_run" and "901" in rec.evaluation["reason"]
 
@@ -256,7 +246,7 @@ def test_prebuild_runs_before_the_run_into_the_directory_the_run_routes_to(tmp_p
                           work_dir=str(tmp_path / "w"))
     second = cand.with_name("901_doubled_sum_again_cuda.py")
     second.write_text(textwrap.dedent(CUDA_SOURCE) + "\n# another file\n")
-    recs = [Rec(cand, 901, "doubled_sum"), Rec(second, 901, "doubled_sum")]
+    recs = [EmulatedCandidate(cand, 901, "doubled_sum"), EmulatedCandidate(second, 901, "doubled_sum")]
     emulate_records(recs, 2, options, device="cuda")
     rec = recs[0]
     assert order == ["prebuild", "run", "run"], rec.evaluation  # every build before the first run

@@ -7,6 +7,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+from emulate_helpers import EmulatedCandidate
+
 from pkb.eval.multicast import multicast_need, needs_multicast_verdict, python_guards
 from pkb.emulate.records import emulate_records
 from pkb.eval.options import EvalOptions
@@ -94,18 +96,6 @@ def solution(x):
 }
 
 
-class Rec:
-    parse_status = "ok"
-    sha256 = ""
-    problem_name = "allreduce"
-    model = provider = backend = precision = ""
-
-    def __init__(self, path: Path) -> None:
-        self.path, self.source = str(path), path.read_text()
-        self.problem_id = 1
-        self.evaluation: dict = {}
-
-
 def test_needs_multicast_only_without_a_fallback(tmp_path):
     d = tmp_path / "c"
     d.mkdir()
@@ -113,7 +103,7 @@ def test_needs_multicast_only_without_a_fallback(tmp_path):
     for name, body in CANDIDATES.items():
         p = d / f"1_allreduce_{name}.py"
         p.write_text(textwrap.dedent(HEADER) + textwrap.dedent(body))
-        recs[name] = Rec(p)
+        recs[name] = EmulatedCandidate(p)
     options = EvalOptions(trials=1, dtype="float32", store_path=str(tmp_path / "s.sqlite"), work_dir=str(tmp_path / "w"))
     emulate_records(list(recs.values()), 2, options, device="cpu")
     ev = {k: r.evaluation for k, r in recs.items()}
@@ -131,7 +121,7 @@ def test_needs_multicast_only_without_a_fallback(tmp_path):
     assert ev["fails_first"]["outcome"] == "runtime_error", ev["fails_first"]
     assert ev["fails_first"]["details"]["multicast_reads"] == 0
     # a needs-multicast verdict is stored and not rerun
-    again = Rec(Path(recs["no_fallback"].path))
+    again = EmulatedCandidate(Path(recs["no_fallback"].path))
     emulate_records([again], 2, options, device="cpu")
     assert again.evaluation["status"] == "skipped_cached" and again.evaluation["subtype"] == "needs_multicast"
 
