@@ -166,6 +166,8 @@ class RunBranches:
         if isinstance(test, ast.Call) and self.qualname(test.func) in (
                 "torch.distributed.is_initialized", "torch.distributed.is_available", "torch.cuda.is_available"):
             return True  # PKB runs every candidate under an initialised process group on GPUs
+        if isinstance(test, ast.Call) and self.qualname(test.func) == "torch.is_grad_enabled" and not test.args:
+            return self._grad_enabled_at(test, fn)
         if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance" and len(test.args) == 2:
             return self._isinstance_value(test, fn)
         if isinstance(test, ast.Compare) and len(test.ops) == 1:
@@ -175,6 +177,30 @@ class RunBranches:
                 return isinstance(test.ops[0], ast.Is)
             return self._compare_value(test.left, test.ops[0], test.comparators[0], fn)
         return None
+
+    def _grad_enabled_at(self, node: ast.AST, fn: ast.AST | None) -> bool:
+        """`torch.is_grad_enabled()` on PKB's run: its worker calls solution() with grad mode on, so
+        it holds unless solution(), the function testing it, or a `with` block around the test
+        turns grad off (`@torch.no_grad()`, `torch.inference_mode`, `set_grad_enabled(False)`)."""
+        def turns_grad_off(expr: ast.AST) -> bool:
+            call = expr if isinstance(expr, ast.Call) else None
+            name = self.qualname(call.func if call is not None else expr)
+            if name in ("torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad"):
+                return not (call is not None and call.args and isinstance(call.args[0], ast.Constant)
+                            and call.args[0].value is False)  # inference_mode(False) keeps grad on
+            return name in ("torch.set_grad_enabled", "torch.autograd.set_grad_enabled") and call is not None \
+                and bool(call.args) and isinstance(call.args[0], ast.Constant) and call.args[0].value is False
+
+        for owner in (self.functions.get("solution"), fn):
+            if isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                    turns_grad_off(d) for d in owner.decorator_list):
+                return False
+        parent = self.parents.get(id(node))
+        while parent is not None and parent is not fn:
+            if isinstance(parent, ast.With) and any(turns_grad_off(item.context_expr) for item in parent.items):
+                return False
+            parent = self.parents.get(id(parent))
+        return True
 
     def _nonempty_input_list(self, name: str, value: ast.AST | None, fn: ast.AST) -> bool:
         """A list input of solution() (`grad_tensors: List[torch.Tensor]`), or a comprehension

@@ -453,6 +453,37 @@ def test_a_branch_switched_off_by_a_constant_never_runs():
     assert by_line == {4: "fallback", 6: "fallback", 8: "timed"}
 
 
+def test_grad_mode_is_on_in_pkbs_run_unless_the_candidate_turns_it_off():
+    # PKB's worker calls solution() with grad mode on (GPT-5.5 51 branches on it): the no-grad
+    # path is the fallback, unless solution(), the testing helper or a `with` block turns grad off
+    f = facts('''
+        import torch
+        def solution(x):
+            if torch.is_grad_enabled():
+                return x * x.sum().item()
+            return x * x.max().item()
+    ''')
+    assert {c.line: c.path for c in f.calls if c.qualname == "tensor.item"} == {5: "timed", 6: "fallback"}
+    f = facts('''
+        import torch
+        @torch.no_grad()
+        def solution(x):
+            if torch.is_grad_enabled():
+                return x * x.sum().item()
+            return x * x.max().item()
+    ''')
+    assert {c.line: c.path for c in f.calls if c.qualname == "tensor.item"} == {6: "fallback", 7: "timed"}
+    f = facts('''
+        import torch
+        def solution(x):
+            with torch.inference_mode():
+                if not torch.is_grad_enabled():
+                    return x * x.sum().item()
+            return x * x.max().item()
+    ''')
+    assert {c.line: c.path for c in f.calls if c.qualname == "tensor.item"} == {6: "timed", 7: "timed"}
+
+
 def test_world_size_of_the_whole_world_group_is_the_runs():
     # `group = group or dist.group.WORLD` with solution()'s group left at None: W is the run's 8,
     # so a library path for other sizes is a fallback (175 files of the corpus bind the group so)
