@@ -38,17 +38,10 @@ def _split(values: Optional[list[str]]) -> list[str]:
 
 
 def gpu_count() -> int:
-    """CUDA devices visible here; 0 when torch is absent (the static slice needs no torch).
+    """CUDA devices visible here; 0 when torch is absent (the static slice needs no torch)."""
+    from pkb.eval.host import visible_gpus
 
-    Importing torch costs seconds, so it is imported only where an NVIDIA driver is present.
-    """
-    if not (Path("/proc/driver/nvidia/gpus").exists() or Path("/dev/nvidia0").exists() or shutil.which("nvidia-smi")):
-        return 0
-    try:
-        import torch
-    except ImportError:
-        return 0
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return visible_gpus()
 
 
 def run_static(path, out: Path, options, quiet: bool, max_bytes: int | None = None, store_path: str | None = None):

@@ -43,6 +43,13 @@ class Environment:
 
 
 def environment(options: EvalOptions) -> Environment:
+    from pkb.eval.host import gpu_driver_present, torch_versions
+
+    if not gpu_driver_present():  # no GPU can be seen: spare this process torch's import
+        version, cuda_version = torch_versions()
+        backend = options.backend if options.backend != "auto" else "gloo"
+        tag = f"torch{version}-cu{cuda_version or 'none'}".replace("+", "_")
+        return Environment("cpu", backend, 0, max(1, options.world_size or 2), tag, "")
     import torch
 
     cuda = torch.cuda.is_available()
@@ -394,10 +401,9 @@ def _probe_reference(pending: Pending, evaluation: dict[str, Any]) -> None:
         return
     from pkb.eval.launcher import launch
 
-    import torch
+    from pkb.eval.host import visible_gpus
 
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    probe_min_world_size(pending.job, evaluation, launch, gpus)
+    probe_min_world_size(pending.job, evaluation, launch, visible_gpus())
 
 
 def _profile_summary(rec: Any, pending: Pending, result: Any) -> dict[str, Any]:
