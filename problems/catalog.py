@@ -25,6 +25,9 @@ How the judged fields were decided (pkb_catalog.json's "source" says it too):
   (`attention_mask`, `softmax_scale`): `if attention_mask is None:` holds on the run.
 - communicates: False where the reference moves no data between ranks (a purely local step such
   as a sharded optimizer update): overlap is `n/a` there too.
+- input_dtype: where the input factory builds the floating inputs in one fixed dtype whatever the
+  run's precision (problem 66's grad_output is float32 in the bf16 tree): the dtype a candidate's
+  `x.dtype == torch.bfloat16` test sees on the run.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ class CatalogEntry:
     none_args: tuple[str, ...] = ()  # other parameters the input factory passes as None
     communicates: bool = True  # False: the reference moves no data between ranks
     has_compute_why: str = ""  # for the entries where reading the reference needed a judgement
+    input_dtype: str = ""  # the floating inputs' dtype where the factory fixes it ('' : the run's precision)
 
     @property
     def stem(self) -> str:
@@ -78,6 +82,7 @@ def entries() -> dict[int, CatalogEntry]:
             none_args=tuple(row.get("none_args", ())),
             communicates=row.get("communicates", True),
             has_compute_why=row.get("has_compute_why", ""),
+            input_dtype=row.get("input_dtype", ""),
         )
     return out
 

@@ -25,7 +25,8 @@ def test_json_is_well_formed():
     allowed = set(problems.CATEGORIES) | set(catalog.EXTRA_CATEGORIES)
     for r in rows:
         assert set(r) <= {"id", "name", "params", "required", "has_compute", "category", "min_world_size", "min_world_size_why",
-                          "group_args", "none_args", "communicates", "has_compute_why"}, r["id"]
+                          "group_args", "none_args", "communicates", "has_compute_why", "input_dtype", "input_dtype_why"}, r["id"]
+        assert bool(r.get("input_dtype")) == bool(r.get("input_dtype_why")), r  # a fixed dtype says where it is built
         assert r.get("communicates", True) in (True, False), r
         assert set(r.get("group_args", ())) <= set(r["params"]), r  # a group is passed to a parameter
         assert set(r.get("none_args", ())) <= set(r["params"]) - set(r.get("group_args", ())), r
@@ -97,3 +98,13 @@ def test_local_reduction_of_an_input_is_compute():
         assert table[pid].has_compute is True and "expert_mask" in table[pid].has_compute_why, pid
     # split-size bookkeeping stays a bare exchange
     assert table[70].has_compute is False and table[67].has_compute is False
+    # 66 multiplies the exchanged rows by a sparse matrix (a scatter-add summing repeated seeds)
+    assert table[66].has_compute is True and "sparse.mm" in table[66].has_compute_why
+
+
+def test_inputs_the_factory_builds_in_a_fixed_dtype():
+    # PKB's input factory builds these problems' floating inputs in one dtype whatever the run's
+    # precision (utils/input_output_tensors.py); every other problem's follow the run tree's
+    table = catalog.entries()
+    fixed = {pid: e.input_dtype for pid, e in table.items() if e.input_dtype}
+    assert fixed == {59: "float32", 60: "complex64", 62: "float32", 63: "float64", 66: "float32", 80: "float32"}

@@ -733,3 +733,37 @@ def test_a_wrap_guard_on_a_call_counter_never_runs():
     assert paths(f, "item") == ["timed"]
     # a size is no counter: undecided, so it stays on the run
     assert paths(f, "broadcast") == ["timed"]
+
+
+def test_a_problem_whose_inputs_have_a_fixed_dtype_is_judged_on_that_dtype(tmp_path):
+    # problem 66's grad_output is float32 in every run tree (PKB's input factory builds it so):
+    # a bf16-only fast path is the fallback and the float32 path runs, though the tree says bf16
+    from analyzer.pipeline import StaticAnalyzer, StaticOptions
+    from pkb.corpus import read_candidate
+
+    src = '''
+import torch
+import torch.distributed as dist
+
+def solution(grad_output, seed_inverse_ids, seed_size, counts_sent, counts_received, group=None):
+    if grad_output.dtype != torch.bfloat16:
+        out = torch.empty_like(grad_output)
+        dist.all_to_all_single(out, grad_output)
+        return torch.zeros_like(out).index_add_(0, seed_inverse_ids, out)
+    out = torch.empty_like(grad_output)
+    dist.all_gather_into_tensor(out, grad_output)
+    return out
+'''
+    analyzer = StaticAnalyzer(StaticOptions(ptx=False, use_cache=False))
+    try:
+        judged = {}
+        for stem in ("67_gnn_feature_exchange_all2all_backward", "2_allgather"):  # 66 by name; 2 follows the tree
+            folder = tmp_path / "solutions_cuda_bf16_h100_8_pkb_test-dtype"
+            folder.mkdir(exist_ok=True)
+            (folder / f"{stem}_cuda.py").write_text(src)
+            rec = analyzer.analyze(read_candidate(folder / f"{stem}_cuda.py", tmp_path))
+            judged[stem] = (paths(rec.facts.python, "all_to_all_single"), paths(rec.facts.python, "all_gather_into_tensor"))
+    finally:
+        analyzer.close()
+    assert judged["67_gnn_feature_exchange_all2all_backward"] == (["timed"], ["fallback"])
+    assert judged["2_allgather"] == (["fallback"], ["timed"])
