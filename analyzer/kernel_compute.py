@@ -96,9 +96,46 @@ _ONE_THREAD = re.compile(r"^[^{]*\{\s*if\s*\(\s*(threadIdx\.x\s*==\s*0\s*&&\s*bl
                          r"|blockIdx\.x\s*==\s*0\s*&&\s*threadIdx\.x\s*==\s*0)\s*\)\s*\{", re.S)
 
 
+# `dst = seed_inverse_ids[row];`: a destination read from an index array (a scatter's target).
+_GATHERED_INDEX = re.compile(r"\b(\w+)\s*=\s*(?:\([\w\s]+\)\s*)?\w+\s*\[[^\]]+\]\s*;")
+_ASSIGNMENT = re.compile(r"\b(\w+)\s*=(?!=)\s*([^;]+);")
+_ATOMIC_ADD = re.compile(r"\batomicAdd\w*\s*\(")
+
+
+def scatter_adds(joined: list[str]) -> bool:
+    """`atomicAdd(grad + dst * feat + h, v)` with `dst` read from an index array (or `out[idx[i]]`):
+    values summed into rows that an index array picks (index_add, a sparse matmul by a 0/1
+    matrix) is work a collective does not do, unlike its elementwise sum of peers' values. An
+    atomic bump by a constant (`atomicAdd(&cursor[d], 1)`) is a counter, not a sum of values."""
+    gathered = {m.group(1) for line in joined for m in _GATHERED_INDEX.finditer(line.split("//")[0])}
+    for _ in range(2):  # `dst_ptr = grad_input + dst_row * H;`: an address made from such an index
+        gathered |= {m.group(1) for line in joined for m in _ASSIGNMENT.finditer(line.split("//")[0])
+                     if set(re.findall(r"\b[A-Za-z_]\w*\b", m.group(2))) & gathered}
+    for line in joined:
+        code = line.split("//")[0]
+        for m in _ATOMIC_ADD.finditer(code):
+            end = closing(code, m.end() - 1, "(", ")")
+            if end < 0:
+                continue
+            args, depth, cut = code[m.end():end], 0, -1
+            for i, ch in enumerate(args):  # the first top-level comma splits address and value
+                depth += (ch in "([") - (ch in ")]")
+                if ch == "," and depth == 0:
+                    cut = i
+                    break
+            if cut < 0:
+                continue
+            address, value = args[:cut], args[cut + 1:].strip()
+            if re.fullmatch(r"[-+]?\d+[uUlLfF]*|\(\w+\)\s*\d+", value):
+                continue
+            if set(re.findall(r"\b[A-Za-z_]\w*\b", address)) & gathered or re.search(r"\[[^\[\]]*\[", address):
+                return True
+    return False
+
+
 def kernel_computes(body_lines: list[str]) -> bool:
-    """A kernel body with multiply-accumulate, normalisation or tensor-core arithmetic; a
-    statement split over lines is read whole."""
+    """A kernel body with multiply-accumulate, normalisation or tensor-core arithmetic, or a
+    scatter-add by key; a statement split over lines is read whole."""
     joined: list[str] = []
     for line in body_lines:
         if joined and _CONTINUED.search(joined[-1].split("//")[0]):
@@ -106,7 +143,7 @@ def kernel_computes(body_lines: list[str]) -> bool:
         else:
             joined.append(line)
     integers = integer_names(joined)
-    return any(line_computes(line, integers) for line in joined)
+    return any(line_computes(line, integers) for line in joined) or scatter_adds(joined)
 
 
 # `if (threadIdx.x != 0 || blockIdx.x != 0) return;` as the body's first statement: the same

@@ -83,6 +83,22 @@ def test_a_population_count_of_gathered_values_is_computation():
     assert not _kernel_computes(bitpack[:1])
 
 
+def test_a_scatter_add_by_an_index_array_is_computation_and_a_counter_bump_is_not():
+    # problem 66's backward: peers' rows summed into the seed rows an index array picks (the
+    # reference's sparse.mm by a 0/1 matrix), directly or through an address made from the index
+    pull = """    const float* src = reinterpret_cast<const float*>(data_ptrs[src_rank]);
+        const int64_t dst_row = seed_inverse_ids[row];
+        DEST
+    """
+    direct = pull.replace("DEST", "atomicAdd(grad_input + dst_row * feat + h, src[src_row * feat + h]);")
+    aliased = pull.replace("DEST", "float* dst_ptr = grad_input + dst_row * feat;\n    atomicAdd(dst_ptr + h, src[h]);")
+    nested = ["    atomicAdd(&out[ids[i] * H + h], peer[i * H + h]);"]
+    assert _kernel_computes(direct.splitlines()) and _kernel_computes(aliased.splitlines()) and _kernel_computes(nested)
+    # an all-reduce's elementwise atomic sum and a bucket cursor bumped by one are not
+    assert not _kernel_computes(["    atomicAdd(out + i, peer[i]);"])
+    assert not _kernel_computes(["    int owner = owners[i];", "    int pos = atomicAdd(&cursor[owner], 1);"])
+
+
 def test_a_kernel_only_one_thread_runs_works_on_a_scalar():
     # the root of a sum over peers' partial norms: arithmetic, but nothing to overlap
     norm = """__global__ void total_norm(const int64_t* peer_ptrs, float* out, int n) {
