@@ -33,6 +33,10 @@ class CacheState:
         `if res is not None: return res`): the local stands for the cache it was read from."""
         names: set[str] = set()
         t = test.operand if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) else test
+        if isinstance(t, ast.Name) and fn is not None and t.id not in self.global_names:
+            # `needs_realloc = (counts > _caps).any().item() or D != _cur_D; if needs_realloc:`:
+            # a local flag stands for the comparisons it was computed from
+            names |= self._compared_names(t, fn)
         if isinstance(t, ast.BoolOp):
             parts = t.values
         else:
@@ -99,6 +103,24 @@ class CacheState:
                            for n in ast.walk(helper)):
                         return True
         return False
+
+    def _compared_names(self, flag: ast.Name, fn: ast.AST, depth: int = 0) -> set[str]:
+        """The module-level names compared in the one expression a local flag is assigned (and in
+        the locals that expression reads, two levels)."""
+        value = self._single_assignment(flag.id, fn) if depth < 3 else None
+        if value is None:
+            return set()
+        found: set[str] = set()
+        for node in ast.walk(value):
+            if isinstance(node, ast.Compare):
+                for side in [node.left, *node.comparators]:
+                    for sub in ast.walk(side):
+                        d = dotted(sub) if isinstance(sub, (ast.Name, ast.Attribute)) else ""
+                        if d and d.split(".")[0] in self.global_names:
+                            found.add(d)
+            elif isinstance(node, ast.Name) and node.id not in self.global_names and node.id != flag.id:
+                found |= self._compared_names(node, fn, depth + 1)
+        return found
 
     @staticmethod
     def _tests_none(test: ast.AST) -> bool:

@@ -141,6 +141,37 @@ def test_growing_a_cache_entry_read_into_a_local_is_setup():
     assert paths(facts(fresh), "_symmetric_memory.empty") == ["setup", "timed"]
 
 
+def test_a_local_flag_comparing_the_input_with_cached_capacities_guards_setup():
+    # `needs_realloc = (counts > _caps).any().item() or D != _cur_D; if needs_realloc:` (Gemini 68):
+    # the buffers are made again only when the inputs outgrow what the module keeps
+    grow = '''
+        import torch
+        import torch.distributed._symmetric_memory as symm_mem
+        _caps = None
+        _cur_D = None
+        _bufs = {}
+        def solution(counts, value, group=None):
+            global _caps, _cur_D
+            D = value.shape[1]
+            if _caps is None:
+                _caps = torch.zeros_like(counts)
+            over = (counts > _caps).any()
+            needs_realloc = over.item() or (D != _cur_D)
+            if needs_realloc:
+                _caps.copy_(torch.maximum(_caps, counts))
+                _cur_D = D
+                buf = symm_mem.empty(int(_caps.max()) * D, device=value.device, dtype=value.dtype)
+                _bufs["val"] = (buf, symm_mem.rendezvous(buf, group))
+            return _bufs["val"][0]
+    '''
+    f = facts(grow)
+    assert paths(f, "_symmetric_memory.empty") == ["setup"]
+    assert paths(f, "_symmetric_memory.rendezvous") == ["setup"]
+    # a flag computed from the call's inputs alone guards nothing kept between calls
+    local = grow.replace("over = (counts > _caps).any()", "over = (counts > 0).any()").replace(" or (D != _cur_D)", "")
+    assert paths(facts(local), "_symmetric_memory.empty") == ["timed"]
+
+
 def test_calls_followed_through_autograd_apply_self_and_instances():
     f = facts('''
         import torch
