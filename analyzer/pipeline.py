@@ -131,6 +131,8 @@ class StaticAnalyzer:
         entry = problem_entry(rec) if run.world_size else None
         if entry is not None and (entry.group_args or entry.none_args):
             run = replace(run, group_args=entry.group_args, none_args=entry.none_args)
+        if entry is not None and entry.scalar_args and run.world_size == 8:  # the factory's values at 8 ranks
+            run = replace(run, scalar_args=entry.scalar_args)
         if entry is not None and entry.input_dtype and run.dtype:
             run = replace(run, dtype=entry.input_dtype)  # the factory's fixed dtype, not the tree's precision
         py = analyze_python(rec.source, rec.path, rec.syntax_tree(), run)

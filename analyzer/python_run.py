@@ -40,6 +40,7 @@ class RunContext:
     multicast: bool | None = None
     group_args: tuple[str, ...] = ()  # solution() parameters the run passes a process group
     none_args: tuple[str, ...] = ()  # other solution() parameters the run passes as None
+    scalar_args: tuple[tuple[str, object], ...] = ()  # solution() parameters the run passes a constant (name, value)
 
 
 def run_context(precision: str = "", hardware: str = "") -> RunContext:
@@ -140,6 +141,9 @@ class RunBranches:
             return None if v is None else not v
         if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id in ("int", "bool") and len(test.args) == 1:
             return self.run_value(test.args[0], fn, depth + 1)
+        scalar = self._scalar_on_run(test, fn)
+        if scalar is not _NO_LITERAL:
+            return bool(scalar)  # `if causal:`, `if n_iterations:` on the value PKB's factory passes
         if isinstance(test, ast.Name) and fn is not None:
             if self._unset_group(test, fn):
                 return False
@@ -171,6 +175,9 @@ class RunBranches:
         if isinstance(test, ast.Call) and isinstance(test.func, ast.Name) and test.func.id == "isinstance" and len(test.args) == 2:
             return self._isinstance_value(test, fn)
         if isinstance(test, ast.Compare) and len(test.ops) == 1:
+            held = self._scalar_compare(test.left, test.ops[0], test.comparators[0], fn)
+            if held is not None:
+                return held
             if isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None \
                     and isinstance(test.ops[0], (ast.Is, ast.IsNot)) and (
                         self._unset_group(test.left, fn) or self._none_on_run(test.left, fn)):
@@ -234,6 +241,52 @@ class RunBranches:
                     return True
             child, parent = parent, self.parents.get(id(parent))
         return False
+
+    def _scalar_on_run(self, node: ast.AST, fn: ast.AST | None) -> object:
+        """The constant PKB's input factory passes a parameter of solution() (`n_iterations` 3,
+        `causal` True), where `node` names it (or `int(...)`/`float(...)`/`bool(...)` of it) and
+        solution() does not rebind it; _NO_LITERAL otherwise."""
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("int", "float", "bool") \
+                and len(node.args) == 1 and not node.keywords:
+            inner = self._scalar_on_run(node.args[0], fn)
+            if inner is _NO_LITERAL or inner is None:
+                return _NO_LITERAL
+            try:
+                return {"int": int, "float": float, "bool": bool}[node.func.id](inner)
+            except (TypeError, ValueError):
+                return _NO_LITERAL
+        sol = self.functions.get("solution")
+        values = dict(self.run_ctx.scalar_args)
+        if not isinstance(node, ast.Name) or sol is None or fn is not sol or node.id not in values:
+            return _NO_LITERAL
+        if any(isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and any(
+                isinstance(t, ast.Name) and t.id == node.id
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target])) for n in ast.walk(sol)):
+            return _NO_LITERAL  # rebound before or after the test: no longer the factory's value
+        return values[node.id]
+
+    def _scalar_compare(self, left: ast.AST, op: ast.cmpop, right: ast.AST, fn: ast.AST | None) -> bool | None:
+        """`n_iterations == 0`, `top_k is None`, `mode != "sum"`: a parameter the factory passes a
+        constant, compared with a literal."""
+        value, other = self._scalar_on_run(left, fn), right
+        flipped = False
+        if value is _NO_LITERAL:
+            value, other, flipped = self._scalar_on_run(right, fn), left, True
+        if value is _NO_LITERAL:
+            return None
+        lit = _literal(other)
+        if lit is _NO_LITERAL or isinstance(lit, (list, dict, set)):
+            return None
+        a, b = (lit, value) if flipped else (value, lit)
+        try:
+            table = {ast.Eq: lambda: a == b, ast.NotEq: lambda: a != b, ast.Is: lambda: a is b if b is None or a is None else None,
+                     ast.IsNot: lambda: a is not b if b is None or a is None else None,
+                     ast.Lt: lambda: a < b, ast.LtE: lambda: a <= b, ast.Gt: lambda: a > b, ast.GtE: lambda: a >= b,
+                     ast.In: lambda: a in b, ast.NotIn: lambda: a not in b}
+            held = table[type(op)]() if type(op) in table else None
+        except TypeError:
+            return None
+        return held if isinstance(held, bool) else None
 
     def _none_on_run(self, node: ast.AST, fn: ast.AST | None) -> bool:
         """A parameter of solution() that PKB's input factory passes as None (the run's

@@ -25,6 +25,8 @@ How the judged fields were decided (pkb_catalog.json's "source" says it too):
   (`attention_mask`, `softmax_scale`): `if attention_mask is None:` holds on the run.
 - communicates: False where the reference moves no data between ranks (a purely local step such
   as a sharded optimizer update): overlap is `n/a` there too.
+- scalar_args: the bool, int, float and str arguments the input factory passes at world size 8,
+  the same on every rank (`n_iterations` 3, `causal` True): `if n_iterations == 0:` is decided.
 - input_dtype: where the input factory builds the floating inputs in one fixed dtype whatever the
   run's precision (problem 66's grad_output is float32 in the bf16 tree): the dtype a candidate's
   `x.dtype == torch.bfloat16` test sees on the run.
@@ -57,6 +59,7 @@ class CatalogEntry:
     communicates: bool = True  # False: the reference moves no data between ranks
     has_compute_why: str = ""  # for the entries where reading the reference needed a judgement
     input_dtype: str = ""  # the floating inputs' dtype where the factory fixes it ('' : the run's precision)
+    scalar_args: tuple[tuple[str, object], ...] = ()  # (parameter, constant) the factory passes at world size 8
 
     @property
     def stem(self) -> str:
@@ -83,6 +86,7 @@ def entries() -> dict[int, CatalogEntry]:
             communicates=row.get("communicates", True),
             has_compute_why=row.get("has_compute_why", ""),
             input_dtype=row.get("input_dtype", ""),
+            scalar_args=tuple(row.get("scalar_args", {}).items()),
         )
     return out
 

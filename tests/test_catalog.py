@@ -25,7 +25,9 @@ def test_json_is_well_formed():
     allowed = set(problems.CATEGORIES) | set(catalog.EXTRA_CATEGORIES)
     for r in rows:
         assert set(r) <= {"id", "name", "params", "required", "has_compute", "category", "min_world_size", "min_world_size_why",
-                          "group_args", "none_args", "communicates", "has_compute_why", "input_dtype", "input_dtype_why"}, r["id"]
+                          "group_args", "none_args", "communicates", "has_compute_why", "input_dtype", "input_dtype_why", "scalar_args"}, r["id"]
+        assert set(r.get("scalar_args", {})) <= set(r["params"]) - set(r.get("group_args", ())) - set(r.get("none_args", ())), r
+        assert all(isinstance(v, (bool, int, float, str)) for v in r.get("scalar_args", {}).values()), r
         assert bool(r.get("input_dtype")) == bool(r.get("input_dtype_why")), r  # a fixed dtype says where it is built
         assert r.get("communicates", True) in (True, False), r
         assert set(r.get("group_args", ())) <= set(r["params"]), r  # a group is passed to a parameter
@@ -100,6 +102,14 @@ def test_local_reduction_of_an_input_is_compute():
     assert table[70].has_compute is False and table[67].has_compute is False
     # 66 multiplies the exchanged rows by a sparse matrix (a scatter-add summing repeated seeds)
     assert table[66].has_compute is True and "sparse.mm" in table[66].has_compute_why
+
+
+def test_constants_the_factory_passes_at_world_size_8():
+    # read from create_input_tensor on 8 CPU ranks: the same value on every rank
+    table = catalog.entries()
+    assert dict(table[80].scalar_args) == {"teacher_temp": 0.07, "n_iterations": 3}
+    assert dict(table[54].scalar_args) == {"causal": True} and dict(table[57].scalar_args) == {"causal": False}
+    assert dict(table[4].scalar_args) == {"dst": 0} and table[1].scalar_args == ()
 
 
 def test_inputs_the_factory_builds_in_a_fixed_dtype():

@@ -798,3 +798,27 @@ def solution(grad_output, seed_inverse_ids, seed_size, counts_sent, counts_recei
         analyzer.close()
     assert judged["67_gnn_feature_exchange_all2all_backward"] == (["timed"], ["fallback"])
     assert judged["2_allgather"] == (["fallback"], ["timed"])
+
+
+def test_constants_the_factory_passes_decide_the_tests_on_them():
+    # PKB's factory passes problem 80 `n_iterations=3` and ring attention `causal=True` (the
+    # catalogue's scalar_args): `if n_iterations == 0:` and `if not causal:` are fallbacks
+    src = '''
+        import torch
+        def solution(x, teacher_temp, n_iterations=3, causal=False, mode="sum"):
+            if n_iterations == 0:
+                return x * float(x.sum().item())
+            if not causal:
+                x.max().item()
+            if int(n_iterations) >= 1 and mode in ("sum", "mean"):
+                x.min().item()
+            return x
+    '''
+    run = RunContext(dtype="bfloat16", world_size=8, multicast=True,
+                     scalar_args=(("n_iterations", 3), ("causal", True), ("mode", "sum")))
+    by_line = {c.line: c.path for c in facts(src, run).calls if c.qualname == "tensor.item"}
+    assert by_line == {5: "fallback", 7: "fallback", 9: "timed"}
+    # without the constants nothing is decided; a parameter solution() rebinds is not the factory's
+    assert set({c.line: c.path for c in facts(src).calls if c.qualname == "tensor.item"}.values()) == {"timed"}
+    rebound = src.replace("            if n_iterations == 0:", "            n_iterations = n_iterations - 3\n            if n_iterations == 0:")
+    assert "fallback" not in [c.path for c in facts(rebound, run).calls if c.qualname == "tensor.item" and c.line == 6]
