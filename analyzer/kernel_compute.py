@@ -11,6 +11,7 @@ import ast
 import re
 
 from analyzer.brackets import closing
+from analyzer.cuda_text import split_top
 from pkb.record import CandidateRecord
 
 
@@ -117,15 +118,10 @@ def scatter_adds(joined: list[str]) -> bool:
             end = closing(code, m.end() - 1, "(", ")")
             if end < 0:
                 continue
-            args, depth, cut = code[m.end():end], 0, -1
-            for i, ch in enumerate(args):  # the first top-level comma splits address and value
-                depth += (ch in "([") - (ch in ")]")
-                if ch == "," and depth == 0:
-                    cut = i
-                    break
-            if cut < 0:
+            args = split_top(code[m.end():end], ",")
+            if len(args) < 2:
                 continue
-            address, value = args[:cut], args[cut + 1:].strip()
+            address, value = args[0], ",".join(args[1:]).strip()
             if re.fullmatch(r"[-+]?\d+[uUlLfF]*|\(\w+\)\s*\d+", value):
                 continue
             if set(re.findall(r"\b[A-Za-z_]\w*\b", address)) & gathered or re.search(r"\[[^\[\]]*\[", address):

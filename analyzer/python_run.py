@@ -8,6 +8,7 @@ the caller, and the candidate's parsed tests and parameters.
 from __future__ import annotations
 
 import ast
+import operator
 import re
 from dataclasses import dataclass
 
@@ -80,6 +81,10 @@ def _is_size_expr(node: ast.AST) -> bool:
 
 
 _NO_LITERAL = object()
+# comparisons of a constant argument with a literal (`n_iterations == 0`, `mode in ("sum",)`)
+_SCALAR_OPS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Is: operator.is_, ast.IsNot: operator.is_not,
+               ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+               ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
 
 
 # PKB's worker makes 500 warm-up and 100 timed calls (and a few checks): a counter stepped by at
@@ -255,9 +260,11 @@ class RunBranches:
                 return {"int": int, "float": float, "bool": bool}[node.func.id](inner)
             except (TypeError, ValueError):
                 return _NO_LITERAL
+        if not isinstance(node, ast.Name) or not self.run_ctx.scalar_args:
+            return _NO_LITERAL
         sol = self.functions.get("solution")
         values = dict(self.run_ctx.scalar_args)
-        if not isinstance(node, ast.Name) or sol is None or fn is not sol or node.id not in values:
+        if sol is None or fn is not sol or node.id not in values:
             return _NO_LITERAL
         if any(isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and any(
                 isinstance(t, ast.Name) and t.id == node.id
@@ -278,12 +285,11 @@ class RunBranches:
         if lit is _NO_LITERAL or isinstance(lit, (list, dict, set)):
             return None
         a, b = (lit, value) if flipped else (value, lit)
+        compare = _SCALAR_OPS.get(type(op))
+        if compare is None or isinstance(op, (ast.Is, ast.IsNot)) and a is not None and b is not None:
+            return None  # identity decides nothing about two values but None
         try:
-            table = {ast.Eq: lambda: a == b, ast.NotEq: lambda: a != b, ast.Is: lambda: a is b if b is None or a is None else None,
-                     ast.IsNot: lambda: a is not b if b is None or a is None else None,
-                     ast.Lt: lambda: a < b, ast.LtE: lambda: a <= b, ast.Gt: lambda: a > b, ast.GtE: lambda: a >= b,
-                     ast.In: lambda: a in b, ast.NotIn: lambda: a not in b}
-            held = table[type(op)]() if type(op) in table else None
+            held = compare(a, b)
         except TypeError:
             return None
         return held if isinstance(held, bool) else None

@@ -47,7 +47,7 @@ def _hash_sources(h: Any, root: Path, suffixes: tuple[str, ...]) -> None:
 @lru_cache(maxsize=1)
 def analyzer_version() -> str:
     """A hash of the analyzer's own sources and of the problem catalogue the passes read (which
-    arguments the run leaves None, the inputs' dtype): cached facts from older code are not reused."""
+    arguments the run leaves None or fixes, the inputs' dtype): cached facts from older code are not reused."""
     h = hashlib.sha256()
     _hash_sources(h, Path(__file__).parent, (".py", ".h"))
     h.update((Path(__file__).resolve().parents[1] / "problems" / "pkb_catalog.json").read_bytes())
