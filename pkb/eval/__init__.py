@@ -43,28 +43,23 @@ class Environment:
 
 
 def environment(options: EvalOptions) -> Environment:
-    from pkb.eval.host import gpu_driver_present, torch_versions
+    from pkb.eval.host import torch_versions, visible_gpus
 
-    if not gpu_driver_present():  # no GPU can be seen: spare this process torch's import
-        version, cuda_version = torch_versions()
-        backend = options.backend if options.backend != "auto" else "gloo"
-        tag = f"torch{version}-cu{cuda_version or 'none'}".replace("+", "_")
-        return Environment("cpu", backend, 0, max(1, options.world_size or 2), tag, "")
-    import torch
-
-    cuda = torch.cuda.is_available()
-    count = torch.cuda.device_count() if cuda else 0
-    backend = options.backend if options.backend != "auto" else ("nccl" if cuda else "gloo")
-    device = "cuda" if cuda and backend == "nccl" else "cpu"
+    count = visible_gpus()  # torch is imported only where a GPU driver is present
+    backend = options.backend if options.backend != "auto" else ("nccl" if count else "gloo")
+    device = "cuda" if count and backend == "nccl" else "cpu"
     ws = options.world_size or (count if device == "cuda" else 2)
     arch = arch_list = ""
     if device == "cuda":
+        import torch
+
         major, minor = torch.cuda.get_device_capability(0)
         arch = f"-sm{major}{minor}"
         # what torch picks in a rank that sees the GPU and no TORCH_CUDA_ARCH_LIST (the last arch
         # +PTX), so a build made without the GPU has the same flags, hence the same directory
         arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST") or f"{major}.{minor}+PTX"
-    tag = f"torch{torch.__version__}-cu{torch.version.cuda or 'none'}{arch}".replace("+", "_")
+    version, cuda_version = torch_versions()
+    tag = f"torch{version}-cu{cuda_version or 'none'}{arch}".replace("+", "_")
     return Environment(device, backend, count, max(1, ws), tag, arch_list)
 
 
