@@ -244,20 +244,26 @@ def timing_check(cold: Path, warm: Path) -> dict:
 
 def timeline(jsonl: Path) -> None:
     """Where the wall time of one run went: each candidate's build and launch seconds (the record's
-    details.prebuild and launch_wall_s), the builds' sum, and the timed launches' sum."""
+    details.prebuild and launch_wall_s), the builds' sum, and the timed launches' sum (a screen
+    timed at its gate: its launch less its wait there, and the wait apart)."""
     recs = [json.loads(x) for x in jsonl.read_text().splitlines()] if jsonl.exists() else []
-    builds, timed = [], []
+    builds, timed, waits = [], [], []
     for r in recs:
         ev = r.get("evaluation") or {}
-        pre = (ev.get("details") or {}).get("prebuild") or {}
+        details = ev.get("details") or {}
+        pre = details.get("prebuild") or {}
         if pre.get("seconds"):
             builds.append(float(pre["seconds"]))
         if ev.get("correct") and ev.get("launch_wall_s"):
-            timed.append(float(ev["launch_wall_s"]))
+            waited = float((details.get("timed_in_screen") or {}).get("waited_s") or 0.0)
+            timed.append(float(ev["launch_wall_s"]) - waited)
+            if "timed_in_screen" in details:
+                waits.append(waited)
     if builds:
         print(f"  builds: {len(builds)}, {sum(builds):.0f} s in all, {statistics.median(builds):.1f} s median, {max(builds):.1f} s max")
     if timed:
-        print(f"  timed launches: {len(timed)}, {sum(timed):.0f} s in all, {statistics.median(timed):.1f} s median, {max(timed):.1f} s max")
+        print(f"  timed launches: {len(timed)}, {sum(timed):.0f} s in all, {statistics.median(timed):.1f} s median, {max(timed):.1f} s max"
+              + (f" ({len(waits)} timed in their screens, less {sum(waits):.0f} s waiting at their gates)" if waits else ""))
 
 
 def ours_eval(pkb_root: Path, files: list[Path], args: argparse.Namespace, tmp: Path, out_name: str = "eval_out",

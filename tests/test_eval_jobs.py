@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_eval_support import quick_options, run_eval, write_candidate
+from test_eval_support import REFERENCE, quick_options, run_eval, write_candidate
 
 from pkb.eval import Environment, plan_slots
 from pkb.eval.options import EvalOptions, config_key
@@ -91,7 +91,7 @@ def test_shared_timing_is_its_own_configuration():
 
 def test_screening_packs_correctness_and_times_only_the_correct(tmp_path, monkeypatch):
     import pkb.eval as ev
-    from test_eval_support import REFERENCE, allreduce_then
+    from test_eval_support import allreduce_then
 
     real_plan = ev.plan_slots
     # a node where untimed launches pack two at a time and a timed one runs alone (as on a GPU)
@@ -105,8 +105,9 @@ def test_screening_packs_correctness_and_times_only_the_correct(tmp_path, monkey
     assert "screened" not in good_rec.evaluation["details"] and good_rec.evaluation["correct"]
     assert good_rec.evaluation["timing_mode"] == "exclusive"
     assert all(r["timing"] for r in good_rec.evaluation["ranks"])  # its timed launch ran
+    assert "timed_in_screen" in good_rec.evaluation["details"]  # timed at its gate, in the same launch
     jobs = sorted(p.name.rsplit("-", 1)[-1] for p in (tmp_path / "work" / "jobs").iterdir())
-    assert jobs.count("screen") == 2 and len(jobs) == 3
+    assert jobs == ["screen", "screen"]
     monkeypatch.setattr(ev, "plan_slots", real_plan)
     again = run_eval([good, wrong], options)  # stored under the timed configuration: nothing relaunched
     assert all(r.evaluation["status"] == "skipped_cached" for r in again)
@@ -119,8 +120,6 @@ def test_untimed_launches_start_while_other_builds_run(tmp_path, monkeypatch):
     import time
 
     import pkb.eval.build as build
-    from test_eval_support import REFERENCE
-
     from pkb.corpus import read_candidate
     from pkb.eval import evaluate
 
@@ -165,7 +164,7 @@ class _Feed:
     after about three seconds of waiting), one build outstanding until then."""
 
     def __init__(self, first, second, release):
-        self.items, self.release, self.outstanding = (first, second), release, 1
+        self.items, self.release, self.outstanding, self.builds_done = (first, second), release, 1, False
 
     def __iter__(self):
         yield self.items[0]
@@ -194,12 +193,20 @@ def _screened_run(monkeypatch, timed_cpus):
     release = threading.Event()
     events: list[tuple] = []
 
-    def launch(p):
-        timed = p.job.iters > 0
-        events.append((p.job.job_dir, "timed" if timed else "screen", feed.outstanding, list(p.job.cpus)))
-        if timed:
+    def launch(p, gate):
+        screen = p.job.job_dir.endswith("-screen")
+        events.append((p.job.job_dir, "screen" if screen else "timed", feed.outstanding, list(p.job.cpus)))
+        assert p.job.timing_gate == (gate is not None) and (p.job.iters > 0) == (not screen or gate is not None)
+        correct = p.job.job_dir.startswith("a")
+        if not screen:
             release.set()
-        return SimpleNamespace(ranks=[], correct=p.job.job_dir.startswith("a"))
+        elif gate is not None and correct:  # its ranks wait at the gate, as pkb.eval.worker's do
+            gate.waiting.set()
+            release.set()
+            assert gate.granted.wait(10), "never granted"
+            gate.opened_ns = 1
+            events.append((p.job.job_dir, "timing in its screen", feed.outstanding, list(p.job.cpus)))
+        return SimpleNamespace(ranks=[], correct=correct)
 
     feed = _Feed(("rec-a", pendings["a"]), ("rec-b", pendings["b"]), release)
     decided = {}
@@ -218,10 +225,14 @@ def test_a_timed_launch_runs_beside_the_builds_on_cores_of_its_own(monkeypatch):
     assert "screened" in decided["rec-b"] and not decided["rec-b"]["timed"]
 
 
-def test_without_cores_to_keep_a_timed_launch_waits_for_the_last_build(monkeypatch):
+def test_without_cores_to_keep_a_correct_screen_times_at_its_gate_after_the_last_build(monkeypatch):
     events, decided = _screened_run(monkeypatch, ())
-    assert [e[:2] for e in events] == [("a-screen", "screen"), ("b-screen", "screen"), ("a", "timed")], events
-    assert events[2][2] == 0 and "timed_beside_builds" not in decided["rec-a"]
+    # a parks at its gate; b's screen still starts (a build is outstanding, so a may not time yet);
+    # a is let through only once b's build has landed and b's screen is over: no second launch
+    assert [e[:2] for e in events] == [("a-screen", "screen"), ("b-screen", "screen"), ("a-screen", "timing in its screen")], events
+    assert events[2][2] == 0
+    assert decided["rec-a"]["timed"] and "timed_in_screen" in decided["rec-a"] and "timed_beside_builds" not in decided["rec-a"]
+    assert "screened" in decided["rec-b"]
 
 
 def test_builds_run_on_the_cores_they_are_given(tmp_path, monkeypatch):

@@ -118,7 +118,7 @@ def _evaluate(records: Iterable[Any], options: EvalOptions, env: Environment, sl
             # of their own where the node has them (pkb.eval.schedule).
             build_cpus, timed_cpus = cpu_split(env.device, env.world_size) if options.timing_mode == "beside-builds" else ((), ())
             run_screened(BuildFeed(queue, options, env, cpus=build_cpus), plan_slots(replace(options, iters=0), env), slots[0],
-                         timed_cpus, lambda p: _launch(p, options), lambda p, result, rec: finish(p, result, store, rec), landed)
+                         timed_cpus, lambda p, gate: _launch(p, options, gate), lambda p, result, rec: finish(p, result, store, rec), landed)
         else:
             items: Iterable[tuple[Any, Pending] | None]
             if options.iters <= 0 or options.timing_mode == "shared":
@@ -432,10 +432,10 @@ def _ncu_summary(rec: Any, pending: Pending, evaluation: dict[str, Any]) -> dict
         return {"status": "failed", "error": f"ncu pass failed: {type(exc).__name__}: {exc}"[:2000]}
 
 
-def _launch(pending: Pending, options: EvalOptions) -> Any:
+def _launch(pending: Pending, options: EvalOptions, gate: Any = None) -> Any:
     from pkb.eval.launcher import launch
 
-    return launch(pending.job, python=options.python)
+    return launch(pending.job, python=options.python, gate=gate)
 
 
 def plan_slots(options: EvalOptions, env: Environment) -> list[str]:

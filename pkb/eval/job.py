@@ -64,6 +64,8 @@ class JobSpec:
     static_flags: list[dict[str, Any]] = field(default_factory=list)
     # A probe of the reference alone (no candidate is loaded): does it run at this world size?
     reference_only: bool = False
+    # A screen that times only when the harness opens its gate (pkb.eval.timing_gate).
+    timing_gate: bool = False
 
     @property
     def timing(self) -> bool:
@@ -147,7 +149,7 @@ def key_path(job_dir: str | Path, rank: int) -> Path:
 HARNESS_FILE_PATTERNS = (
     "job.json", "status_rank*.json", "result_rank*.json", "verdict_rank*.json", "rank*.stdout",
     "rank*.stderr", "torchrun.log", "torchelastic_error.json", "tensors", "scratch", ".key_rank*",
-    ".*.tmp", "outputs", ".judge_rank*",
+    ".*.tmp", "outputs", ".judge_rank*", "timing_gate",
 )
 
 MAC_FIELD = "mac"

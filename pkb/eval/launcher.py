@@ -34,6 +34,7 @@ from typing import Any
 from pkb.eval import judge as judging
 from pkb.eval import sandbox as sandboxing
 from pkb.eval.interrupt import raise_if_requested
+from pkb.eval.timing_gate import TimingGate
 from pkb.eval.timing_judge import judge_timing
 from pkb.eval.job import (
     HARNESS_FILE_PATTERNS,
@@ -155,10 +156,12 @@ def clear_stale_build_locks(extensions_dir: str, older_than_s: float) -> list[st
     return removed
 
 
-def launch(job: JobSpec, python: str | None = None, retries_on_port_clash: int = 2) -> LaunchResult:
+def launch(job: JobSpec, python: str | None = None, retries_on_port_clash: int = 2, gate: TimingGate | None = None) -> LaunchResult:
+    """One launch of the job; with `gate` (a screen with job.timing_gate) its ranks found correct
+    wait before timing until the scheduler grants it (pkb.eval.timing_gate)."""
     job_dir = Path(job.job_dir)
     for attempt in range(retries_on_port_clash + 1):
-        result = _launch_once(job, job_dir, python)
+        result = _launch_once(job, job_dir, python, gate)
         # rank 0 hosts the store on the port: a clash shows in its log (or the spawner's)
         logs = [result.launcher_tail, *(r.stderr_tail or "" for r in result.ranks)]
         port_clash = result.returncode not in (0, None) and any(s in text for text in logs for s in _PORT_IN_USE)
@@ -175,7 +178,7 @@ def _start_rank_tree(box: Any, cpus: tuple[int, ...]) -> None:
         os.sched_setaffinity(0, cpus)
 
 
-def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResult:
+def _launch_once(job: JobSpec, job_dir: Path, python: str | None, gate: TimingGate | None = None) -> LaunchResult:
     prepare_job_dir(job_dir)
     if job.profile:
         (job_dir / PROFILE_DIR).mkdir()  # ncu around a rank checks at start that its report can be written there
@@ -250,9 +253,16 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
     known: set[int] = set()  # every pid seen in the job, for the sweep afterwards
     peak_rss: list[int] = []
     logs_dropped: dict[str, int] = {}
+    last = t0
     try:
         while _reap(proc, peak_rss) is None:
             now = time.monotonic()
+            if gate is not None:
+                phases = _rank_phases(job, key) if not gate.waiting.is_set() and now >= next_status else []
+                if gate.step(job_dir, job.world_size, phases):  # parked: the launch's clock stands still
+                    deadline += now - last
+                    gate.waited_s += now - last
+            last = now
             if now >= deadline:
                 timed_out = True
                 break
@@ -300,7 +310,7 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
         finally:
             for reader in readers:
                 reader.close()
-    timing_check = judge_rank_timing(readers, ranks, job.iters)
+    timing_check = judge_rank_timing(readers, ranks, job.iters, gate)
     if timing_check:
         judge_check = {**judge_check, "timing": timing_check}
     return LaunchResult(
@@ -321,7 +331,8 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None) -> LaunchResul
     )
 
 
-def judge_rank_timing(readers: list[judging.ChannelReader], ranks: list[RankReport], iters: int) -> dict[str, Any]:
+def judge_rank_timing(readers: list[judging.ChannelReader], ranks: list[RankReport], iters: int,
+                      gate: TimingGate | None = None) -> dict[str, Any]:
     """Each rank's timing figures, computed here from its raw measurements (pkb.eval.timing_judge):
     from its channel, else (no channel) from its result file, never the figures a rank reports.
     Returns the check for the record ({} when no rank timed anything)."""
@@ -351,6 +362,10 @@ def judge_rank_timing(readers: list[judging.ChannelReader], ranks: list[RankRepo
             res["timing"] = stats
         out.setdefault("ranks", {})[str(r.rank)] = check
         out.setdefault("problems", []).extend(f"rank {r.rank}: {p}" for p in check["problems"])
+    if gate is not None:
+        out.setdefault("problems", []).extend(gate.check({rd.rank: [*rd.timing_rounds, *rd.timing_marks] for rd in readers}))
+        if not out["problems"]:
+            del out["problems"]
     return out
 
 
@@ -368,6 +383,15 @@ def _reap(proc: subprocess.Popen, peak_rss: list[int]) -> int | None:
     proc.returncode = os.waitstatus_to_exitcode(status)
     peak_rss.append(int(usage.ru_maxrss) * 1024)
     return proc.returncode
+
+
+def _rank_phases(job: JobSpec, key: str | None) -> list[Any]:
+    """Each rank's current phase from its status file (None where unreadable or not signed)."""
+    phases = []
+    for r in range(job.world_size):
+        status = read_json(status_path(job.job_dir, r))
+        phases.append(status.get("phase") if status and verify(status, key) else None)
+    return phases
 
 
 def _phase_expired(job: JobSpec, key: str | None) -> dict[str, Any] | None:

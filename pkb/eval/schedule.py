@@ -1,11 +1,12 @@
-"""When each launch of an evaluation goes: JIT builds in a CPU pool, correctness-only screens packed
-in the untimed GPU slots as their builds land, and timed launches alone on the GPUs.
+"""When each launch of an evaluation goes: JIT builds in a CPU pool, screens (correctness launches)
+packed in the untimed GPU slots as their builds land, and timing alone on the GPUs.
 
-A timed launch needs the GPUs to itself (two timed jobs side by side measured 18% off). By default
-it also waits for the last build. With `--timing beside-builds`, on a node with cores to spare
-(`cpu_split`), the builds run on most cores and a timed launch on a few of its own, so timing
-starts as soon as the first candidate is found correct; on the H200 4 of 4 speedups measured that
-way came out 4-12% lower than on a quiet re-run, hence not the default.
+Timing needs the GPUs to itself (two timed jobs side by side measured 18% off). By default a
+correct screen times in its own launch, at its gate (pkb.eval.timing_gate), once the last build
+has landed and the other screens are done or waiting. With `--timing beside-builds`, on a node
+with cores to spare (`cpu_split`), the builds run on most cores and a timed launch of its own on
+a few others, so timing starts as soon as the first candidate is found correct; on the H200 4 of
+4 speedups measured that way came out 4-12% lower than on a quiet re-run, hence not the default.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any, Callable, Iterator
 # Cores a timed launch keeps for itself, per rank (its launching thread and the NCCL/gloo helpers);
 # the split is made only where the builds keep at least three quarters of the cores.
 TIMED_CORES_PER_RANK = 2
+# How often the scheduler looks for a gated screen that has reached its gate.
+GATE_POLL_S = 0.1
 
 
 def cpu_split(device: str, world_size: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -86,7 +89,8 @@ class BuildFeed:
     def __init__(self, queue: list[tuple[Any, Any]], options: Any, env: Any, cpus: tuple[int, ...] = ()) -> None:
         self.queue, self.options, self.env, self.cpus = queue, options, env, cpus
         self.needs = [item for item in queue if uses_builds(item[1].job.candidate_path)]
-        self.outstanding = len(self.needs)
+        self.outstanding = len(self.needs)  # builds whose launches were not handed out yet
+        self.builds_done = not self.needs  # every build has landed (handed out or not)
 
     def __iter__(self) -> Iterator[tuple[Any, Any] | None]:
         by_pending = {id(pending): (rec, pending) for rec, pending in self.needs}
@@ -98,6 +102,7 @@ class BuildFeed:
                 prebuild_pendings([p for _, p in self.needs], self.options, self.env,
                                   on_built=lambda p: ready.put(by_pending[id(p)]), cpus=self.cpus)
             finally:
+                self.builds_done = True
                 ready.put(done)
 
         if self.needs:
@@ -122,21 +127,27 @@ class BuildFeed:
 
 
 def run_screened(feed: BuildFeed, screen_slots: list[str], timed_slot: str, timed_cpus: tuple[int, ...],
-                 launch: Callable[[Any], Any], finish: Callable[[Any, Any, Any], dict[str, Any]],
+                 launch: Callable[..., Any], finish: Callable[[Any, Any, Any], dict[str, Any]],
                  landed: Callable[[Any, dict[str, Any], list[Any]], None]) -> None:
-    """Screens (correctness only, no timing) packed in `screen_slots` as builds land; a candidate
-    not correct there is decided (stored under the timed configuration, marked `screened`); each
-    one found correct gets its timed launch (which checks correctness again, then times) alone on
-    the GPUs: no new screen starts while one waits, and it starts when the running screens are
-    done. With `timed_cpus` it runs beside the builds still going, on those cores; without, it
-    waits for the last build. Most candidates of a real corpus are not correct, so most never wait
-    for the node. `launch(pending)` runs one launch; `finish(pending, result, rec)` decides it."""
-    from pkb.eval.outcome import decide
+    """Screens packed in `screen_slots` as builds land; a candidate not correct there is decided
+    (stored under the timed configuration, marked `screened`).
 
+    Without `timed_cpus` a screen is gated (pkb.eval.timing_gate): its ranks, once correct, wait
+    warm in the same launch, and the gate opens when the node is theirs alone: no build left,
+    every other running screen finished or waiting too, none started meanwhile. With `timed_cpus`
+    (`--timing beside-builds`) a correct candidate gets a timed launch of its own on those cores,
+    beside the builds still going: it checks correctness again, then times. A gated screen that
+    came out correct but did not time also gets one. `launch(pending, gate)` runs one launch;
+    `finish(pending, result, rec)` decides it."""
+    from pkb.eval.outcome import decide
+    from pkb.eval.timing_gate import TimingGate
+
+    gated = not timed_cpus
     free = list(screen_slots)
-    screens: dict[Any, tuple[Any, Any, Any, str]] = {}
+    screens: dict[Any, tuple[Any, Any, Any, str, TimingGate | None]] = {}
     timed: dict[Any, tuple[Any, Any]] = {}
-    correct: deque[tuple[Any, Any]] = deque()
+    correct: deque[tuple[Any, Any]] = deque()  # found correct, timed by a launch of their own
+    parked_order: list[TimingGate] = []  # gates in the order their ranks arrived
     source = iter(feed)
     more = True
 
@@ -144,43 +155,68 @@ def run_screened(feed: BuildFeed, screen_slots: list[str], timed_slot: str, time
         running = [*screens, *timed]
         if not running:
             return
-        done, _ = wait(running, return_when=FIRST_COMPLETED, timeout=None if block else 0)
+        # a gated screen arriving at its gate is no future: wake often enough to see it
+        done, _ = wait(running, return_when=FIRST_COMPLETED, timeout=(GATE_POLL_S if screens else None) if block else 0)
         for fut in done:
             if fut in timed:
                 rec, pending = timed.pop(fut)
                 result = fut.result()
                 landed(rec, finish(pending, result, rec), [r.result for r in result.ranks])
                 continue
-            rec, pending, probe, slot = screens.pop(fut)
+            rec, pending, probe, slot, gate = screens.pop(fut)
             free.append(slot)
+            if gate in parked_order:
+                parked_order.remove(gate)
             result = fut.result()
+            if gate is not None and gate.opened_ns is not None:  # it timed in this launch
+                details = probe.evaluation.setdefault("details", {})
+                details["timed_in_screen"] = {"waited_s": round(gate.waited_s, 3)}
+                landed(rec, finish(probe, result, rec), [r.result for r in result.ranks])
+                continue
             if decide(result, probe.job).get("correct"):
                 correct.append((rec, pending))
                 continue
             probe.evaluation.setdefault("details", {})["screened"] = "a correctness-only launch (no timing): not correct, so not timed"
+            probe.evaluation["timing_mode"] = ""
             landed(rec, finish(probe, result, rec), [r.result for r in result.ranks])
+
+    def gates() -> list[TimingGate]:
+        return [g for *_, g in screens.values() if g is not None]
+
+    def node_quiet() -> bool:
+        """No launch holds the GPUs but screens parked at their gates."""
+        return not timed and all(g is not None and g.parked for *_, g in screens.values())
 
     with ThreadPoolExecutor(max_workers=max(1, len(screen_slots))) as pool:
         while True:
-            timing_allowed = bool(correct) and (bool(timed_cpus) or feed.outstanding == 0)
-            if not timed and not screens and timing_allowed:
+            parked_order.extend(g for g in gates() if g.parked and g not in parked_order)
+            timing_allowed = bool(timed_cpus) or feed.outstanding == 0 or feed.builds_done
+            if parked_order and timing_allowed and node_quiet():
+                parked_order.pop(0).grant()
+                continue
+            if not timed and not screens and correct and timing_allowed:
                 rec, pending = correct.popleft()
                 details = pending.evaluation.setdefault("details", {})
                 if feed.outstanding:
                     details["timed_beside_builds"] = {"builds": feed.outstanding, "cores": list(timed_cpus)}
                 pending.job = replace(pending.job, visible_devices=timed_slot, cpus=list(timed_cpus))
-                timed[pool.submit(launch, pending)] = (rec, pending)
+                timed[pool.submit(launch, pending, None)] = (rec, pending)
                 continue
-            if more and free and not timed and not timing_allowed:
+            # no new screen while a candidate waits for the node: the node would never be free
+            waiting = timing_allowed and (bool(parked_order) or bool(correct))
+            if more and free and not timed and not waiting and not any(g.granted.is_set() for g in gates()):
                 item = next(source, StopIteration)
                 if item is StopIteration:
                     more = False
                 elif item is not None:
                     rec, pending = item
                     slot = free.pop(0)
-                    job = replace(pending.job, iters=0, job_dir=pending.job.job_dir + "-screen", visible_devices=slot)
-                    probe = replace(pending, job=job, evaluation={**pending.evaluation, "details": dict(pending.evaluation.get("details") or {}), "timing_mode": ""})
-                    screens[pool.submit(launch, probe)] = (rec, pending, probe, slot)
+                    gate = TimingGate() if gated else None
+                    job = replace(pending.job, iters=pending.job.iters if gated else 0, timing_gate=gated,
+                                  job_dir=pending.job.job_dir + "-screen", visible_devices=slot)
+                    probe = replace(pending, job=job, evaluation={**pending.evaluation, "details": dict(pending.evaluation.get("details") or {}),
+                                                                   "timing_mode": pending.evaluation.get("timing_mode", "") if gated else ""})
+                    screens[pool.submit(launch, probe, gate)] = (rec, pending, probe, slot, gate)
                 collect(block=False)
                 continue
             if not screens and not timed:

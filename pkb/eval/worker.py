@@ -25,6 +25,7 @@ from pkb.eval.rank_process import die_with_parent, enter_scratch, redirect_outpu
 from pkb.eval.rank_report import BuildTracker, CandidateFailure, ReferenceFailure, Reporter
 from pkb.eval.rank_timing import GROUP_TRIAL_BASE, RankTiming
 from pkb.eval.tensors import bitwise_equal, cap_for_saving, clone_tree, repeat_summary
+from pkb.eval.timing_gate import GATE_PHASE, wait_at_gate
 from pkb.eval.verdict_channel import RankChannel
 
 
@@ -111,6 +112,9 @@ class Rank(RankTiming):
             verdicts = self.exchange_verdicts(all_matched)
             self.save_peer_inputs(verdicts)
             if self.job.timing and all(v.get("matched") for v in verdicts):
+                if self.job.timing_gate:  # no limit here: the launcher pauses the launch's clock
+                    rep.phase(GATE_PHASE)
+                    wait_at_gate(self.job.job_dir)
                 rep.phase("timing")
                 self.timing(min(int(v.get("groups", 1)) for v in verdicts))
             self.check_tamper("the end of the evaluation")
