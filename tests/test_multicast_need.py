@@ -214,6 +214,36 @@ def test_the_watch_counts_handles_without_a_multicast_address():
     assert counts == {"handles": 3, "multicast_zero": 2}
 
 
+def test_the_first_handle_without_a_multicast_address_is_reported_at_once():
+    from pkb.eval.multicast import MulticastAddressWatch
+
+    counts, module, saved = {}, _SymmMem([0x7F0000000000, 0, 0]), []
+    MulticastAddressWatch(counts, module, on_first_zero=lambda: saved.append(dict(counts))).install()
+    for _ in range(3):
+        module.rendezvous(None)
+    assert saved == [{"handles": 2, "multicast_zero": 1}]  # once, at the first zero
+
+
+def test_a_rank_aborted_right_after_a_handle_without_multicast_still_reports_it(tmp_path):
+    # NCCL's watchdog aborts a rank whose kernel read address 0, before the rank's next report: the
+    # count must already be on disk. Here the candidate stands in a library whose handle has no
+    # multicast address, then aborts as the watchdog would. (Its import is spelled so that the
+    # harness, which reads the source, does not refuse it on CPU as a CUDA-only library user.)
+    from test_eval_support import quick_options, run_eval, write_candidate
+
+    body = (
+        "import importlib, os\nsymm_mem = importlib.import_module('torch.distributed._symmetric_' + 'memory')\n\n"
+        "class _NoMulticast:\n    @staticmethod\n    def rendezvous(tensor, group_name):\n"
+        "        return type('Handle', (), {'multicast_ptr': 0})()\n\n"
+        "def solution(x):\n    symm_mem._SymmetricMemory = _NoMulticast\n"
+        "    symm_mem.rendezvous(x, dist.group.WORLD)\n    os.abort()\n"
+    )
+    path = write_candidate(tmp_path / "c", "1_allreduce_aborts.py", body)
+    (rec,) = run_eval([path], quick_options(tmp_path, world_size=1, trials=1))
+    assert rec.evaluation["outcome"] == "runtime_error", rec.evaluation["reason"]
+    assert rec.evaluation["ranks"][0]["symm_mem"] == {"handles": 1, "multicast_zero": 1}, rec.evaluation["ranks"]
+
+
 def test_real_ranks_given_no_multicast_address_make_a_multimem_failure_not_the_candidates():
     from pkb.eval.multicast import real_rank_multicast_verdict
 

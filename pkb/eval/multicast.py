@@ -230,11 +230,15 @@ class MulticastAddressWatch:
     """Counts, on a real rank, the symmetric-memory handles `rendezvous` returns and those whose
     multicast address is 0 (multicast off or absent), into `counts` (the rank's report). Installed
     before the candidate is imported, so `symm_mem.rendezvous` and a name imported from it reach
-    the wrapper; the handle is the library's own, untouched."""
+    the wrapper; the handle is the library's own, untouched. `on_first_zero` is called once, at
+    the first handle without a multicast address: the rank saves its report there, since the
+    kernel that then reads address 0 may end the process before any later save (seen on the H100:
+    NCCL's watchdog aborted a rank on the illegal address, and its report had no counts)."""
 
-    def __init__(self, counts: dict[str, int], module: Any = None) -> None:
+    def __init__(self, counts: dict[str, int], module: Any = None, on_first_zero: Callable[[], None] | None = None) -> None:
         self.counts = counts
         self.module = module
+        self.on_first_zero = on_first_zero
 
     def install(self) -> None:
         module = self.module
@@ -246,7 +250,7 @@ class MulticastAddressWatch:
         original = getattr(module, "rendezvous", None)
         if original is None or getattr(original, "_pkb_multicast_watch", False):
             return
-        counts = self.counts
+        counts, on_first_zero = self.counts, self.on_first_zero
         counts.setdefault("handles", 0)
         counts.setdefault("multicast_zero", 0)
 
@@ -259,6 +263,8 @@ class MulticastAddressWatch:
                 address = 0
             if address == 0:
                 counts["multicast_zero"] += 1
+                if counts["multicast_zero"] == 1 and on_first_zero is not None:
+                    on_first_zero()
             return handle
 
         rendezvous._pkb_multicast_watch = True  # type: ignore[attr-defined]

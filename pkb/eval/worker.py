@@ -232,7 +232,7 @@ class Rank(RankTiming):
         from pkb.eval.multicast import MulticastAddressWatch
 
         # handles with a multicast address of 0: the run's evidence for a "needs multicast" verdict
-        MulticastAddressWatch(self.reporter.result.setdefault("symm_mem", {})).install()
+        MulticastAddressWatch(self.reporter.result.setdefault("symm_mem", {}), on_first_zero=self.reporter.save).install()
         self.snapshot = HarnessSnapshot()
         if self.channel is not None and self.channel.open:
             # the timing's raw figures go through it: a wrapped file object or a descriptor
