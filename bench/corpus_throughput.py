@@ -179,7 +179,11 @@ def eval_part(pkb_root: Path, files: list[Path], args: argparse.Namespace, tmp: 
         wall = walls[args.build_jobs[0]]
         result.update(ours_wall_s=wall, ours_per_hour=len(files) / wall * 3600, ours_by_build_jobs=walls)
         if args.check_timing:
-            ours_eval(pkb_root, files, args, tmp, out_name="eval_out_warm", build_jobs=args.build_jobs[0], builds="eval_out")
+            # the correct ones again, each in a timed launch of its own alone on the node (--no-screen),
+            # on the warm builds: the quiet reference for how the first run timed them
+            correct = [f for f in files if f.resolve() in correct_files(tmp / "eval_out" / "eval.jsonl", files)]
+            ours_eval(pkb_root, correct, args, tmp, out_name="eval_out_warm", build_jobs=args.build_jobs[0], builds="eval_out",
+                      extra=("--no-screen",), tree_name="eval_tree_correct")
             result["timing_check"] = timing_check(tmp / "eval_out" / "eval.jsonl", tmp / "eval_out_warm" / "eval.jsonl")
     if args.pkb_files > 0:
         ws = args.world_size or 1
@@ -212,34 +216,45 @@ def eval_part(pkb_root: Path, files: list[Path], args: argparse.Namespace, tmp: 
     return result
 
 
-def speedups(jsonl: Path) -> dict[str, tuple[float, bool]]:
-    """Each correct, timed candidate's speedup and whether it was timed beside builds."""
+def speedups(jsonl: Path) -> dict[str, tuple[float, str]]:
+    """Each correct, timed candidate's speedup and how it was timed: beside builds, at its screen's
+    gate, or in a launch of its own."""
     out = {}
     for line in jsonl.read_text(encoding="utf-8").splitlines() if jsonl.exists() else []:
         rec = json.loads(line)
         ev = rec.get("evaluation") or {}
+        details = ev.get("details") or {}
         if ev.get("correct") and ev.get("speedup"):
-            out[rec["path"]] = (float(ev["speedup"]), bool((ev.get("details") or {}).get("timed_beside_builds")))
+            how = ("timed beside builds" if details.get("timed_beside_builds")
+                   else "timed at its gate" if details.get("timed_in_screen") else "timed in a launch of its own")
+            out[rec["path"]] = (float(ev["speedup"]), how)
     return out
 
 
+def correct_files(jsonl: Path, files: list[Path]) -> set[Path]:
+    """The files (of `files`) whose copy in the run's tree (the record paths, folder/name) the run
+    found correct."""
+    correct = set(speedups(jsonl))
+    return {f.resolve() for f in files if f"{f.parent.name}/{f.name}" in correct}
+
+
 def timing_check(cold: Path, warm: Path) -> dict:
-    """The cold run's speedups (some timed beside builds, on cores of their own) against a second
-    run on warm builds (no build beside any timed launch): the ratio per candidate. Run-to-run
-    spread is part of it; a disturbance by the builds shows as the beside-builds ratios drifting
-    one way."""
+    """The first run's speedups (timed beside builds, at a screen's gate, or in a launch of their
+    own) against a second run on warm builds in which each was timed in a launch of its own alone
+    on the node: the ratio per candidate. Run-to-run spread is part of it; a disturbance by the
+    builds or by the screens parked at their gates shows as that group's ratios drifting one way."""
     a, b = speedups(cold), speedups(warm)
     rows = [(p, a[p][0], b[p][0], a[p][1]) for p in sorted(a.keys() & b.keys())]
-    for p, x, y, beside in rows:
-        print(f"  {Path(p).name[:58]:58s} cold {x:7.3f}x  warm {y:7.3f}x  ratio {x / y:5.3f}{'  (timed beside builds)' if beside else ''}")
-    beside = [x / y for _, x, y, was in rows if was]
-    quiet = [x / y for _, x, y, was in rows if not was]
-    for name, rs in (("timed beside builds", beside), ("timed after the builds", quiet)):
-        if rs:
-            print(f"timing check, {name}: {len(rs)} candidates, cold/warm speedup median {statistics.median(rs):.3f} "
-                  f"(min {min(rs):.3f}, max {max(rs):.3f})", flush=True)
-    return {"rows": rows, "beside_median": statistics.median(beside) if beside else None,
-            "quiet_median": statistics.median(quiet) if quiet else None}
+    for p, x, y, how in rows:
+        name = f"{Path(p).parent.name.rsplit('_', 1)[-1]}/{Path(p).name}"  # the model, then the file
+        print(f"  {name[-58:]:58s} first {x:7.3f}x  again {y:7.3f}x  ratio {x / y:5.3f}  ({how})")
+    medians = {}
+    for how in sorted({row[3] for row in rows}):
+        rs = [x / y for _, x, y, h in rows if h == how]
+        medians[how] = statistics.median(rs)
+        print(f"timing check, {how}: {len(rs)} candidates, first/again speedup median {medians[how]:.3f} "
+              f"(min {min(rs):.3f}, max {max(rs):.3f})", flush=True)
+    return {"rows": rows, "medians": medians}
 
 
 def timeline(jsonl: Path) -> None:
@@ -267,15 +282,16 @@ def timeline(jsonl: Path) -> None:
 
 
 def ours_eval(pkb_root: Path, files: list[Path], args: argparse.Namespace, tmp: Path, out_name: str = "eval_out",
-              build_jobs: int = 0, builds: str | None = None) -> float:
-    """One run of ours; `builds`: the run whose build cache it reuses (default: a cold one of its own)."""
-    tree = tmp / "eval_tree"
+              build_jobs: int = 0, builds: str | None = None, extra: tuple[str, ...] = (), tree_name: str = "eval_tree") -> float:
+    """One run of ours; `builds`: the run whose build cache it reuses (default: a cold one of its own);
+    `extra`: more options for `eval`; `tree_name`: the folder the files are copied to."""
+    tree = tmp / tree_name
     if not tree.exists():
         copy_tree(files, tree)
     out = tmp / out_name
     env = {"PKB_BUILD_DIR": str(tmp / f"builds_{builds or out_name}")}
     cmd = ["eval", str(tree), "--pkb-root", str(pkb_root), "--jobs", args.jobs, "-o", str(out), "-q", "--timing", args.timing,
-           "--build-jobs", str(build_jobs)]
+           "--build-jobs", str(build_jobs), *extra]
     if args.world_size:
         cmd += ["-n", str(args.world_size)]
     wall, proc = cli(cmd, env=env)
@@ -310,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-ours", dest="ours", action="store_false", help="eval: measure PKB's loop only")
     ap.add_argument("--timeout", type=float, default=1800.0, help="PKB: seconds per file")
     ap.add_argument("--check-timing", action="store_true",
-                    help="eval: run ours again on the warm builds and compare each correct candidate's speedup")
+                    help="eval: time the correct ones again on the warm builds, each in a launch of its own (--no-screen), "
+                         "and compare each one's speedup with the first run's")
     ap.add_argument("--keep", type=Path, default=None, help="scratch folder to keep (default: a temporary one)")
     args = ap.parse_args(argv)
     if not (args.static or args.eval):
