@@ -11,6 +11,11 @@ in a launch of its own, without a second process start, import, build load and c
 The harness owns the clock: the launcher pauses the launch's time limit while its ranks wait, and
 a timing round that reached the harness before the gate opened (a candidate that skipped the
 wait) is a timing problem, judged as tampering (pkb.eval.launcher.judge_rank_timing).
+
+A known gap: a parked launch is not frozen. Its candidate's own threads run on, and one that keeps
+the GPU busy while parked slows whichever launch is timing then (its reference and candidate
+rounds alike, which alternate). Stopping parked launches (SIGSTOP, a cgroup freeze) was not tried:
+it could not be checked on a GPU with NCCL's watchdogs.
 """
 
 from __future__ import annotations
