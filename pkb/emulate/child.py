@@ -19,15 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when the parent dies (no orphan holding the GPU)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
+from pkb.eval.rank_process import die_with_parent
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
@@ -73,7 +65,7 @@ def _route_builds() -> Any:
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     job = json.loads(Path(args[0]).read_text(encoding="utf-8"))
-    _die_with_parent()
+    die_with_parent()  # no orphan holding the GPU
     stacks = open(job["stacks_path"], "w", encoding="utf-8")  # noqa: SIM115 - open until os._exit
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     faulthandler.enable(file=stacks, all_threads=True)  # a segfault's stacks too

@@ -640,16 +640,6 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _die_with_parent() -> None:
-    """In the spawner's process (before exec): die when the evaluating process dies."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
-
-
 def _cap_logs(job_dir: str | Path, world_size: int, dropped: dict[str, int]) -> None:
     for path in [launcher_log_path(job_dir), *(p for r in range(world_size) for p in log_paths(job_dir, r))]:
         cut = cap_log(path)

@@ -26,7 +26,8 @@ def redirect_output(job_dir: str, rank: int) -> None:
 
 
 def die_with_parent() -> None:
-    """If the spawner dies (SIGKILL of the evaluator), this rank must not live on."""
+    """If the parent dies (SIGKILL of the evaluator), this process must not live on: a rank, the
+    sandbox's first process (before exec), an emulation child."""
     if not sys.platform.startswith("linux"):
         return
     try:

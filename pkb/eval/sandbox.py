@@ -41,6 +41,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from pkb.eval.rank_process import die_with_parent
+
 INIT_SCRIPT = str(Path(__file__).with_name("sandbox_init.py"))
 # What each kind keeps from the candidate (said in every record).
 ISOLATES = {
@@ -232,7 +234,7 @@ class Sandbox:
         """In the launched process, before exec: join the launch's cgroup; die with the harness."""
         if self.cgroup is not None:
             self.cgroup.join_self()
-        _die_with_parent()
+        die_with_parent()
 
     def started(self) -> None:
         if self.cgroup is not None:
@@ -389,15 +391,6 @@ def close_harness_proc() -> str:
     if os.geteuid() == 0:
         return "open to a root candidate: the harness is non-dumpable, but root reads any process's /proc/<pid>/fd"
     return "closed: the harness is non-dumpable (its /proc/<pid>/fd, mem and environ refused to the candidate's user)"
-
-
-def _die_with_parent() -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
 
 
 class LaunchCgroup:
