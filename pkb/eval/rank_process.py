@@ -25,9 +25,11 @@ def redirect_output(job_dir: str, rank: int) -> None:
             pass
 
 
-def die_with_parent() -> None:
+def die_with_parent(exit_if_orphaned: bool = False) -> None:
     """If the parent dies (SIGKILL of the evaluator), this process must not live on: a rank, the
-    sandbox's first process (before exec), an emulation child."""
+    sandbox's first process (before exec), an emulation child. `exit_if_orphaned`: exit now if
+    the parent is already gone (reparented to pid 1); only where the parent cannot be pid 1 itself
+    (a rank's parent is the spawner; the evaluator may be a container's first process)."""
     if not sys.platform.startswith("linux"):
         return
     try:
@@ -35,7 +37,7 @@ def die_with_parent() -> None:
 
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:
+        if exit_if_orphaned and os.getppid() == 1:
             os._exit(1)
     except Exception:
         pass

@@ -577,7 +577,7 @@ def main(argv: list[str] | None = None) -> None:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", str(rank)))
     redirect_output(job.job_dir, rank)
-    die_with_parent()
+    die_with_parent(exit_if_orphaned=True)
     key = take_key(job.job_dir, rank)
     # opened (and its name removed) before the rendezvous: no candidate, this rank's or a peer's,
     # exists yet to open it
