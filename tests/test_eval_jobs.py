@@ -235,6 +235,57 @@ def test_without_cores_to_keep_a_correct_screen_times_at_its_gate_after_the_last
     assert "screened" in decided["rec-b"]
 
 
+def test_no_screen_starts_while_a_parked_candidate_waits_for_the_node(monkeypatch):
+    # Every build has landed and three screens run. a reaches its gate while b and c still run;
+    # c ends and frees a slot, but d's screen must wait: a is let through once b is done too, and
+    # d starts only after a has timed (else the node would never be a's alone).
+    import threading
+    import time
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    import pkb.eval.outcome as outcome
+    from pkb.eval import Pending, schedule
+    from pkb.eval.job import JobSpec
+
+    monkeypatch.setattr(outcome, "decide", lambda result, job: {"correct": result.correct})
+    job = JobSpec(job_dir="j", candidate_path="c.py", candidate_sha256="", problem={}, world_size=1, backend="nccl",
+                  device="cuda", dtype="bfloat16", trials=1, iters=10)
+    items = [(f"rec-{n}", Pending(replace(job, job_dir=n), {}, n, "key", 1, 0.0)) for n in "abcd"]
+    events: list[str] = []
+    lock = threading.Lock()
+
+    def note(what):
+        with lock:
+            events.append(what)
+
+    def launch(p, gate):
+        name = p.job.job_dir[0]
+        note(f"{name} screen")
+        if name == "a":
+            time.sleep(0.2)  # its correctness trials
+            gate.waiting.set()
+            assert gate.granted.wait(10), "never granted"
+            gate.opened_ns = 1
+            note("a timing")
+        else:
+            time.sleep({"b": 0.8, "c": 0.4, "d": 0.0}[name])
+            note(f"{name} done")
+        return SimpleNamespace(ranks=[], correct=name == "a")
+
+    class Ready:
+        outstanding, builds_done = 0, True
+
+        def __iter__(self):
+            return iter(items)
+
+    decided = {}
+    schedule.run_screened(Ready(), ["0", "0", "0"], "0", (), launch, lambda p, result, rec: dict(p.evaluation.get("details", {})),
+                          lambda rec, ev, ranks: decided.__setitem__(rec, ev))
+    assert events.index("c done") < events.index("b done") < events.index("a timing") < events.index("d screen"), events
+    assert "timed_in_screen" in decided["rec-a"] and all("screened" in decided[f"rec-{n}"] for n in "bcd")
+
+
 def test_builds_run_on_the_cores_they_are_given(tmp_path, monkeypatch):
     from pkb.eval.build import BuildOptions, prebuild
 
