@@ -67,4 +67,4 @@ def test_a_candidate_that_opens_its_own_timing_gate_is_suspect(tmp_path, monkeyp
     (rec,) = run_eval([cand], quick_options(tmp_path, jobs=0, iters=3))
     ev_ = rec.evaluation
     assert (ev_["outcome"], ev_["subtype"]) == ("suspect", "harness_tamper"), (ev_["outcome"], ev_["reason"])
-    assert "timing gate" in ev_["reason"]
+    assert "timing gate" in ev_["reason"] and "screened" not in ev_["details"]  # it did time, without leave

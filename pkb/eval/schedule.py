@@ -176,7 +176,8 @@ def run_screened(feed: BuildFeed, screen_slots: list[str], timed_slot: str, time
             if decide(result, probe.job).get("correct"):
                 correct.append((rec, pending))
                 continue
-            probe.evaluation.setdefault("details", {})["screened"] = "a correctness-only launch (no timing): not correct, so not timed"
+            if not ((getattr(result, "judge_check", None) or {}).get("timing") or {}).get("problems"):  # else it timed without leave
+                probe.evaluation.setdefault("details", {})["screened"] = "a correctness-only launch (no timing): not correct, so not timed"
             probe.evaluation["timing_mode"] = ""
             landed(rec, finish(probe, result, rec), [r.result for r in result.ranks])
 
@@ -214,8 +215,10 @@ def run_screened(feed: BuildFeed, screen_slots: list[str], timed_slot: str, time
                     gate = TimingGate() if gated else None
                     job = replace(pending.job, iters=pending.job.iters if gated else 0, timing_gate=gated,
                                   job_dir=pending.job.job_dir + "-screen", visible_devices=slot)
-                    probe = replace(pending, job=job, evaluation={**pending.evaluation, "details": dict(pending.evaluation.get("details") or {}),
-                                                                   "timing_mode": pending.evaluation.get("timing_mode", "") if gated else ""})
+                    evaluation = {**pending.evaluation, "details": dict(pending.evaluation.get("details") or {})}
+                    if not gated:
+                        evaluation["timing_mode"] = ""  # it does not time
+                    probe = replace(pending, job=job, evaluation=evaluation)
                     screens[pool.submit(launch, probe, gate)] = (rec, pending, probe, slot, gate)
                 collect(block=False)
                 continue
