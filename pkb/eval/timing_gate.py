@@ -6,7 +6,8 @@ warm, until the harness creates the job directory's `timing_gate` file. The sche
 (pkb.eval.schedule) opens the gate only when the node is the launch's alone (every other running
 launch is finished or waiting at its own gate, and no build runs), so the timing is measured as
 in a launch of its own, without a second process start, import, build load and correctness pass
-(on the H200 a timed launch spent about 10 s of its 11-17 s there).
+(on the H200 a timed launch of its own took 10 to 14 s for a small problem, whose timed calls,
+3000 a side at about 0.05 ms, need well under a second).
 
 The harness owns the clock: the launcher pauses the launch's time limit while its ranks wait, and
 a timing round that reached the harness before the gate opened (a candidate that skipped the
