@@ -41,8 +41,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pkb.eval.rank_process import die_with_parent
-
 INIT_SCRIPT = str(Path(__file__).with_name("sandbox_init.py"))
 # What each kind keeps from the candidate (said in every record).
 ISOLATES = {
@@ -234,7 +232,7 @@ class Sandbox:
         """In the launched process, before exec: join the launch's cgroup; die with the harness."""
         if self.cgroup is not None:
             self.cgroup.join_self()
-        die_with_parent()
+        _die_with_parent()
 
     def started(self) -> None:
         if self.cgroup is not None:
@@ -391,6 +389,17 @@ def close_harness_proc() -> str:
     if os.geteuid() == 0:
         return "open to a root candidate: the harness is non-dumpable, but root reads any process's /proc/<pid>/fd"
     return "closed: the harness is non-dumpable (its /proc/<pid>/fd, mem and environ refused to the candidate's user)"
+
+
+def _die_with_parent() -> None:
+    # pkb.eval.rank_process has the ranks' version; this module imports nothing of the project
+    # (it also runs as a lone copy: tests/test_eval_sandbox.py)
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
 
 
 class LaunchCgroup:
