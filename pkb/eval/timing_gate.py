@@ -4,10 +4,11 @@ A screen (a correctness launch packed beside others on the GPUs) whose ranks all
 does not exit: each rank enters the phase `GATE_PHASE` and waits there, its candidate loaded and
 warm, until the harness creates the job directory's `timing_gate` file. The scheduler
 (pkb.eval.schedule) opens the gate only when the node is the launch's alone (every other running
-launch is finished or waiting at its own gate, and no build runs), so the timing is measured as
-in a launch of its own, without a second process start, import, build load and correctness pass
-(on the H200 a timed launch of its own took 10 to 14 s for a small problem, whose timed calls,
-3000 a side at about 0.05 ms, need well under a second).
+launch is finished or waiting at its own gate, and no build runs). The candidate is then timed
+without a second process start, import, build load and correctness pass (on the H200 a timed
+launch of its own took 10 to 14 s for a small problem, whose timed calls, 3000 a side at about
+0.05 ms, need well under a second). That timing at the gate reads as in a launch of its own is
+what `bench/corpus_throughput.py --check-timing` checks; it has not run on a GPU yet.
 
 The harness owns the clock: the launcher pauses the launch's time limit while its ranks wait, and
 a timing round that reached the harness before the gate opened (a candidate that skipped the
