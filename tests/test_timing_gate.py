@@ -39,19 +39,19 @@ def test_a_launch_waiting_at_its_gate_is_not_killed_by_its_time_limit(tmp_path, 
 
     monkeypatch.setattr(launcher, "rank_command", fake_rank_command)
     job = JobSpec(job_dir=str(tmp_path / "job"), candidate_path=str(script), candidate_sha256="", problem={},
-                  world_size=2, backend="gloo", device="cpu", dtype="float32", trials=1, timeout_s=2.0, timing_gate=True)
+                  world_size=2, backend="gloo", device="cpu", dtype="float32", trials=1, timeout_s=6.0, timing_gate=True)
     gate = TimingGate()
     out: list = []
     thread = threading.Thread(target=lambda: out.append(launcher.launch(job, gate=gate)))
     thread.start()
     assert gate.waiting.wait(60), "the ranks never reached the gate"
-    time.sleep(3.0)  # past the launch's 2 s limit, parked
+    time.sleep(7.0)  # parked past the launch's 6 s limit (a limit that leaves a loaded machine time to reach the gate)
     assert thread.is_alive()
     gate.grant()
     thread.join(60)
     (result,) = out
     assert not result.timed_out and result.returncode == 0, result.launcher_tail
-    assert gate.opened_ns is not None and gate.waited_s >= 3.0
+    assert gate.opened_ns is not None and gate.waited_s >= 6.5
     assert (Path(job.job_dir) / "timing_gate").exists() and not result.unexpected_files
 
 
