@@ -257,8 +257,9 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None, gate: TimingGa
     try:
         while _reap(proc, peak_rss) is None:
             now = time.monotonic()
+            statuses = _rank_statuses(job, key) if now >= next_status else None
             if gate is not None:
-                phases = _rank_phases(job, key) if not gate.waiting.is_set() and now >= next_status else []
+                phases = [s.get("phase") if s else None for s in statuses] if statuses is not None and not gate.waiting.is_set() else []
                 if gate.step(job_dir, job.world_size, phases):  # parked: the launch's clock stands still
                     deadline += now - last
                     gate.waited_s += now - last
@@ -267,11 +268,11 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None, gate: TimingGa
                 timed_out = True
                 break
             raise_if_requested()  # Ctrl-C: the job is killed below, as for any interruption
-            if now >= next_status:
+            if statuses is not None:
                 next_status = now + STATUS_POLL_S
                 known |= set(_descendants({proc.pid}))
                 _cap_logs(job_dir, job.world_size, logs_dropped)
-                phase_timeout = _phase_expired(job, key)
+                phase_timeout = _phase_expired(statuses)
                 if phase_timeout:
                     timed_out = True
                     break
@@ -385,21 +386,17 @@ def _reap(proc: subprocess.Popen, peak_rss: list[int]) -> int | None:
     return proc.returncode
 
 
-def _rank_phases(job: JobSpec, key: str | None) -> list[Any]:
-    """Each rank's current phase from its status file (None where unreadable or not signed)."""
-    phases = []
-    for r in range(job.world_size):
-        status = read_json(status_path(job.job_dir, r))
-        phases.append(status.get("phase") if status and verify(status, key) else None)
-    return phases
+def _rank_statuses(job: JobSpec, key: str | None) -> list[dict[str, Any] | None]:
+    """Each rank's status file, None where unreadable or not signed with the job's key."""
+    statuses = [read_json(status_path(job.job_dir, r)) for r in range(job.world_size)]
+    return [s if s and verify(s, key) else None for s in statuses]
 
 
-def _phase_expired(job: JobSpec, key: str | None) -> dict[str, Any] | None:
+def _phase_expired(statuses: list[dict[str, Any] | None]) -> dict[str, Any] | None:
     """A rank whose watchdog marked it past a limit, or past its phase deadline plus a grace."""
     now = time.time()
-    for r in range(job.world_size):
-        status = read_json(status_path(job.job_dir, r))
-        if not status or not verify(status, key):
+    for r, status in enumerate(statuses):
+        if status is None:
             continue
         if status.get("expired"):
             return {"rank": r, "phase": status.get("expired_in") or status.get("phase", ""), "limit_s": status.get("limit_s"),
