@@ -26,10 +26,11 @@ def redirect_output(job_dir: str, rank: int) -> None:
 
 
 def die_with_parent(exit_if_orphaned: bool = False) -> None:
-    """If the parent dies (SIGKILL of the evaluator), this process must not live on: a rank, the
-    sandbox's first process (before exec), an emulation child. `exit_if_orphaned`: exit now if
-    the parent is already gone (reparented to pid 1); only where the parent cannot be pid 1 itself
-    (a rank's parent is the spawner; the evaluator may be a container's first process)."""
+    """If the parent dies (SIGKILL of the evaluator), this process must not live on: a rank or an
+    emulation child (pkb.eval.sandbox keeps a copy: it imports nothing of the project).
+    `exit_if_orphaned`: exit now if the parent is already gone (reparented to pid 1); only where
+    the parent cannot be pid 1 itself (a rank's parent is the spawner; the evaluator may be a
+    container's first process)."""
     if not sys.platform.startswith("linux"):
         return
     try:
