@@ -14,8 +14,10 @@ script prints:
     labelled set; labels whose every piece of evidence is tagged `fallback` do not count), per-label
     precision and recall, and how many files are right on all three axes;
   - rule precision (distinct findings on the labelled files that match a labelled defect: same
-    rule id, line within LINE_WINDOW) and recall (labelled defects with a rule id that some finding
-    matches; `other` defects are counted and listed, never scored);
+    rule id, line within LINE_WINDOW of the finding's line or of one of its related lines, the
+    other end of a race that the finding names; --primary-line-only scores the finding's own line
+    alone) and recall (labelled defects with a rule id that some finding matches; `other` defects
+    are counted and listed, never scored);
   - every axis mismatch (file, axis, expected, got), every false finding and every missed defect.
 
 The comparison lives in small pure functions over plain dicts (the static.jsonl record layout), so
@@ -181,24 +183,31 @@ def record_fallback(record: dict | None) -> frozenset[str]:
     return frozenset(out)
 
 
-def record_findings(record: dict | None) -> list[tuple[str, int, str]]:
-    """Distinct findings of a record as (rule, line, message), in line order."""
+def record_findings(record: dict | None, related: bool = True) -> list[tuple[str, int, str, tuple[int, ...]]]:
+    """Distinct findings of a record as (rule, line, message, related lines), in line order;
+    related=False drops the related lines."""
     if record is None:
         return []
-    seen: dict[tuple[str, int], str] = {}
+    seen: dict[tuple[str, int], tuple[str, tuple[int, ...]]] = {}
     for f in record.get("findings", []):
-        seen.setdefault((f["rule"], int(f["line"])), f.get("message", ""))
-    return sorted(((r, ln, m) for (r, ln), m in seen.items()), key=lambda t: (t[1], t[0]))
+        also = tuple(int(n) for n in f.get("related_lines", [])) if related else ()
+        seen.setdefault((f["rule"], int(f["line"])), (f.get("message", ""), also))
+    return sorted(((r, ln, m, also) for (r, ln), (m, also) in seen.items()), key=lambda t: (t[1], t[0]))
 
 
 # ---- comparison ---------------------------------------------------------------------------------
 
 
-def finding_matches(rule: str, line: int, defect: Defect, window: int = LINE_WINDOW) -> bool:
-    return defect.rule == rule and abs(defect.line - line) <= window
+def finding_matches(rule: str, line: int, defect: Defect, window: int = LINE_WINDOW, related: tuple[int, ...] = ()) -> bool:
+    return defect.rule == rule and any(abs(defect.line - n) <= window for n in (line, *related))
 
 
-def match_findings(defects: list[Defect], findings: list[tuple[str, int, str]], window: int = LINE_WINDOW):
+def _matches(f: tuple, defect: Defect, window: int) -> bool:
+    """A finding tuple (rule, line, message[, related lines]) against one defect."""
+    return finding_matches(f[0], f[1], defect, window, f[3] if len(f) > 3 else ())
+
+
+def match_findings(defects: list[Defect], findings: list[tuple], window: int = LINE_WINDOW):
     """Split one file's findings into true and false, and its rule defects into found and missed.
 
     A finding is true when it matches some labelled defect; a defect is found when some finding
@@ -207,8 +216,8 @@ def match_findings(defects: list[Defect], findings: list[tuple[str, int, str]], 
     scored = [d for d in defects if d.rule != OTHER]
     true, false = [], []
     for f in findings:
-        (true if any(finding_matches(f[0], f[1], d, window) for d in scored) else false).append(f)
-    found = [d for d in scored if any(finding_matches(f[0], f[1], d, window) for f in findings)]
+        (true if any(_matches(f, d, window) for d in scored) else false).append(f)
+    found = [d for d in scored if any(_matches(f, d, window) for f in findings)]
     missed = [d for d in scored if d not in found]
     return true, false, found, missed
 
@@ -234,7 +243,7 @@ def per_label_scores(pairs: list[tuple[frozenset[str], frozenset[str]]]) -> dict
     return out
 
 
-def score(items: list[LabelledFile], records: dict[str, dict], window: int = LINE_WINDOW) -> dict:
+def score(items: list[LabelledFile], records: dict[str, dict], window: int = LINE_WINDOW, related: bool = True) -> dict:
     """Everything the report prints, as plain data (the --json summary)."""
     axis_right = Counter()
     all_three = 0
@@ -270,20 +279,20 @@ def score(items: list[LabelledFile], records: dict[str, dict], window: int = LIN
         else:
             fallback_mismatches.append({"file": it.path, "expected": sorted(it.fallback), "got": sorted(got_fb)})
 
-        findings = record_findings(rec)
+        findings = record_findings(rec, related)
         true, false, found, missed = match_findings(it.defects, findings, window)
         findings_total += len(findings)
         findings_true += len(true)
         defects_scored += len(found) + len(missed)
         defects_found += len(found)
-        for rule, line, msg in false:
+        for rule, line, msg, *_ in false:
             false_findings.append({"file": it.path, "rule": rule, "line": line, "message": msg})
         for d in missed:
             missed_defects.append({"file": it.path, "rule": d.rule, "line": d.line, "why": d.why})
         other_defects += [{"file": it.path, "line": d.line, "why": d.why} for d in it.defects if d.rule == OTHER]
-        for rule, _, _ in true:
+        for rule, *_ in true:
             rule_stats.setdefault(rule, Counter())["true_findings"] += 1
-        for rule, _, _ in false:
+        for rule, *_ in false:
             rule_stats.setdefault(rule, Counter())["false_findings"] += 1
         for d in found:
             rule_stats.setdefault(d.rule, Counter())["found"] += 1
@@ -311,6 +320,7 @@ def score(items: list[LabelledFile], records: dict[str, dict], window: int = LIN
                     "other": len(other_defects)},
         "rules": rules,
         "line_window": window,
+        "related_lines": related,
         "mismatches": mismatches,
         "false_findings": false_findings,
         "missed_defects": missed_defects,
@@ -347,7 +357,8 @@ def format_report(s: dict) -> str:
     f, d = s["findings"], s["defects"]
     lines.append(f"rule precision {f['true']}/{f['distinct']} {_pct(f['precision'])}   (false findings: {f['false']})")
     lines.append(f"rule recall    {d['found']}/{d['with_rule']} {_pct(d['recall'])}   (plus {d['other']} `other` defects, not scored)")
-    lines.append(f"  (a finding matches a labelled defect of its rule within {s['line_window']} lines)")
+    lines.append(f"  (a finding matches a labelled defect of its rule within {s['line_window']} lines of "
+                 + ("its line or a related line it names)" if s.get("related_lines", True) else "its own line)"))
     for rule, r in s["rules"].items():
         lines.append(f"  {rule}  findings {r['true_findings']} true / {r['false_findings']} false   "
                      f"defects {r['found']}/{r['defects']} found")
@@ -417,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache-dir", type=Path, default=None, help="the static fact cache (default: the project's)")
     ap.add_argument("--static-jsonl", type=Path, default=None, help="score this static.jsonl instead of running the passes")
     ap.add_argument("--json", type=Path, default=None, help="write the summary here as JSON")
+    ap.add_argument("--primary-line-only", action="store_true",
+                    help="match a finding by its own line alone, not by the related lines it names (the scoring before 2026-12-07)")
     args = ap.parse_args(argv)
 
     items = load_labels(args.labels)
@@ -435,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.pkb_root}: not a folder", file=sys.stderr)
             return 2
         records = static_records(args.pkb_root, paths, jobs=args.jobs, ptx=not args.no_ptx, cache_dir=args.cache_dir)
-    summary = score(items, records)
+    summary = score(items, records, related=not args.primary_line_only)
     summary["label_files"] = sorted({it.source for it in items})
     print(format_report(summary))
     if args.json is not None:

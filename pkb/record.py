@@ -66,6 +66,8 @@ class Finding:
     snippet: str = ""
     kernel: str = ""  # kernel or function the finding is about, where there is one
     pass_name: str = "python"
+    # other lines of the same defect, such as the other end of a race (SARIF's related locations)
+    related_lines: list[int] = field(default_factory=list)
 
 
 @dataclass

@@ -51,6 +51,7 @@ class FindingModel(BaseModel):
     snippet: str = ""
     kernel: str = ""
     pass_name: str = "python"
+    related_lines: list[int] = Field(default_factory=list, description="other lines of the same defect (the other end of a race)")
 
 
 class PassModel(BaseModel):

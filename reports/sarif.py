@@ -59,6 +59,10 @@ def to_sarif(records: Iterable[CandidateRecord], rules: list[Rule], version: str
                 "locations": [{"physicalLocation": {"artifactLocation": location, "region": region}}],
                 "properties": {"kernel": f.kernel, "pass": f.pass_name},
             })
+            if f.related_lines:
+                results[-1]["relatedLocations"] = [
+                    {"id": i, "physicalLocation": {"artifactLocation": location, "region": {"startLine": n}}}
+                    for i, n in enumerate(f.related_lines)]
         for f in rec.suppressed:  # SARIF's own way to say a result was silenced in the source
             results.append({
                 "ruleId": f.rule, "ruleIndex": index.get(f.rule, -1), "level": _LEVEL.get(f.severity, "warning"),

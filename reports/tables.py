@@ -31,7 +31,7 @@ CANDIDATE_DTYPES: dict[str, str] = {
 }
 KERNEL_DTYPES: dict[str, str] = {"path": _STR, "kernel": _STR, "language": _STR, "line": "Int64", **{axis: _STR for axis in AXES}}
 FINDING_DTYPES: dict[str, str] = {"path": _STR, "rule": _STR, "name": _STR, "severity": _STR, "line": "Int64", "kernel": _STR,
-                                  "message": _STR, "snippet": _STR}
+                                  "message": _STR, "snippet": _STR, "related_lines": _STR}
 DTYPES = {"candidates": CANDIDATE_DTYPES, "kernels": KERNEL_DTYPES, "findings": FINDING_DTYPES}
 KERNEL_COLUMNS = ["path", "kernel", "language", "line", *AXES]
 FINDING_COLUMNS = ["path", "rule", "name", "severity", "line", "kernel", "message", "snippet"]
@@ -75,7 +75,8 @@ def kernel_rows(records: Iterable[CandidateRecord]) -> list[dict[str, Any]]:
 def finding_rows(records: Iterable[CandidateRecord]) -> list[dict[str, Any]]:
     return [
         {"path": r.path, "rule": f.rule, "name": f.name, "severity": f.severity, "line": f.line,
-         "kernel": f.kernel, "message": f.message, "snippet": f.snippet}
+         "kernel": f.kernel, "message": f.message, "snippet": f.snippet,
+         "related_lines": ",".join(map(str, f.related_lines))}
         for r in records for f in r.findings
     ]
 

@@ -113,6 +113,21 @@ def test_output_formats_own_stdout(tmp_path, capsys):
             assert any(f"line={FLAG_LINE}," in l and "title=PKB001 flag-without-ordering" in l for l in lines)
 
 
+def test_sarif_gives_a_findings_related_lines_as_related_locations():
+    from analyzer.rules.base import all_rules
+    from pkb.record import CandidateRecord, Finding
+    from reports.sarif import to_sarif
+
+    rec = CandidateRecord(path="1_allreduce_cuda.py")
+    rec.findings = [Finding("PKB004", "peer-buffer-reuse-without-barrier", "error", "m", rec.path, 80, related_lines=[40]),
+                    Finding("PKB008", "host-sync-in-timed-path", "warning", "m", rec.path, 9)]
+    with_related, plain = to_sarif([rec], list(all_rules()), "0")["runs"][0]["results"]
+    (loc,) = with_related["relatedLocations"]
+    assert loc["physicalLocation"]["region"] == {"startLine": 40}
+    assert loc["physicalLocation"]["artifactLocation"]["uri"] == "1_allreduce_cuda.py"
+    assert "relatedLocations" not in plain
+
+
 def test_unknown_output_format_is_a_usage_error(tmp_path, capsys):
     code, cap = run_cli([str(BROADCAST), "--output-format", "xml", "-o", str(tmp_path / "o")], tmp_path, capsys)
     assert code == 2 and not (tmp_path / "o").exists()
@@ -179,7 +194,7 @@ def test_select_all_runs_every_rule(tmp_path, capsys):
                          "--output-format", "sarif"], tmp_path, capsys)
     assert code == 0, cap.err
     rules = json.loads(cap.out)["runs"][0]["tool"]["driver"]["rules"]
-    from analyzer.rules import all_rules
+    from analyzer.rules.base import all_rules
 
     assert len(rules) == len(all_rules())
 

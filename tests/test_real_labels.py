@@ -128,7 +128,16 @@ def test_fallback_tagged_labels_do_not_count_on_the_axis():
 
 def test_findings_are_distinct_by_rule_and_line():
     rec = _record("p.py", findings=[_finding("PKB008", 10), _finding("PKB008", 10, "again"), _finding("PKB005", 10)])
-    assert rl.record_findings(rec) == [("PKB005", 10, "msg"), ("PKB008", 10, "msg")]
+    assert rl.record_findings(rec) == [("PKB005", 10, "msg", ()), ("PKB008", 10, "msg", ())]
+
+
+def test_a_finding_matches_a_defect_at_a_related_line_unless_scoring_primary_lines_only():
+    rec = _record("p.py", findings=[{**_finding("PKB004", 80), "related_lines": [40]}])
+    defects = [rl.Defect("PKB004", 42)]
+    true, _, found, _ = rl.match_findings(defects, rl.record_findings(rec))
+    assert [f[:2] for f in true] == [("PKB004", 80)] and found == defects
+    true, false, found, missed = rl.match_findings(defects, rl.record_findings(rec, related=False))
+    assert true == [] and missed == defects  # 80 is far from 42
 
 
 def test_match_findings_uses_the_rule_and_a_five_line_window_and_skips_other():

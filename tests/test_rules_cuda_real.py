@@ -650,6 +650,18 @@ def solution(x: torch.Tensor, group=None) -> torch.Tensor:
 '''
 
 
+def test_pkb004_names_the_next_calls_first_write_as_the_related_line(tmp_path):
+    # the race's other end: the next call's data.copy_ runs before any barrier
+    meta = ("    meta, meta_hdl, meta_ptrs = _resources(group, 1, x.device)\n    meta.copy_(x[:1])\n"
+            "    meta_hdl.barrier(channel=0)\n    sizes = torch.empty(ws, device=x.device)\n    _ext.pull(meta_ptrs, sizes, 1, ws)\n")
+    assert meta in TWO_BUFFERS
+    rec = analyze(tmp_path, TWO_BUFFERS.replace(meta, "").replace("DATA_GROUP", "group"), "2_allgather_cuda.py")
+    (f,) = [f for f in rec.findings if f.rule == "PKB004"]
+    assert f.line == line_of(rec, "_ext.pull(data_ptrs")
+    assert f.related_lines == [line_of(rec, "data.copy_(x)")]
+    assert f"writes first at line {f.related_lines[0]} (tensor.copy_)" in f.message
+
+
 def test_pkb004_data_buffer_rewritten_only_behind_a_barrier_of_its_group_is_safe(tmp_path):
     # `meta` is written before any barrier, but the unclosed gather reads `data`, which the next
     # call rewrites only after meta_hdl.barrier on the same group: every peer finished its gather.

@@ -11,7 +11,7 @@ import importlib
 import inspect
 import pkgutil
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
 
 from analyzer.buffer_roots import BufferRoots
@@ -97,11 +97,12 @@ class Rule:
     def check(self, ctx: RuleContext) -> Iterator[Finding]:
         raise NotImplementedError
 
-    def finding(self, ctx: RuleContext, line: int, detail: str = "", kernel: str = "", pass_name: str = "python") -> Finding:
+    def finding(self, ctx: RuleContext, line: int, detail: str = "", kernel: str = "", pass_name: str = "python",
+                related_lines: Iterable[int] = ()) -> Finding:
         msg = self.message if not detail else f"{self.message}: {detail}"
         return Finding(rule=self.id, name=self.name, severity=self.severity, message=msg,
                        file=ctx.rec.path, line=line, snippet=ctx.snippet(line), kernel=kernel,
-                       pass_name=pass_name)
+                       pass_name=pass_name, related_lines=sorted({n for n in related_lines if n != line}))
 
     @classmethod
     def doc(cls) -> str:

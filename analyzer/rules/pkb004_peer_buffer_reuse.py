@@ -127,7 +127,8 @@ class PeerBufferReuseWithoutBarrier(Rule):
         # orders that write after every peer's accesses of the previous call.
         writers = [c for c in calls if c.category in ("tensor_copy", "ext_kernel", "triton_launch", "cupy_launch")
                    and not (c.category == "ext_kernel" and self._ext_waits(ctx, c) and not self._ext_accesses_peers(ctx, c))]
-        first_write = min((position(c.function, c.line) for c in writers), default=None)
+        first_writer = min(writers, key=lambda c: position(c.function, c.line), default=None)
+        first_write = None if first_writer is None else position(first_writer.function, first_writer.line)
         if first_write is not None and any(is_barrier(c) and position(c.function, c.line) < first_write for c in calls):
             return
         if _entry_barrier_per_buffer(ctx, calls, peer_calls, writers, position, is_barrier):
@@ -160,12 +161,19 @@ class PeerBufferReuseWithoutBarrier(Rule):
         for t in ctx.py.triton_kernels:
             if t.name == last.target and t.spin_loops and t.peer_loads and max(t.spin_loops) > max(t.peer_loads):
                 return
+        # the other end of the race: where the next call writes before any barrier
+        if first_writer is not None and first_writer.line == last.line:
+            first_writer = None  # the launch rewrites its own buffers: the message says it already
+        rewrite = ("" if first_writer is None else
+                   f"; the next call writes first at line {first_writer.line} ({first_writer.qualname}), before any barrier")
         if inside is not None:
             # the launch's own barrier orders the reads before it; name the kernel line left unclosed
             yield self.finding(ctx, last.line, f"nothing after {last.qualname} waits for the peers: its kernel's own "
-                                               f"barrier comes before its last peer read (line {inside[0]})")
+                                               f"barrier comes before its last peer read (line {inside[0]}){rewrite}",
+                               related_lines=[first_writer.line] if first_writer else [])
             return
-        yield self.finding(ctx, last.line, f"nothing after {last.qualname} waits for the peers")
+        yield self.finding(ctx, last.line, f"nothing after {last.qualname} waits for the peers{rewrite}",
+                           related_lines=[first_writer.line] if first_writer else [])
 
 
     def _unguarded_push(self, ctx):
