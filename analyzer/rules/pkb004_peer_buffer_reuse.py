@@ -48,6 +48,10 @@ class PeerBufferReuseWithoutBarrier(Rule):
     several groups, each peer access is checked on its own: a CP gather whose only later barrier
     is the TP pair's is not closed, however many barriers follow it.
 
+    The finding points at the last peer access; where the next call writes a buffer before any
+    barrier, that write is the other end of the race and is named as the finding's related line
+    (SARIF `relatedLocations`).
+
     Not reported either where each buffer read after the call's last barrier is rewritten by the
     next call only behind a barrier, whatever the names it goes by (the buffer a helper's closure
     addresses as `crop_hdl.buffer_ptrs[owner]`, the `res["grad"].narrow(...)` view a GEMM writes
