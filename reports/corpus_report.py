@@ -20,7 +20,7 @@ from pkb import taxonomy
 from pkb.metrics import device_label, speed_text, speed_verdict
 from reports import kernel_page, paper_table
 from reports.html_parts import Plot, fig_to_img, fmt, matplotlib_agg, pct
-from reports.report_parts import failed_problems
+from reports.report_parts import failed_problems, problem_order
 from reports.templating import render
 
 # The paper's mechanism families (TAXONOMY words in each).
@@ -93,7 +93,7 @@ def no_fastest(rows: list[dict[str, Any]], fastest: dict[str, dict[str, Any]]) -
     """Per evaluated problem without a fastest kernel, why none is named: no correct candidate, or
     the correct ones are suspected, untimed or ties within their timing spread."""
     why: dict[str, str] = {}
-    for problem in sorted({r["problem"] for r in rows if r["evaluated"]} - set(fastest)):
+    for problem in sorted({r["problem"] for r in rows if r["evaluated"]} - set(fastest), key=problem_order):
         correct = [r for r in rows if r["problem"] == problem and r["correct"]]
         if not correct:
             why[problem] = "no correct candidate"
@@ -189,7 +189,7 @@ TIE_COLOR = "#9e9e9e"  # a speed tie: neither the faster nor the slower colour
 def _plot_speedups(rows: list[dict[str, Any]]) -> Plot:
     plt = matplotlib_agg()
     sp = [r for r in rows if r["correct"] and r["speedup"]]
-    probs = sorted({r["problem"] for r in sp})
+    probs = sorted({r["problem"] for r in sp}, key=problem_order)
     fig, ax = plt.subplots(figsize=(8, 0.9 + 0.4 * len(probs)))
     for i, p in enumerate(probs):
         xs = [r["speedup"] for r in sp if r["problem"] == p]
@@ -284,7 +284,8 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     for rec, name in zip(records, names):
         _, n = kernel_page.write(rec, out_dir / kernel_page.PAGES_DIR, name)
         page_imgs += n
-    rows = candidate_rows(records, names)
+    # the candidates in problem order (1, 2, ..., 10), then model, then path
+    rows = sorted(candidate_rows(records, names), key=lambda r: (problem_order(r["problem"]), r["model"], r["path"]))
     catalogue = {r.id: r for r in all_rules()}
     rule_names = {k: r.name for k, r in catalogue.items()}
     evaluated = [r for r in rows if r["evaluated"]]
@@ -322,7 +323,7 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
         "failed_table": _table(fh, fb_, num=range(1, len(fh) - 2), id="failed-table"),
         "fastest": [{"problem": p, "page": r["page"], "path": r["path"], "short": Path(r["path"]).parent.name + "/" + Path(r["path"]).name,
                      "model": r["model"], "speed": r["speed"], "mechanism": "+".join(r["mechanism"]), "sync": "+".join(r["sync"]),
-                     "overlap": "+".join(r["overlap"])} for p, r in sorted(fastest.items())],
+                     "overlap": "+".join(r["overlap"])} for p, r in sorted(fastest.items(), key=lambda kv: problem_order(kv[0]))],
         "unnamed": [{"problem": p, "why": why} for p, why in unnamed.items()],
         "outcome_tables": [_table(h, b, num=range(1, len(h)), key=key) for key, (h, b) in
                            ((key, _crosstab(rows, key)) for key in ("category", "model"))] if any_eval else [],
@@ -343,7 +344,7 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
     md += ["## At a glance", "", "Mechanisms used: " + (", ".join(used) or "none") + (f"; never used: {', '.join(unused)}" if unused else ""), ""]
     if any_eval:
         md += ["Failed problems and why:", "", _md_table(fh, fb_) if fb_ else "none failed", ""]
-        md += ["Fastest per problem: " + "; ".join([f"{p}: {r['path']} {r['speed']}" for p, r in sorted(fastest.items())]
+        md += ["Fastest per problem: " + "; ".join([f"{p}: {r['path']} {r['speed']}" for p, r in sorted(fastest.items(), key=lambda kv: problem_order(kv[0]))]
                                                   + [f"{p}: {why}" for p, why in unnamed.items()]), ""]
 
     # outcomes

@@ -13,6 +13,13 @@ from typing import Any
 
 from pkb import taxonomy
 
+
+def problem_order(problem: str) -> tuple[int, str]:
+    """Sort key of a problem shown as `<id>_<name>`: by the id as a number (1, 2, ..., 10, not 1,
+    10, 11, ..., 2), then by name; a problem without an id after every numbered one."""
+    head, _, _ = problem.partition("_")
+    return (int(head), problem) if head.isdigit() else (1 << 30, problem)
+
 # outcome -> (background, text colour on it)
 OUTCOME_PALETTE: dict[str, tuple[str, str]] = {
     "faster": ("#009E73", "#ffffff"),  # bluish green
@@ -86,7 +93,7 @@ def failed_problems(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[An
     for r in failed:
         by_problem.setdefault(r["problem"], []).append(r)
     body = []
-    for problem, fails in sorted(by_problem.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+    for problem, fails in sorted(by_problem.items(), key=lambda kv: (-len(kv[1]), problem_order(kv[0]))):
         counts = Counter(r["outcome"] for r in fails)
         subtypes = Counter((r["outcome"], r["subtype"]) for r in fails if r["subtype"])
         (top_outcome, top_sub), top_n = subtypes.most_common(1)[0] if subtypes else (("", ""), 0)

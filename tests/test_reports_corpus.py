@@ -324,3 +324,17 @@ def test_the_static_findings_card_lists_ties_in_rule_order(tmp_path):
     html = Path(corpus_report.build(records, tmp_path)["html"]).read_text()
     card = html[html.index("<h3>Most common findings</h3>"):]
     assert re.findall(r"<li><b>(PKB\d+)</b>", card[:card.index("</ul>")]) == ["PKB017", "PKB018"]
+
+
+def test_candidates_are_listed_in_problem_number_order(tmp_path):
+    from pkb.record import CandidateRecord
+    from reports.report_parts import problem_order
+
+    names = {1: "allreduce", 2: "allgather", 10: "embedding_lookup", 19: "blocked_fp8_quantize"}
+    records = [CandidateRecord(path=f"m/{i}_{n}_cuda.py", problem_id=i, problem_name=n) for i, n in sorted(names.items(), key=lambda kv: str(kv[0]))]
+    records.append(CandidateRecord(path="m/loose.py"))  # no problem: last
+    html = Path(corpus_report.build(records, tmp_path)["html"]).read_text()
+    table = html[html.index('id="candidates"'):]
+    shown = re.findall(r'title="m/([^"]+)"', table)
+    assert shown == ["1_allreduce_cuda.py", "2_allgather_cuda.py", "10_embedding_lookup_cuda.py", "19_blocked_fp8_quantize_cuda.py", "loose.py"]
+    assert sorted(["10_a", "2_b", "-", "1_c"], key=problem_order) == ["1_c", "2_b", "10_a", "-"]
