@@ -63,5 +63,5 @@ def finding_rows(record: Any, cited: list[str]) -> list[dict[str, Any]]:
         rule = catalogue.get(f.rule)
         rows.append({"rule": f.rule, "name": f.name, "severity": f.severity, "file": f.file, "line": f.line,
                      "message": f.message, "snippet": f.snippet, "fix": rule.fix if rule else "",
-                     "why": rule.rationale() if rule else "", "cited": f.rule in cited})
+                     "why": rule.rationale() if rule else "", "cited": f.rule in cited, "related": list(f.related_lines)})
     return rows

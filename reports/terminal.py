@@ -72,7 +72,8 @@ def render(rec: Any, console: Console | None = None, store_used: str = "", notes
         for col in ("rule", "severity", "line", "message", "fix"):
             t.add_column(col, overflow="fold")
         for f in rows:
-            t.add_row(Text(f"{f['rule']} {f['name']}" + (" (cited)" if f["cited"] else "")), Text(f["severity"]), Text(str(f["line"])),
+            t.add_row(Text(f"{f['rule']} {f['name']}" + (" (cited)" if f["cited"] else "")), Text(f["severity"]),
+                      Text(str(f["line"]) + "".join(f"\n(and {n})" for n in f["related"])),
                       Text(f"{f['message']}\n{f['snippet']}"), Text(f["fix"]))
         console.print(t)
     else:

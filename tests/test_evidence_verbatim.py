@@ -79,6 +79,20 @@ def test_kernel_page_renders_rule_markdown_and_one_row_per_finding():
     assert "PKB001 at a/3_b.py:31" not in explanation and rule.fix not in explanation  # the finding row has them
 
 
+def test_a_findings_related_lines_show_on_the_kernel_page_and_in_explain(capsys):
+    from rich.console import Console
+
+    from reports.kernel_page import render
+    from reports.terminal import render as render_terminal
+
+    rec = CandidateRecord(path="a/1_b.py")
+    rec.findings = [Finding("PKB004", "peer-buffer-reuse-without-barrier", "error", "m", rec.path, 80, related_lines=[40, 52])]
+    html, _ = render(rec)
+    assert "related: line 40, line 52" in html[html.index('id="findings"'):html.index('id="evaluation"')]
+    render_terminal(rec, Console(width=200, soft_wrap=False))
+    assert "(and 40)" in capsys.readouterr().out
+
+
 def test_label_evidence_at_one_place_is_one_line_with_its_notes(capsys):
     # the clang pass gives one item per fact at an `asm volatile(` line: shown without their
     # notes they printed as the same line twice
