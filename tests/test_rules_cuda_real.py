@@ -377,7 +377,7 @@ def test_pkb004_push_into_peers_with_no_ack(tmp_path):
 def test_pkb004_orders_an_autograd_forward_where_apply_runs_it(tmp_path):
     # forward() is defined above solution() but runs at `Pusher.apply`: its calls come after
     # what solution() does before that line
-    from analyzer.rules.pkb004_peer_buffer_reuse import _call_positions
+    from analyzer.rules.base import call_positions
 
     pusher = (
         "class Pusher(torch.autograd.Function):\n"
@@ -388,7 +388,7 @@ def test_pkb004_orders_an_autograd_forward_where_apply_runs_it(tmp_path):
     src = candidate(PUSH.replace("BARRIER_AT_END", ""), PUSH_LAUNCH + "\n    x = Pusher.apply(x, hdl)")
     src = src.replace("def solution(", pusher + "def solution(", 1)
     rec = analyze(tmp_path, src, "2_allgather_cuda.py")
-    position = _call_positions(SimpleNamespace(rec=rec))
+    position = call_positions(SimpleNamespace(rec=rec))
     barrier, push = line_of(rec, "hdl.barrier(channel=1)"), line_of(rec, "_ext.run(x, torch.tensor(hdl.buffer_ptrs")
     assert barrier < push
     assert position("forward", barrier) > position("solution", push)

@@ -7,6 +7,7 @@ and "Use instead"; `pkb-analyze rules PKBnnn` prints exactly that text.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import pkgutil
@@ -69,6 +70,36 @@ class RuleContext:
 
     def claims_custom_kernels(self) -> bool:
         return bool(self.py.cuda_sources or self.py.triton_kernels)
+
+
+def call_positions(ctx):
+    """Order of execution, approximately: a call inside a helper sits where solution() calls it."""
+    tree = ctx.rec.syntax_tree()
+    if tree is None:
+        return lambda fn, line: line
+    sites: dict[str, list[int]] = {}
+    owner: dict[int, str] = {}
+    functions = {c.name for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
+                 and any(isinstance(m, ast.FunctionDef) and m.name == "forward" for m in c.body)}
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Call):
+                    name = n.func.id if isinstance(n.func, ast.Name) else (n.func.attr if isinstance(n.func, ast.Attribute) else "")
+                    if name:
+                        sites.setdefault(name, []).append(n.lineno)
+                        owner.setdefault(n.lineno, fn.name)
+                    if name == "apply" and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \
+                            and n.func.value.id in functions:  # `Exchange.apply(x)` runs its forward there
+                        sites.setdefault("forward", []).append(n.lineno)
+
+    def position(fn: str, line: int, depth: int = 0) -> tuple:
+        if fn in ("solution", "") or fn not in sites or depth > 8:
+            return (line,)
+        site = max(sites[fn])
+        return position(owner.get(site, "solution"), site, depth + 1) + (line,)
+
+    return position
 
 
 def reached_functions(cuda, entry: str) -> set[str]:

@@ -5,7 +5,7 @@ from pkb.facts import PEER_KINDS
 from analyzer import cuda_waits
 from analyzer.brackets import closing
 from analyzer.cuda_text import match_paren
-from analyzer.rules.base import Rule, reached_functions as _reached
+from analyzer.rules.base import Rule, call_positions, reached_functions as _reached
 
 _PEER_ARGS = (*PEER_KINDS, "peer_ptr_array", "symm_local")
 
@@ -104,7 +104,7 @@ class PeerBufferReuseWithoutBarrier(Rule):
         ]
         if not peer_calls:
             return
-        position = _call_positions(ctx)
+        position = call_positions(ctx)
         last = max(peer_calls, key=lambda c: position(c.function, c.line))
         last_pos = position(last.function, last.line)
         def tells_peers(c) -> bool:
@@ -188,7 +188,7 @@ class PeerBufferReuseWithoutBarrier(Rule):
         that waits itself, or two buffers used in turn, are left alone (the order inside a kernel
         is not followed)."""
         calls = [c for c in ctx.py.calls if c.path == "timed"]
-        position = _call_positions(ctx)
+        position = call_positions(ctx)
         pushes = [c for c in calls if c.category in ("ext_kernel", "triton_launch")
                   and _stores_into_peers(ctx, c) and not _only_flags(ctx, c)]
         if not pushes:
@@ -242,7 +242,7 @@ def _unclosed_on_their_group(ctx, is_barrier):
     groups = {g for _, g in bundles.values() if g}
     if len(groups) < 2:
         return  # one group: any barrier waits for every reader
-    position = _call_positions(ctx)
+    position = call_positions(ctx)
     writers = [c for c in calls if c.category in ("tensor_copy", "ext_kernel", "triton_launch", "cupy_launch")]
 
     def group_of_barrier(c) -> str | None:
@@ -645,33 +645,3 @@ def _double_buffered(ctx, last) -> bool:
                 names.add(n.targets[0].id)
     picked = re.compile(r"\[[^\]]*(?:%\s*2|\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\b)[^\]]*\]") if names else None
     return any((picked and picked.search(m)) or re.search(r"\[[^\]]*%\s*2[^\]]*\]", m) for m in made)
-
-
-def _call_positions(ctx):
-    """Order of execution, approximately: a call inside a helper sits where solution() calls it."""
-    tree = ctx.rec.syntax_tree()
-    if tree is None:
-        return lambda fn, line: line
-    sites: dict[str, list[int]] = {}
-    owner: dict[int, str] = {}
-    functions = {c.name for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
-                 and any(isinstance(m, ast.FunctionDef) and m.name == "forward" for m in c.body)}
-    for fn in ast.walk(tree):
-        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            for n in ast.walk(fn):
-                if isinstance(n, ast.Call):
-                    name = n.func.id if isinstance(n.func, ast.Name) else (n.func.attr if isinstance(n.func, ast.Attribute) else "")
-                    if name:
-                        sites.setdefault(name, []).append(n.lineno)
-                        owner.setdefault(n.lineno, fn.name)
-                    if name == "apply" and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) \
-                            and n.func.value.id in functions:  # `Exchange.apply(x)` runs its forward there
-                        sites.setdefault("forward", []).append(n.lineno)
-
-    def position(fn: str, line: int, depth: int = 0) -> tuple:
-        if fn in ("solution", "") or fn not in sites or depth > 8:
-            return (line,)
-        site = max(sites[fn])
-        return position(owner.get(site, "solution"), site, depth + 1) + (line,)
-
-    return position
