@@ -208,6 +208,7 @@ CASES_ELSEWHERE = {
     "PKB018": "test_rules_python_side",
     "PKB019": "test_rules_python_side",
     "PKB020": "test_rules_cuda_real",
+    "PKB021": "test_rules_python_side",
 }
 
 

@@ -429,3 +429,142 @@ def test_a_rank_share_of_an_input_extent_is_never_empty_on_the_run(analyzer, tmp
     assert "PKB008" not in findings(analyzer, tmp_path, EMPTY_SHARE.replace("SOURCE", "x_local.shape"))
     # rows that are not an input's extent: the run does not decide the branch
     assert findings(analyzer, tmp_path, EMPTY_SHARE.replace("SOURCE", "(w.shape[1] - 4, 4)")).get("PKB008") == [11]
+
+
+SIDE_STREAM = '''
+import torch
+import torch.distributed as dist
+import torch.distributed._symmetric_memory as symm_mem
+from torch.utils.cpp_extension import load_inline
+
+SRC = r"""
+#include <torch/extension.h>
+void pull(torch::Tensor ptrs, torch::Tensor out, int64_t world) {}
+"""
+_ext = load_inline(name="pull", cpp_sources="", cuda_sources=SRC, functions=["pull"])
+_state = {}
+
+def _setup(x):
+    key = (x.numel(), x.dtype)
+    if key not in _state:
+        buf = symm_mem.empty(x.numel(), device=x.device, dtype=x.dtype)
+        _state[key] = (buf, symm_mem.rendezvous(buf, dist.group.WORLD), torch.cuda.Stream())
+    return _state[key]
+
+def solution(x):
+    buf, hdl, side = _setup(x)
+    buf.copy_(x)
+    hdl.barrier(channel=0)
+    out = torch.empty_like(x)
+    WAIT
+    with torch.cuda.stream(side):
+        INSIDE
+        _ext.pull(hdl.buffer_ptrs_dev, out, hdl.world_size)
+    torch.cuda.current_stream().wait_stream(side)
+    hdl.barrier(channel=1)
+    return out
+'''
+
+
+def side_stream(wait: str = "pass", inside: str = "pass") -> str:
+    return SIDE_STREAM.replace("WAIT", wait).replace("INSIDE", inside)
+
+
+def line_with(src: str, text: str) -> int:
+    return next(i + 1 for i, ln in enumerate(textwrap.dedent(src).lstrip("\n").splitlines()) if text in ln)
+
+
+def test_pkb021_a_pull_on_a_side_stream_that_never_waited(analyzer, tmp_path):
+    src = side_stream()
+    assert findings(analyzer, tmp_path, src).get("PKB021") == [line_with(src, "_ext.pull(")]
+
+
+def pkb021_related(analyzer, tmp_path, src: str) -> list[list[int]]:
+    folder = tmp_path / TREE
+    folder.mkdir(exist_ok=True)
+    (folder / "1_allreduce_cuda.py").write_text(textwrap.dedent(src).lstrip("\n"))
+    rec = analyzer.analyze(read_candidate(folder / "1_allreduce_cuda.py", tmp_path))
+    return [f.related_lines for f in rec.findings if f.rule == "PKB021"]
+
+
+def test_pkb021_names_the_barrier_it_is_not_ordered_after(analyzer, tmp_path):
+    src = side_stream()
+    assert pkb021_related(analyzer, tmp_path, src) == [[line_with(src, "hdl.barrier(channel=0)")]]
+
+
+@pytest.mark.parametrize("wait", [
+    "side.wait_stream(torch.cuda.current_stream())",
+    "ev = torch.cuda.Event(); ev.record(); side.wait_event(ev)",
+    "torch.cuda.synchronize()",
+    "for s in [side]: s.wait_stream(torch.cuda.current_stream())",
+])
+def test_pkb021_quiet_once_the_side_stream_waits(analyzer, tmp_path, wait):
+    assert "PKB021" not in findings(analyzer, tmp_path, side_stream(wait=wait))
+
+
+def test_pkb021_quiet_on_a_name_bound_to_the_current_stream_before_the_block(analyzer, tmp_path):
+    # `main` is the stream that was current before the block, so this is a real wait
+    src = side_stream(wait="main = torch.cuda.current_stream()", inside="side.wait_stream(main)")
+    assert "PKB021" not in findings(analyzer, tmp_path, src)
+
+
+def test_pkb021_a_wait_for_the_current_stream_inside_the_block_waits_for_itself(analyzer, tmp_path):
+    src = side_stream(inside="side.wait_stream(torch.cuda.current_stream())")
+    assert findings(analyzer, tmp_path, src).get("PKB021") == [line_with(src, "_ext.pull(")]
+
+
+def test_pkb021_a_wait_the_first_iteration_skips_does_not_order_it(analyzer, tmp_path):
+    looped = (SIDE_STREAM.replace("    WAIT\n    with torch.cuda.stream(side):\n        INSIDE\n        _ext.pull",
+                                  "    for step in range(2):\n        if STEP:\n"
+                                  "            side.wait_stream(torch.cuda.current_stream())\n"
+                                  "        with torch.cuda.stream(side):\n            _ext.pull"))
+    later = looped.replace("STEP", "step > 0")
+    assert findings(analyzer, tmp_path, later).get("PKB021") == [line_with(later, "_ext.pull(")]
+    first = looped.replace("STEP", "step >= 0")
+    assert "PKB021" not in findings(analyzer, tmp_path, first)
+
+
+def test_pkb021_a_launch_handed_the_side_streams_handle(analyzer, tmp_path):
+    handed = (side_stream().replace("void pull(torch::Tensor ptrs, torch::Tensor out, int64_t world)",
+                                    "void pull(torch::Tensor ptrs, torch::Tensor out, int64_t world, int64_t stream)")
+              .replace("    with torch.cuda.stream(side):\n        pass\n        _ext.pull(hdl.buffer_ptrs_dev, out, hdl.world_size)",
+                       "    _ext.pull(hdl.buffer_ptrs_dev, out, hdl.world_size, side.cuda_stream)"))
+    assert findings(analyzer, tmp_path, handed).get("PKB021") == [line_with(handed, "_ext.pull(")]
+    current = handed.replace("side.cuda_stream)", "torch.cuda.current_stream().cuda_stream)")
+    assert "PKB021" not in findings(analyzer, tmp_path, current)
+
+
+def test_pkb021_the_next_calls_write_before_the_closing_barrier(analyzer, tmp_path):
+    # the staging copy runs on the side stream; the previous call's closing barrier (peers done
+    # reading) is still pending on the current stream
+    src = side_stream(wait="side.wait_stream(torch.cuda.current_stream())").replace(
+        "    buf.copy_(x)\n    hdl.barrier(channel=0)\n",
+        "    with torch.cuda.stream(side):\n        buf.copy_(x)\n"
+        "    torch.cuda.current_stream().wait_stream(side)\n    hdl.barrier(channel=0)\n")
+    assert findings(analyzer, tmp_path, src).get("PKB021") == [line_with(src, "buf.copy_(x)")]
+    synced = src.replace("    buf, hdl, side = _setup(x)\n", "    buf, hdl, side = _setup(x)\n    torch.cuda.synchronize()\n")
+    assert "PKB021" not in findings(analyzer, tmp_path, synced)
+
+
+def test_pkb021_quiet_on_work_in_a_branch_that_returned(analyzer, tmp_path):
+    src = side_stream(wait="if x.numel() < 16:\n        return torch.mm(x.view(4, -1), x.view(-1, 4))")
+    # the pull is still unordered after the barrier, but never runs after the early branch's matmul
+    assert pkb021_related(analyzer, tmp_path, src) == [[line_with(src, "hdl.barrier(channel=0)")]]
+
+
+def test_pkb021_a_helper_called_in_the_block_runs_on_the_side_stream(analyzer, tmp_path):
+    src = side_stream(wait="side.wait_stream(torch.cuda.current_stream())", inside="_stage(out, hdl)").replace(
+        "def solution(x):", "def _stage(out, hdl):\n    _ext.pull(hdl.buffer_ptrs_dev, out, hdl.world_size)\n\ndef solution(x):")
+    assert "PKB021" not in findings(analyzer, tmp_path, src)
+
+
+def test_pkb021_quiet_on_a_write_of_the_own_buffer_after_a_barrier_in_the_call(analyzer, tmp_path):
+    # within the call the barrier says "my data is ready"; writing the own buffer's other half reads nothing it guards
+    src = side_stream(inside="_ext.pull(buf, out, 0)").replace("    buf.copy_(x)\n", "")
+    # the peers' pull after it still is reported
+    assert findings(analyzer, tmp_path, src).get("PKB021") == [line_with(src, "hdl.buffer_ptrs_dev")]
+    local_only = src.replace("        _ext.pull(hdl.buffer_ptrs_dev, out, hdl.world_size)\n", "")
+    # ... but not ordered after the previous call's closing barrier, it may overwrite what peers still read
+    assert findings(analyzer, tmp_path, local_only).get("PKB021") == [line_with(src, "_ext.pull(buf, out, 0)")]
+    synced = local_only.replace("    out = torch.empty_like(x)\n", "    out = torch.empty_like(x)\n    torch.cuda.synchronize()\n")
+    assert "PKB021" not in findings(analyzer, tmp_path, synced)
