@@ -118,12 +118,17 @@ TWO_BARRIERS = MISALIGNED.replace(
     "    out[threadIdx.x] = src[threadIdx.x];\n}")
 
 
-def test_pkb017_one_finding_per_barrier_function(tmp_path):
+def test_pkb017_one_finding_per_formula_other_barrier_functions_related(tmp_path):
+    # the exit barrier repeats the send's formula: one mistake, one finding, the copy a related line
     rec = analyze(tmp_path, candidate(TWO_BARRIERS))
-    assert lines_of(rec, "PKB017") == sorted([
-        line_of(rec, "uint32_t* send_addr = reinterpret_cast<uint32_t*>(remote_base +"),
-        line_of(rec, "uint32_t* exit_addr = reinterpret_cast<uint32_t*>(remote_base +"),
-    ])
+    send = line_of(rec, "uint32_t* send_addr = reinterpret_cast<uint32_t*>(remote_base +")
+    exit_ = line_of(rec, "uint32_t* exit_addr = reinterpret_cast<uint32_t*>(remote_base +")
+    assert [(f.line, f.related_lines) for f in rec.findings if f.rule == "PKB017"] == [(send, [exit_])]
+    # a formula of its own is a finding of its own
+    other = TWO_BARRIERS.replace("(remote_base + block_id * (uint64_t)world_size + (uint64_t)rank);\n    atomicAdd",
+                                 "(remote_base + (uint64_t)rank);\n    atomicAdd")
+    rec = analyze(tmp_path, candidate(other))
+    assert lines_of(rec, "PKB017") == sorted([send, line_of(rec, "uint32_t* exit_addr = reinterpret_cast")])
 
 
 def test_pkb017_not_on_a_barrier_only_a_skipped_branch_calls(tmp_path):

@@ -125,8 +125,10 @@ class MisalignedSignalAtomic(Rule):
     Finds a flag slot computed as an integer address (`uint64_t base = signal_pad_ptrs[peer]`)
     plus an index that is not scaled to the slot's width (`base + block_id * world_size + rank`),
     then cast to `uint32_t*` / `uint64_t*` for an atomic, a `ld.acquire` or a `st.release`.
-    One finding per barrier function that PKB's run reaches (its send and its wait share the
-    formula); a barrier only a skipped branch calls is not reported.
+    One finding per slot formula, at the first barrier function that PKB's run reaches and
+    computes it; its send and its wait share the formula, and other barrier functions that
+    repeat it are the finding's related lines. A barrier only a skipped branch calls is not
+    reported.
 
     ## Why is this bad?
     Adding to an integer adds bytes, not elements: slot `rank` lands at byte `rank`, so for every
@@ -156,12 +158,14 @@ class MisalignedSignalAtomic(Rule):
     fix = "cast the signal address to uint32_t* (or uint64_t*) first and index it, or scale the offset by sizeof(slot)"
 
     def check(self, ctx):
+        # term -> (source, cast type, file line of each barrier function computing it, in order)
+        formulas: dict[str, tuple] = {}
         for index, src in enumerate(ctx.sources()):
             text = src.text
             run = ctx.run_cuda_functions(index)
             functions = [f for c in ctx.facts.cuda if c.source_index == index for f in c.functions]
-            # One finding per function: the same slot formula in its send and its wait is one
-            # mistake with one fix; each barrier function that computes it is its own.
+            # The same slot formula in a send and its wait, or copied into a second barrier
+            # function, is one mistake with one fix: one finding, the other functions as related lines.
             seen: set[str] = set()
             for off, ctype, term in misaligned_slots(text):
                 text_line = text.count("\n", 0, off) + 1
@@ -173,4 +177,11 @@ class MisalignedSignalAtomic(Rule):
                 if key in seen:
                     continue
                 seen.add(key)
-                yield self.finding(ctx, src.file_line(text_line), f"`{term}` bytes added before the cast to {ctype}*", pass_name="clang")
+                formula = " ".join(term.split())
+                formulas.setdefault(formula, (ctype, []))[1].append(src.file_line(text_line))
+        for term, (ctype, lines) in formulas.items():
+            detail = f"`{term}` bytes added before the cast to {ctype}*"
+            if len(lines) > 1:
+                detail += "; the same formula in the barrier function" + ("s" if len(lines) > 2 else "") + \
+                    " at line" + ("s " if len(lines) > 2 else " ") + ", ".join(map(str, lines[1:]))
+            yield self.finding(ctx, lines[0], detail, pass_name="clang", related_lines=lines[1:])
