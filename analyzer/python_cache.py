@@ -230,6 +230,9 @@ class CacheState:
         while True:  # strip views: `buf[:n].view(shape)` is still `buf`
             if isinstance(node, ast.Subscript) and not self._is_cache_read(node):
                 node = node.value
+            elif isinstance(node, ast.Call) and node.args and self.qualname(node.func).startswith("torch.") \
+                    and self.qualname(node.func).split(".")[-1] in self._VIEW_FUNCS:
+                node = node.args[0]  # `torch.split(buf, sizes)`: views of `buf` (not of the module)
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in self._VIEWS:
                 if node.func.attr == "contiguous" and self._strided_view(node.func.value):
                     return None  # `buf.permute(1, 0, 2).contiguous()` copies into a fresh tensor
@@ -240,6 +243,10 @@ class CacheState:
                 node = node.value  # a tensor's (a ThunderKittens parallel tensor's) own data
             elif isinstance(node, ast.Starred):
                 node = node.value  # `return (*views, m)`
+            elif (isinstance(node, (ast.ListComp, ast.GeneratorExp)) and len(node.generators) == 1
+                  and isinstance(node.generators[0].target, ast.Name)
+                  and self._views_of(node.elt, node.generators[0].target.id)):
+                node = node.generators[0].iter  # `[t.view(-1, 1) for t in torch.split(buf, sizes)]`
             else:
                 break
         if isinstance(node, ast.Call):
@@ -266,6 +273,8 @@ class CacheState:
         for value, line in sources:
             if isinstance(value, ast.Constant) and value.value is None and line not in self._rebound_lines(node.id, fn):
                 continue  # `res = None` on a route where nothing is returned from it
+            if isinstance(value, (ast.List, ast.Tuple)) and not value.elts:
+                continue  # `out = []` where there is nothing to return: it holds no buffer
             if self._views_of(value, node.id):
                 continue  # `y = y.reshape(shape)`: a view of what `y` was before
             if self._under_alias_check(value):

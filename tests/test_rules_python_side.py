@@ -141,6 +141,17 @@ def test_pkb019_returning_the_symmetric_buffer(analyzer, tmp_path):
     assert "PKB009" not in got and "PKB010" not in got
 
 
+def test_pkb019_views_of_a_torch_split_through_a_list_comprehension(analyzer, tmp_path):
+    views = RETURNS.replace("    return RESULT", "    parts = torch.split(buf, 4)\n    out = [t.view(-1, 1) for t in parts]\n    return out")
+    assert findings(analyzer, tmp_path, views).get("PKB019") == [line_with(views, "return out")]
+    # a route that returns an empty list holds no buffer; the other still returns views
+    maybe = views.replace("    out = [t.view(-1, 1) for t in parts]\n",
+                          "    if len(parts) > 1:\n        out = [t.view(-1, 1) for t in parts]\n    else:\n        out = []\n")
+    assert findings(analyzer, tmp_path, maybe).get("PKB019") == [line_with(maybe, "return out")]
+    copies = views.replace("t.view(-1, 1) for t", "t.view(-1, 1).clone() for t")
+    assert "PKB019" not in findings(analyzer, tmp_path, copies)
+
+
 def test_pkb019_one_finding_per_buffer_at_its_first_return(analyzer, tmp_path):
     # the small-input branch and the general one return the same kept buffer: one defect
     src = RETURNS.replace("    return RESULT", "    if x.numel() < 1024:\n        return buf.view_as(x)\n    return buf.view_as(x)")
