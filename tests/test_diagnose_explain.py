@@ -130,3 +130,23 @@ def test_failure_explanations_quote_the_evaluation():
     assert any(t.startswith("stuck ranks:") for t in texts)
     assert d["explanation"]["fixes"][0]["fix"].startswith("a rank never finished")
     assert check_citations(rec) == []
+
+
+def test_a_race_rule_is_the_likely_cause_of_a_stale_result_and_a_slot_formula_of_a_misaligned_address():
+    rec = _record()
+    rec.findings = [Finding("PKB021", "side-stream-without-wait", "error",
+                            "side-stream work is not ordered after the current stream's earlier work", "c.py", 40,
+                            "ext.pull(ptrs, out)", related_lines=[35]),
+                    Finding("PKB008", "host-sync-in-timed-path", "warning", "host synchronisation on the timed path", "c.py", 12,
+                            "torch.cuda.synchronize()")]
+    rec.evaluation = {"status": "ran", "outcome": "wrong_result", "subtype": "stale", "speedup": None, "correct": False,
+                      "reason": "trial 1 rank 1: equals trial 0's answer", "details": {}, "trials": [], "ranks": []}
+    expl = diagnose(rec)["explanation"]
+    assert [f["rule"] for f in expl["fixes"]] == ["PKB021"]
+    assert check_citations(rec) == []
+    rec.findings.append(Finding("PKB017", "misaligned-signal-atomic", "error", "byte offset added to an integer signal address",
+                                "c.py", 20, "uint32_t* slot = reinterpret_cast<uint32_t*>(base + rank);"))
+    rec.evaluation = {"status": "ran", "outcome": "runtime_error", "subtype": "misaligned_address", "speedup": None,
+                      "correct": False, "reason": "CUDA error: misaligned address", "details": {}, "trials": [], "ranks": []}
+    rec.diagnosis = None
+    assert [f["rule"] for f in diagnose(rec)["explanation"]["fixes"]] == ["PKB017"]

@@ -22,10 +22,10 @@ from pkb.diagnose.wrong import diagnose_wrong
 # Rules whose findings, where present, are the likely cause of an outcome's subtype.
 SUBTYPE_RULES = {
     "local_only": ("PKB014", "PKB001", "PKB007", "PKB004"),
-    "missing_peer": ("PKB005", "PKB014", "PKB001", "PKB007"),
+    "missing_peer": ("PKB005", "PKB014", "PKB001", "PKB007", "PKB020", "PKB021"),
     "tail_only": ("PKB006",),
-    "stale": ("PKB002", "PKB004"),
-    "nondeterministic": ("PKB001", "PKB003", "PKB004", "PKB014"),
+    "stale": ("PKB002", "PKB004", "PKB021"),
+    "nondeterministic": ("PKB001", "PKB003", "PKB004", "PKB014", "PKB020", "PKB021"),
     "unwritten": ("PKB006", "PKB005", "PKB014"),
     "scaled": ("PKB005",),
     "rank_subset": ("PKB005", "PKB007"),
@@ -33,7 +33,7 @@ SUBTYPE_RULES = {
     "shape_mismatch": ("PKB005", "PKB013"),
     "dtype_mismatch": ("PKB013",),
     "illegal_address": ("PKB005", "PKB006", "PKB013"),
-    "misaligned_address": ("PKB013",),
+    "misaligned_address": ("PKB017", "PKB013"),
     "timeout": ("PKB003", "PKB007", "PKB002"),
 }
 # Plain-words advice where no finding of the record supports a rule's fix.
