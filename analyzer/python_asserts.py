@@ -51,6 +51,13 @@ class AssertsAndLoops:
                 if isinstance(arg, ast.Constant) and arg.value in (2, 4, 8, 16) and fname in timed_fns:
                     if self._range_over_peers(node):
                         self.facts.constants.append(ConstantFact(node.lineno, "range", str(arg.value), self.snippet(node.lineno)))
+        for fn in ast.walk(self.tree):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name in timed_fns:
+                ladder = _dtype_ladder(fn)
+                if ladder:
+                    line, dtypes = ladder
+                    self.facts.asserts.append(AssertFact(line=line, kind="dtype_set", snippet=self.snippet(line),
+                                                         literal=",".join(dtypes)))
         # Streams and loops that pipeline transfers with compute.
         for c in self.facts.calls:
             if c.category == "stream" and c.qualname.endswith("Stream"):
@@ -193,3 +200,44 @@ class AssertsAndLoops:
             m = re.search(r"%\s*(\d+)", text)
             return "shape", m.group(1) if m else ""
         return "", ""
+
+
+def _dtype_ladder(fn: ast.AST) -> tuple[int, list[str]] | None:
+    """(raise line, dtypes) of a function that returns for some dtypes and raises for the rest:
+    `if dt == torch.bfloat16: return 0` ... `raise TypeError(...)`, or the same as an if/elif/else
+    chain. Every test compares one and the same expression with torch dtypes."""
+    body = list(fn.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    if not body:
+        return None
+    last = body[-1]
+    if isinstance(last, ast.Raise):
+        raise_node, branches = last, body[:-1]
+    elif isinstance(last, ast.If):
+        branches, node = list(body[:-1]), last
+        while True:  # down the elif chain to the final else
+            branches.append(node)
+            if len(node.orelse) == 1 and isinstance(node.orelse[0], ast.If):
+                node = node.orelse[0]
+            else:
+                break
+        if not (node.orelse and isinstance(node.orelse[-1], ast.Raise)):
+            return None
+        raise_node = node.orelse[-1]
+    else:
+        return None
+    subject, dtypes = None, set()
+    for stmt in branches:
+        if not (isinstance(stmt, ast.If) and stmt.body and isinstance(stmt.body[-1], ast.Return)):
+            return None
+        test = stmt.test
+        if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.Is, ast.In))):
+            return None
+        right = test.comparators[0]
+        names = [ast.unparse(o) for o in (right.elts if isinstance(right, (ast.Tuple, ast.List, ast.Set)) else [right])]
+        if not names or not all(n.startswith("torch.") for n in names) or subject not in (None, ast.unparse(test.left)):
+            return None
+        subject = ast.unparse(test.left)
+        dtypes.update(names)
+    return (raise_node.lineno, sorted(dtypes)) if dtypes else None

@@ -579,3 +579,36 @@ def test_pkb021_quiet_on_a_write_of_the_own_buffer_after_a_barrier_in_the_call(a
     assert findings(analyzer, tmp_path, local_only).get("PKB021") == [line_with(src, "_ext.pull(buf, out, 0)")]
     synced = local_only.replace("    out = torch.empty_like(x)\n", "    out = torch.empty_like(x)\n    torch.cuda.synchronize()\n")
     assert "PKB021" not in findings(analyzer, tmp_path, synced)
+
+
+DTYPE_LADDER = '''
+import torch
+
+def _dtype_enum(dt):
+    if dt == torch.bfloat16:
+        return 0
+    if dt == torch.float32:
+        return 1
+    raise TypeError("only bf16 and fp32")
+
+def solution(x):
+    code = _dtype_enum(x.dtype)
+    return x * code
+'''
+
+
+def test_pkb013_a_dtype_dispatch_that_raises_for_the_problems_dtype(analyzer, tmp_path):
+    # PKB's factory builds problem 63's inputs in float64 whatever the tree
+    fixed = "64_deepmd_kalman_filter_optimizer_cuda.py"
+    assert findings(analyzer, tmp_path, DTYPE_LADDER, name=fixed).get("PKB013") == [line_with(DTYPE_LADDER, "raise TypeError")]
+    # the same dispatch where the run's inputs are bfloat16
+    assert "PKB013" not in findings(analyzer, tmp_path, DTYPE_LADDER)
+    chain = DTYPE_LADDER.replace("    if dt == torch.float32:\n        return 1\n    raise",
+                                 "    elif dt in (torch.float32, torch.float16):\n        return 1\n    else:\n        raise")
+    assert findings(analyzer, tmp_path, chain, name=fixed).get("PKB013") == [line_with(chain, "raise TypeError")]
+    # a dispatch over index dtypes says nothing about the floating inputs
+    index = DTYPE_LADDER.replace("torch.bfloat16", "torch.int32").replace("torch.float32", "torch.int64")
+    assert "PKB013" not in findings(analyzer, tmp_path, index, name=fixed)
+    # a function that does more than dispatch is not a ladder
+    busy = DTYPE_LADDER.replace("    if dt == torch.bfloat16:", "    dt = dt if dt is not None else torch.float64\n    if dt == torch.bfloat16:")
+    assert "PKB013" not in findings(analyzer, tmp_path, busy, name=fixed)

@@ -1,12 +1,13 @@
 import ast
 import re
 
+from analyzer.classify import problem_entry
 from analyzer.rules.base import Rule
 from problems import spec as problem_spec
 
 _PRECISION_DTYPE = {"bf16": "torch.bfloat16", "fp16": "torch.float16", "fp32": "torch.float32"}
 _TORCH_DTYPE = {"torch.float32": "float32", "torch.float": "float32", "torch.bfloat16": "bfloat16",
-                "torch.float16": "float16", "torch.half": "float16"}
+                "torch.float16": "float16", "torch.half": "float16", "torch.float64": "float64", "torch.double": "float64"}
 _CUDA_DTYPE_CHECK = re.compile(
     r"TORCH_CHECK\s*\([^;]*(scalar_type\(\)|dtype\(\))\s*==\s*(torch::|at::|c10::ScalarType::|at::ScalarType::)?k?(Float|BFloat16|Half)\b"
 )
@@ -33,8 +34,12 @@ class NarrowInputAssert(Rule):
     ## What it does
     Finds assertions and `TORCH_CHECK`s that accept only one dtype when the problem is run in
     another (a `bf16` run tree with `assert x.dtype == torch.float32`), or only sizes that are
-    a multiple of a tile (`assert x.numel() % 1024 == 0`). A multiple of the problem's own block
-    size (the default of a `block_size` parameter of `solution()`) asks no more than the problem.
+    a multiple of a tile (`assert x.numel() % 1024 == 0`), and dtype dispatch functions that
+    return for some floating dtypes and raise for the rest (`if dt == torch.bfloat16: return 0`
+    ... `raise TypeError`) when the run's dtype is not among them. The run's dtype is the run
+    tree's precision, or the one PKB's input factory fixes whatever the tree (problem 63's
+    float64 inputs). A multiple of the problem's own block size (the default of a `block_size`
+    parameter of `solution()`) asks no more than the problem.
 
     ## Why is this bad?
     The harness feeds the problem's inputs, not the ones the kernel was written for. The
@@ -59,6 +64,9 @@ class NarrowInputAssert(Rule):
 
     def _accepted(self, ctx) -> set[str]:
         accepted: set[str] = set()
+        entry = problem_entry(ctx.rec)
+        if entry is not None and entry.input_dtype and ctx.rec.precision in _PRECISION_DTYPE:
+            return {entry.input_dtype}  # PKB's factory builds these inputs in one dtype whatever the tree
         if ctx.rec.precision in _PRECISION_DTYPE:
             accepted.add(_TORCH_DTYPE[_PRECISION_DTYPE[ctx.rec.precision]])
         spec = problem_spec(ctx.rec.problem_id) if ctx.rec.problem_id is not None else None
@@ -73,6 +81,12 @@ class NarrowInputAssert(Rule):
                 asserted = _TORCH_DTYPE.get(a.literal)
                 if asserted and accepted and (accepted - {asserted}):
                     yield self.finding(ctx, a.line, f"accepts only {a.literal}; the problem passes {', '.join(sorted(accepted))}")
+            elif a.kind == "dtype_set":
+                # a dispatch over floating dtypes that raises for the rest (`_dtype_enum`)
+                taken = {_TORCH_DTYPE.get(d, "") for d in a.literal.split(",")}
+                if accepted and "" not in taken and not accepted <= taken:
+                    yield self.finding(ctx, a.line, f"dispatches only {', '.join(sorted(taken))} and raises otherwise; "
+                                                    f"the problem passes {', '.join(sorted(accepted))}")
             elif a.kind == "shape":
                 yield self.finding(ctx, a.line, "accepts only sizes that are a multiple of a tile")
         names = {"Float": "float32", "BFloat16": "bfloat16", "Half": "float16"}
