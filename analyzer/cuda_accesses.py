@@ -156,6 +156,10 @@ class AccessScan:
         self.facts.api_calls.append(ApiCall(api=api, line=line, function=f.name, category=category,
                                             snippet=self.snippet(n)))
 
+    def _tensor_method(self, n: Node) -> bool:
+        obj = self.call_object(n)
+        return obj is not None and re.search(r"\bTensor\b", obj.type.spelling or "") is not None
+
     def scan_call(self, f: FuncNode, n: Node, device: bool) -> None:
         name = n.spelling
         args = self.call_args(n)
@@ -217,6 +221,10 @@ class AccessScan:
             return
         if name in HOST_SYNC:
             self.api(f, n, name, "host_sync")
+        elif name in ("item", "cpu") and not device and self._tensor_method(n):
+            # host code reading a CUDA tensor's value (`sizes.cpu()`, `total.item<int64_t>()`): a
+            # copy to the host that waits for the stream
+            self.api(f, n, f"Tensor::{name}", "host_sync")
         elif name == "synchronize" and "Event" in (self.call_object(n).type.spelling if self.call_object(n) else ""):
             self.api(f, n, "cudaEventSynchronize", "host_sync")
         elif name == "sync" and self.call_object(n) is not None and "grid_group" in self.grid_type(self.call_object(n)):

@@ -319,6 +319,23 @@ def test_pkb008_a_wait_in_an_extensions_host_code_is_reported_at_each_timed_call
     assert "PKB008" not in findings(analyzer, tmp_path, PULL)
 
 
+def test_pkb008_a_tensor_read_back_in_a_helper_of_the_extension_names_its_line(analyzer, tmp_path):
+    """`sizes.cpu()` in a host helper `run` calls: the call waits for the stream; the finding sits at
+    the Python call and names the C++ line as its related line."""
+    helper = edit(PULL, "void run(int64_t peers, torch::Tensor out, int64_t world) {\n",
+                  "int64_t grid_for(torch::Tensor sizes) {\n    auto host = sizes.cpu();\n    return 8;\n}\n"
+                  "void run(int64_t peers, torch::Tensor out, int64_t world) {\n    int64_t g = grid_for(out);\n")
+    folder = tmp_path / TREE
+    folder.mkdir(exist_ok=True)
+    path = folder / "1_allreduce_cuda.py"
+    path.write_text(textwrap.dedent(helper).lstrip("\n"))
+    rec = analyzer.analyze(read_candidate(path, tmp_path))
+    (found,) = [f for f in rec.findings if f.rule == "PKB008"]
+    assert found.line == line_of(helper, "_ext.run(hdl.buffer_ptrs_dev, out")
+    assert found.related_lines == [line_of(helper, "auto host = sizes.cpu();")]
+    assert "Tensor::cpu" in found.message
+
+
 def test_every_rule_has_its_own_cases():
     ids = {r.id for r in all_rules()}
     assert ids == set(CASES) | set(CASES_ELSEWHERE), "a rule needs a bug file and a correct file here, or in CASES_ELSEWHERE"
