@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import textwrap
+import threading
+import time
+import types
 
 import pytest
 
@@ -46,6 +49,55 @@ def test_occupancy_bound():
     assert coresidency.occupancy_bound(limits, [])["determinable"] is False
     unknown = [{**l, "max_active_per_sm": None} for l in fits]
     assert coresidency.occupancy_bound(limits, unknown)["determinable"] is False
+
+
+class _StuckLaunch:
+    """A tensor whose add_ never returns: a launch blocked in the driver."""
+
+    def __init__(self):
+        self.release = threading.Event()
+
+    def add_(self, value):
+        self.release.wait(5.0)
+        return self
+
+
+class _Event:
+    def __init__(self, done: bool):
+        self.done = done
+
+    def record(self, stream=None):
+        pass
+
+    def query(self):
+        return self.done
+
+
+def _probe(buf, done: bool):
+    probe = object.__new__(coresidency.Probe)  # no GPU here: the stream is None, a no-op context
+    probe.device, probe.stream, probe.buf, probe.event = None, None, buf, _Event(done)
+    return probe
+
+
+def test_a_probe_whose_launch_blocks_returns_in_its_wait_and_decides_nothing():
+    stuck = _StuckLaunch()
+    t0 = time.monotonic()
+    got = _probe(stuck, done=True).run(wait_s=0.3)
+    stuck.release.set()
+    assert got["probe"] == "blocked" and time.monotonic() - t0 < 2.0
+    world = types.SimpleNamespace(device="cpu", shared={})
+    probe = _probe(stuck, done=True)
+    probe.run = lambda: got
+    assert coresidency.analyse(world, probe)["verdict"] == "unknown"
+
+
+def test_a_probe_that_launches_reports_completed_or_starved():
+    class Quick:
+        def add_(self, value):
+            return self
+
+    assert _probe(Quick(), done=True).run(wait_s=0.5)["probe"] == "completed"
+    assert _probe(Quick(), done=False).run(wait_s=0.2)["probe"] == "starved"
 
 
 @pytest.mark.skipif(not os.environ.get("PKB_SLOW_TESTS"), reason="builds a C++ extension (about a minute); set PKB_SLOW_TESTS=1")

@@ -14,11 +14,13 @@ What can be known after the fact:
 - a probe: a one-element kernel on a fresh stream while the ranks are stuck. If it completes, the
   device had room, so the stuck grids were resident and the deadlock is the candidate's (`hang`);
   if it does not complete in time, the device is saturated by the spinning grids, so a peer's
-  blocks can have been starved (`inconclusive`).
+  blocks can have been starved (`inconclusive`); if its launch does not even return in that
+  time, nothing is known (`unknown`).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -37,24 +39,46 @@ class Probe:
         self.stream = torch.cuda.Stream(device=device)
         with torch.cuda.stream(self.stream):
             self.buf = torch.zeros(1, device=device)
+            # Launch the probe's kernel once now: under lazy module loading (CUDA's default) a
+            # kernel's first launch loads its module, which waits for the device to go idle, and
+            # it never does while the ranks spin (seen on an H100: the probe's launch hung the
+            # analysis until the child was killed).
+            self.buf.add_(1.0)
+            self.event = torch.cuda.Event()
+            self.event.record(self.stream)
         self.stream.synchronize()
 
     def run(self, wait_s: float = PROBE_WAIT_S) -> dict[str, Any]:
         import torch
 
         t0 = time.monotonic()
+        launched: dict[str, Any] = {}
+
+        def launch() -> None:
+            try:
+                with torch.cuda.stream(self.stream):
+                    self.buf.add_(1.0)
+                    self.event.record(self.stream)
+                launched["ok"] = True
+            except Exception as exc:  # a sticky CUDA error from the candidate, for instance
+                launched["error"] = f"{type(exc).__name__}: {exc}"[:300]
+
+        # The launch itself may block in the driver; a thread keeps the wait bounded.
+        thread = threading.Thread(target=launch, name="coresidency-probe", daemon=True)
+        thread.start()
+        thread.join(wait_s)
+        if "error" in launched:
+            return {"probe": "error", "probe_error": launched["error"]}
+        if not launched:
+            return {"probe": "blocked", "probe_s": round(time.monotonic() - t0, 3)}
         try:
-            with torch.cuda.stream(self.stream):
-                self.buf.add_(1.0)
-                ev = torch.cuda.Event()
-                ev.record(self.stream)
             while time.monotonic() - t0 < wait_s:
-                if ev.query():
+                if self.event.query():
                     return {"probe": "completed", "probe_s": round(time.monotonic() - t0, 3)}
                 time.sleep(0.01)
-            return {"probe": "starved", "probe_s": round(time.monotonic() - t0, 3)}
-        except Exception as exc:  # a sticky CUDA error from the candidate, for instance
+        except Exception as exc:
             return {"probe": "error", "probe_error": f"{type(exc).__name__}: {exc}"[:300]}
+        return {"probe": "starved", "probe_s": round(time.monotonic() - t0, 3)}
 
 
 def device_limits(device: Any) -> dict[str, Any]:
@@ -118,6 +142,9 @@ def analyse(world: Any, probe: Probe | None) -> dict[str, Any]:
     elif out.get("probe") == "completed":
         out["verdict"] = "co_resident"
         out["why"] = "the device had room for a probe kernel while the ranks were stuck: their grids were resident"
+    elif out.get("probe") == "blocked":
+        out["verdict"] = "unknown"
+        out["why"] = "a one-block probe kernel's launch did not return while the ranks were stuck"
     else:
         out["verdict"] = "unknown"
         out["why"] = "co-residency could not be determined"
