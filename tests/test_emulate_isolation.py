@@ -175,6 +175,9 @@ def test_packed_runs_keep_their_verdicts_and_the_store_has_each(tmp_path):
     emulate_records(recs, 2, options, device="cpu", call_timeout_s=3.0, on_result=lambda r: landed.append(r.path))
     sleeps, exits, good = (r.evaluation for r in recs)
     assert (sleeps["outcome"], exits["outcome"]) == ("hang", "runtime_error")
+    # the hang of the packed batch was run again alone before it landed, and landed once
+    assert sleeps["details"]["packed_run"]["outcome"] == "hang"
+    assert "packed_run" not in exits["details"] and "packed_run" not in good["details"]
     assert good["correct"], good
     assert sorted(landed) == sorted(r.path for r in recs)
     import hashlib

@@ -5,7 +5,8 @@ For every record, as the real path does it: the problem from pkb.eval.problem_so
 before any clock runs (pkb.eval.build.prebuild, into our build directory per content hash), then
 the run in a process of its own (pkb.emulate.isolate) with the builds routed to that directory.
 A failure that only the missing multicast explains becomes `not_run` "needs multicast"
-(pkb.eval.multicast). Every result goes to the SQLite store, marked emulated, under a key of
+(pkb.eval.multicast). Runs are packed several at a time on one device; a hang or an undecided
+run of a packed batch is run again alone before its verdict lands. Every result goes to the SQLite store, marked emulated, under a key of
 its own (the virtual world size in it), so an emulated result never replaces a real one and a
 rerun skips what is done.
 """
@@ -89,7 +90,17 @@ def emulate_records(records: Iterable[Any], world_size: int, options: Any, *, de
         from concurrent.futures import ThreadPoolExecutor, as_completed
 
         slots = options.jobs if getattr(options, "jobs", 0) and options.jobs > 0 else (4 if dev == "cuda" else max(1, (os.cpu_count() or 2) // 2))
-        pool = ThreadPoolExecutor(max_workers=max(1, min(slots, len(ready) or 1)))
+        workers = max(1, min(slots, len(ready) or 1))
+        pool = ThreadPoolExecutor(max_workers=workers)
+
+        def land(p: Prepared, result: dict[str, Any], writes: _DeferredWrites) -> None:
+            p.rec.evaluation = result
+            for args in writes.calls:
+                store.write_evaluation(*args)
+            if on_result is not None:
+                on_result(p.rec)
+
+        crowded: list[tuple[Prepared, dict[str, Any]]] = []
         try:
             futures = {}
             for p in ready:
@@ -97,14 +108,22 @@ def emulate_records(records: Iterable[Any], world_size: int, options: Any, *, de
                 futures[pool.submit(run_prepared, p, world_size, options, writes, dev, call_timeout_s)] = (p, writes)
             for fut in as_completed(futures):
                 p, writes = futures[fut]
-                p.rec.evaluation = fut.result()
-                for args in writes.calls:
-                    store.write_evaluation(*args)
-                if on_result is not None:
-                    on_result(p.rec)
+                result = fut.result()
+                if workers > 1 and _may_be_crowded(result):
+                    crowded.append((p, result))  # decided once it has run alone, below
+                    continue
+                land(p, result, writes)
         finally:
             # after Ctrl-C: queued runs never start, running ones kill their children (isolate._wait)
             pool.shutdown(wait=True, cancel_futures=True)
+        # A kernel that spins on flags its peers' kernels set needs every rank's blocks resident
+        # at once; beside other candidates' runs on one GPU it can stall past the limit. A hang or
+        # an undecided run of the packed batch is run again alone, and that verdict stands.
+        for p, first in crowded:
+            writes = _DeferredWrites()
+            result = run_prepared(p, world_size, options, writes, dev, call_timeout_s)
+            result.setdefault("details", {})["packed_run"] = {k: first.get(k, "") for k in ("status", "outcome", "subtype", "reason")}
+            land(p, result, writes)
 
 
 def emulate_one(rec: Any, world_size: int, options: Any, store: Any, *, device: str, call_timeout_s: float | None = None) -> dict[str, Any]:
@@ -204,6 +223,11 @@ def run_prepared(p: Prepared, world_size: int, options: Any, store: Any, device:
     if result.get("status") in ("ran", "inconclusive") or result.get("subtype") == "needs_multicast":
         store.write_evaluation(p.sha, key, ref.id, result, rank_results)
     return result
+
+
+def _may_be_crowded(result: dict[str, Any]) -> bool:
+    """A verdict that other runs on the same GPU can cause: a hang, or no verdict for lack of room."""
+    return result.get("outcome") == "hang" or result.get("status") == "inconclusive"
 
 
 class _DeferredWrites:
