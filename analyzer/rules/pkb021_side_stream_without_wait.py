@@ -40,6 +40,10 @@ class SideStreamWithoutWait(Rule):
     current stream before the block is fine); a wait under `if step > 0:` in the loop is skipped
     by the first iteration; work in a branch that returns precedes nothing after it.
 
+    The rule does not follow data between the two streams: current-stream work that the side
+    stream neither reads nor overwrites (a GEMM on unrelated operands) needs no wait, and is
+    reported all the same; mark such a line `# noqa: PKB021`.
+
     ## Why is this bad?
     PyTorch's side streams are created non-blocking: they do not wait for the default stream.
     A pull from the peers' buffers on the side stream can run before this rank's
