@@ -259,3 +259,42 @@ def cpp_signatures(texts: list[str], names: set[str]) -> dict[str, list[str]]:
             continue
         out.setdefault(wanted[name], [_param_type(p) for p in _split_params(params)])
     return out
+
+
+def cpp_element_types(texts: list[str], names: set[str]) -> dict[str, dict[int, tuple[set[str], int, int]]]:
+    """For each bound function `names` (Python names): parameter position -> (the element types its
+    body reads the tensor parameter as, the index of the source text and the line in it of the
+    first such read): `offsets.data_ptr<int>()` -> ({'int'}, 0, 12). Only the bound function's
+    own definition is read; `data_ptr<scalar_t>()` under a dispatch is left out."""
+    blank = [_COMMENT_RE.sub(lambda c: re.sub(r"[^\n]", " ", c.group(0)), t) for t in texts]  # offsets kept
+    code = "\n".join(blank)
+    starts = [0]
+    for t in blank:
+        starts.append(starts[-1] + len(t) + 1)
+    cpp_of = {py: cpp.split("::")[-1] for py, cpp in _PYBIND_RE.findall(code)}
+    wanted = {cpp_of.get(n, n): n for n in names}
+    out: dict[str, dict[int, tuple[set[str], int, int]]] = {}
+    for m in _SIGNATURE_RE.finditer(code):
+        ret, name = m.group(1), m.group(2)
+        if name not in wanted or not m.group(0).rstrip().endswith("{") or "__global__" in ret or "__device__" in ret \
+                or re.search(r"\b(return|if|while|for|switch)\b", ret):
+            continue
+        open_at = m.end() - 1
+        depth, end = 0, len(code)
+        for i in range(open_at, len(code)):
+            depth += {"{": 1, "}": -1}.get(code[i], 0)
+            if depth == 0:
+                end = i
+                break
+        for position, param in enumerate(_split_params(m.group(3))):
+            pname = re.search(r"(\w+)\s*$", param.split("=")[0].strip())
+            if not pname or "Tensor" not in param:
+                continue
+            reads = [r for r in re.finditer(rf"\b{pname.group(1)}\s*\.\s*(?:mutable_|const_)?data_ptr\s*<\s*([\w:]+)\s*>",
+                                            code[open_at:end]) if r.group(1) != "scalar_t"]
+            if reads:
+                at = open_at + reads[0].start()
+                index = max(i for i, s0 in enumerate(starts[:-1]) if s0 <= at)
+                line = code.count("\n", starts[index], at) + 1
+                out.setdefault(wanted[name], {})[position] = ({r.group(1) for r in reads}, index, line)
+    return out

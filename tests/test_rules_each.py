@@ -209,6 +209,7 @@ CASES_ELSEWHERE = {
     "PKB019": "test_rules_python_side",
     "PKB020": "test_rules_cuda_real",
     "PKB021": "test_rules_python_side",
+    "PKB022": "test_rules_python_side",
 }
 
 

@@ -612,3 +612,74 @@ def test_pkb013_a_dtype_dispatch_that_raises_for_the_problems_dtype(analyzer, tm
     # a function that does more than dispatch is not a ladder
     busy = DTYPE_LADDER.replace("    if dt == torch.bfloat16:", "    dt = dt if dt is not None else torch.float64\n    if dt == torch.bfloat16:")
     assert "PKB013" not in findings(analyzer, tmp_path, busy, name=fixed)
+
+
+OFFSETS = '''
+import torch
+from torch.utils.cpp_extension import load_inline
+
+SRC = r"""
+#include <torch/extension.h>
+void push(torch::Tensor rows, torch::Tensor starts, int64_t n) {
+    auto* s = starts.data_ptr<int>();
+    auto* r = rows.data_ptr<float>();
+}
+"""
+_ext = load_inline(name="push", cpp_sources="", cuda_sources=SRC, functions=["push"])
+
+def solution(x):
+    counts = torch.full((8,), 4, dtype=torch.int32, device=x.device)
+    starts = STARTS
+    _ext.push(x, starts, 8)
+    return x.clone()
+'''
+
+
+def test_pkb022_an_int32_cumsum_is_int64_and_the_cpp_reads_int(analyzer, tmp_path):
+    src = OFFSETS.replace("STARTS", "counts.cumsum(0) - counts")
+    got = findings(analyzer, tmp_path, src, name="1_allreduce_cuda.py")
+    assert got.get("PKB022") == [line_with(src, "_ext.push(x, starts, 8)")]
+
+
+@pytest.mark.parametrize("starts", [
+    "(counts.cumsum(0) - counts).to(torch.int32)",   # cast back
+    "counts.cumsum(0, dtype=torch.int32) - counts",  # the reduction told its dtype
+    "counts.clone()",                                  # int32 all along
+    "torch.cumsum(counts, 0).int()",
+    "some_helper(counts)",                             # not decided by the file: not reported
+])
+def test_pkb022_quiet_where_the_dtype_matches_or_is_unknown(analyzer, tmp_path, starts):
+    assert "PKB022" not in findings(analyzer, tmp_path, OFFSETS.replace("STARTS", starts), name="1_allreduce_cuda.py")
+
+
+def test_pkb022_the_related_lines_are_where_the_argument_got_its_dtype_and_the_cpp_read(analyzer, tmp_path):
+    src = OFFSETS.replace("STARTS", "torch.cumsum(counts, 0)")
+    folder = tmp_path / TREE
+    folder.mkdir(exist_ok=True)
+    (folder / "1_allreduce_cuda.py").write_text(textwrap.dedent(src).lstrip("\n"))
+    rec = analyzer.analyze(read_candidate(folder / "1_allreduce_cuda.py", tmp_path))
+    (found,) = [f for f in rec.findings if f.rule == "PKB022"]
+    # where it got its dtype, and the C++ read
+    assert found.related_lines == sorted([line_with(src, "starts = torch.cumsum(counts, 0)"),
+                                          line_with(src, "auto* s = starts.data_ptr<int>();")])
+    assert "int64" in found.message and "data_ptr<int>()" in found.message
+
+
+def test_pkb022_a_parameter_read_as_several_types_accepts_each(analyzer, tmp_path):
+    # a dispatch on the dtype in the bound function: int and int64_t both read
+    both = OFFSETS.replace("    auto* s = starts.data_ptr<int>();\n",
+                           "    if (starts.scalar_type() == at::kInt) { auto* s = starts.data_ptr<int>(); }\n"
+                           "    else { auto* s = starts.data_ptr<int64_t>(); }\n").replace("STARTS", "counts.cumsum(0)")
+    assert "PKB022" not in findings(analyzer, tmp_path, both, name="1_allreduce_cuda.py")
+
+
+def test_pkb022_a_problem_whose_factory_fixes_float32_inputs_read_as_bf16(analyzer, tmp_path):
+    # problem 62's inputs are float32 whatever the run tree: a bf16 read of solution()'s tensor fails
+    src = OFFSETS.replace("STARTS", "counts").replace("rows.data_ptr<float>()", "rows.data_ptr<at::BFloat16>()")
+    fixed = "63_torchharmonics_spherical_convolution_cuda.py"
+    assert findings(analyzer, tmp_path, src, name=fixed).get("PKB022") == [line_with(src, "_ext.push(x, starts, 8)")]
+    # where the tree's precision is the inputs' dtype, nothing is assumed about a parameter
+    assert "PKB022" not in findings(analyzer, tmp_path, src)
+    # an integer read of a parameter is not judged by the floating inputs' dtype
+    ints = src.replace("rows.data_ptr<at::BFloat16>()", "rows.data_ptr<int64_t>()")
+    assert "PKB022" not in findings(analyzer, tmp_path, ints, name=fixed)

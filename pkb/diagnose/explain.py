@@ -34,6 +34,7 @@ SUBTYPE_RULES = {
     "dtype_mismatch": ("PKB013",),
     "illegal_address": ("PKB005", "PKB006", "PKB013"),
     "misaligned_address": ("PKB017", "PKB013"),
+    "python_exception": ("PKB022", "PKB018", "PKB013"),
     "timeout": ("PKB003", "PKB007", "PKB002"),
 }
 # Plain-words advice where no finding of the record supports a rule's fix.

@@ -1,0 +1,152 @@
+"""The dtype a Python expression has on PKB's run, where the file alone says so.
+
+Read from the parsed file: explicit casts (`.int()`, `.to(torch.int32)`), factories with a
+`dtype=`, views and copies that keep the dtype, and torch's promotion of integer reductions
+(`counts.sum()` and `counts.cumsum(0)` of int32 counts are int64). A name is followed to its
+assignments before the use in the same function; where they disagree, or anything else is met,
+the answer is None (unknown), never a guess.
+"""
+
+from __future__ import annotations
+
+import ast
+
+TORCH_DTYPES = {
+    "float32": "float32", "float": "float32", "float64": "float64", "double": "float64",
+    "float16": "float16", "half": "float16", "bfloat16": "bfloat16", "int32": "int32", "int": "int32",
+    "int64": "int64", "long": "int64", "int16": "int16", "short": "int16", "int8": "int8",
+    "uint8": "uint8", "bool": "bool", "uint64": "uint64", "uint32": "uint32",
+}
+CAST_METHODS = {"int": "int32", "long": "int64", "float": "float32", "double": "float64", "half": "float16",
+                "bfloat16": "bfloat16", "bool": "bool", "short": "int16", "byte": "uint8", "char": "int8"}
+# Tensor methods whose result has the receiver's dtype.
+SAME_DTYPE = {"contiguous", "view", "reshape", "flatten", "clone", "detach", "t", "transpose", "permute",
+              "squeeze", "unsqueeze", "narrow", "expand", "expand_as", "view_as", "reshape_as", "cuda", "cpu",
+              "roll", "flip", "repeat", "repeat_interleave", "index_select", "gather", "masked_select"}
+INTEGER = {"int8", "int16", "int32", "uint8", "bool"}  # reductions of these promote to int64
+FACTORIES = {"zeros", "ones", "empty", "full", "tensor", "arange", "zeros_like", "ones_like", "empty_like",
+             "full_like", "randint", "as_tensor"}
+
+
+def torch_dtype(node: ast.AST | None) -> str | None:
+    """`torch.int32` -> 'int32'."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
+        return TORCH_DTYPES.get(node.attr)
+    return None
+
+
+class DtypeOf:
+    """dtype_of(expr, function, line) over one parsed file."""
+
+    def __init__(self, tree: ast.AST, params: dict[str, str] | None = None) -> None:
+        self.functions = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        # solution()'s tensor parameters and the dtype the run gives them, where known
+        self.params = params or {}
+        self.used_params = False  # the last answer rests on a parameter's dtype
+
+    def dtype_of(self, node: ast.AST, function: str, line: int, depth: int = 0) -> str | None:
+        if depth > 40:
+            return None
+        if isinstance(node, ast.Name):
+            return self._name(node.id, function, line, depth)
+        if isinstance(node, ast.Subscript):
+            return self.dtype_of(node.value, function, line, depth + 1)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Mod, ast.FloorDiv)):
+            return self._promote(node.left, node.right, function, line, depth)
+        if not isinstance(node, ast.Call):
+            return None
+        kw = {k.arg: k.value for k in node.keywords if k.arg}
+        func = node.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "torch":
+            name = func.attr
+            if name in FACTORIES:
+                if "dtype" in kw:
+                    return self._dtype_value(kw["dtype"], function, line, depth + 1)
+                if name.endswith("_like") and node.args:
+                    return self.dtype_of(node.args[0], function, line, depth + 1)
+                return None  # the default dtype, or the data's: not decided here
+            if name in ("cumsum", "sum") and node.args:
+                return self._reduced(node.args[0], kw, function, line, depth)
+            if name == "bincount":
+                return "int64"
+            return None
+        if not isinstance(func, ast.Attribute):
+            return None
+        name, receiver = func.attr, func.value
+        if name in CAST_METHODS and not node.args:
+            return CAST_METHODS[name]
+        if name in ("to", "type"):
+            target = kw.get("dtype") or next((a for a in node.args if torch_dtype(a)), None)
+            if target is not None:
+                return torch_dtype(target)
+            if all(not (isinstance(a, ast.Attribute) and a.attr == "dtype") for a in node.args):
+                return self.dtype_of(receiver, function, line, depth + 1)  # `.to(device)`
+            return None
+        if name in ("cumsum", "sum"):
+            return self._reduced(receiver, kw, function, line, depth)
+        if name in SAME_DTYPE:
+            return self.dtype_of(receiver, function, line, depth + 1)
+        return None
+
+    def _reduced(self, operand: ast.AST, kw: dict, function: str, line: int, depth: int) -> str | None:
+        if "dtype" in kw:
+            return torch_dtype(kw["dtype"])
+        inner = self.dtype_of(operand, function, line, depth + 1)
+        return "int64" if inner in INTEGER else inner
+
+    def _promote(self, left: ast.AST, right: ast.AST, function: str, line: int, depth: int) -> str | None:
+        """Integer tensor arithmetic: the wider of two tensors; a Python number keeps the tensor's."""
+        sides = []
+        for side in (left, right):
+            if isinstance(side, ast.Constant) and isinstance(side.value, int):
+                continue
+            sides.append(self.dtype_of(side, function, line, depth + 1))
+        if not sides or None in sides:
+            return None
+        if len(set(sides)) == 1:
+            return sides[0]
+        if set(sides) <= {"int8", "int16", "int32", "int64", "uint8"}:
+            return "int64" if "int64" in sides else None
+        return None
+
+    def _dtype_value(self, node: ast.AST, function: str, line: int, depth: int) -> str | None:
+        """What a `dtype=` argument names: `torch.int32`, `x.dtype`, or a name bound to either."""
+        if torch_dtype(node):
+            return torch_dtype(node)
+        if isinstance(node, ast.Attribute) and node.attr == "dtype":
+            return self.dtype_of(node.value, function, line, depth + 1)
+        fn = self.functions.get(function)
+        if isinstance(node, ast.Name) and fn is not None and depth < 40:
+            values = [(n.value, n.lineno) for n in ast.walk(fn) if isinstance(n, ast.Assign) and n.lineno < line
+                      and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)]
+            found = {self._dtype_value(v, function, at, depth + 1) for v, at in values}
+            return found.pop() if len(found) == 1 else None
+        return None
+
+    def _name(self, name: str, function: str, line: int, depth: int) -> str | None:
+        fn = self.functions.get(function)
+        if fn is None:
+            return None
+        values = []  # (value, its line): a value's own names are read as they were before it
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Assign) and node.lineno < line:
+                for target in node.targets:
+                    if isinstance(target, ast.Name) and target.id == name:
+                        values.append((node.value, node.lineno))
+            elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For)) and node.lineno < line and any(
+                    isinstance(t, ast.Name) and t.id == name for t in ast.walk(node.target)):
+                return None  # bound some other way: not followed
+        if not values:
+            if function == "solution" and name in self.params:
+                self.used_params = True
+                return self.params[name]
+            return None
+        found = {self.dtype_of(v, function, at, depth + 1) for v, at in values}
+        return found.pop() if len(found) == 1 else None
+
+    def assigned_at(self, name: str, function: str, line: int) -> int | None:
+        """The line of the last plain assignment to `name` in `function` before `line`."""
+        fn = self.functions.get(function)
+        lines = [n.lineno for n in ast.walk(fn) if isinstance(n, ast.Assign) and n.lineno < line
+                 and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)] if fn is not None else []
+        return max(lines) if lines else None
