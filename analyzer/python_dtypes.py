@@ -39,10 +39,31 @@ class DtypeOf:
     """dtype_of(expr, function, line) over one parsed file."""
 
     def __init__(self, tree: ast.AST, params: dict[str, str] | None = None) -> None:
-        self.functions = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        # name -> its definitions (two autograd Functions both define `forward`)
+        self.functions: dict[str, list[ast.AST]] = {}
+        for n in ast.walk(tree):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                self.functions.setdefault(n.name, []).append(n)
+        self.enclosing: dict[int, str] = {}  # call node id -> the function it sits in
+        self.calls: list[ast.Call] = []
+        for fns in self.functions.values():
+            for fn in fns:
+                for n in ast.walk(fn):
+                    if isinstance(n, ast.Call):
+                        self.enclosing.setdefault(id(n), fn.name)
+                        self.calls.append(n)
+        # `Exchange.apply(x)` runs Exchange.forward(ctx, x): forward's definition -> its class
+        self.class_of_forward = {id(m): c.name for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
+                                 for m in c.body if isinstance(m, ast.FunctionDef) and m.name == "forward"}
         # solution()'s tensor parameters and the dtype the run gives them, where known
         self.params = params or {}
         self.used_params = False  # the last answer rests on a parameter's dtype
+
+    def _function(self, name: str, line: int) -> ast.AST | None:
+        """The definition of `name` that holds `line`, or its only one."""
+        fns = self.functions.get(name, [])
+        holding = [f for f in fns if f.lineno <= line <= (f.end_lineno or f.lineno)]
+        return holding[0] if holding else (fns[0] if len(fns) == 1 else None)
 
     def dtype_of(self, node: ast.AST, function: str, line: int, depth: int = 0) -> str | None:
         if depth > 40:
@@ -115,7 +136,7 @@ class DtypeOf:
             return torch_dtype(node)
         if isinstance(node, ast.Attribute) and node.attr == "dtype":
             return self.dtype_of(node.value, function, line, depth + 1)
-        fn = self.functions.get(function)
+        fn = self._function(function, line)
         if isinstance(node, ast.Name) and fn is not None and depth < 40:
             values = [(n.value, n.lineno) for n in ast.walk(fn) if isinstance(n, ast.Assign) and n.lineno < line
                       and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)]
@@ -124,7 +145,7 @@ class DtypeOf:
         return None
 
     def _name(self, name: str, function: str, line: int, depth: int) -> str | None:
-        fn = self.functions.get(function)
+        fn = self._function(function, line)
         if fn is None:
             return None
         values = []  # (value, its line): a value's own names are read as they were before it
@@ -140,13 +161,51 @@ class DtypeOf:
             if function == "solution" and name in self.params:
                 self.used_params = True
                 return self.params[name]
-            return None
+            return self._from_callers(fn, name, depth)
         found = {self.dtype_of(v, function, at, depth + 1) for v, at in values}
         return found.pop() if len(found) == 1 else None
 
-    def assigned_at(self, name: str, function: str, line: int) -> int | None:
-        """The line of the last plain assignment to `name` in `function` before `line`."""
-        fn = self.functions.get(function)
+    def _passed(self, fn: ast.AST, name: str) -> list[tuple[ast.Call, ast.AST]] | None:
+        """(call, argument) for every call of the helper `fn` in the file, for its parameter
+        `name`; None where one cannot be read (a starred argument, a short call)."""
+        names = [a.arg for a in fn.args.args]
+        if name not in names or fn.name == "solution":
+            return None
+        index, out = names.index(name), []
+        for call in self.calls:
+            f = call.func
+            if isinstance(f, ast.Name) and f.id == fn.name or isinstance(f, ast.Attribute) and f.attr == fn.name:
+                at = index
+            elif id(fn) in self.class_of_forward and isinstance(f, ast.Attribute) and f.attr == "apply" \
+                    and isinstance(f.value, ast.Name) and f.value.id == self.class_of_forward[id(fn)]:
+                at = index - 1  # forward(ctx, ...) is called as apply(...)
+            else:
+                continue
+            if at < 0 or at >= len(call.args) or any(isinstance(a, ast.Starred) for a in call.args[:at + 1]):
+                return None
+            out.append((call, call.args[at]))
+        return out
+
+    def _from_callers(self, fn: ast.AST, name: str, depth: int) -> str | None:
+        """A helper's parameter: the dtype every call of the helper in the file passes it."""
+        passed = self._passed(fn, name)
+        if not passed:
+            return None
+        found = {self.dtype_of(arg, self.enclosing.get(id(call), ""), call.lineno, depth + 1) for call, arg in passed}
+        return found.pop() if len(found) == 1 else None
+
+    def assigned_at(self, name: str, function: str, line: int, depth: int = 0) -> int | None:
+        """The line of the last plain assignment to `name` in `function` before `line`; for a
+        helper's parameter, where its one caller assigned what it passes."""
+        fn = self._function(function, line)
+        if fn is None or depth > 8:
+            return None
         lines = [n.lineno for n in ast.walk(fn) if isinstance(n, ast.Assign) and n.lineno < line
-                 and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)] if fn is not None else []
-        return max(lines) if lines else None
+                 and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)]
+        if lines:
+            return max(lines)
+        passed = self._passed(fn, name) or []
+        if len(passed) == 1 and isinstance(passed[0][1], ast.Name):
+            call, arg = passed[0]
+            return self.assigned_at(arg.id, self.enclosing.get(id(call), ""), call.lineno, depth + 1)
+        return None

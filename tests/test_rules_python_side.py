@@ -683,3 +683,21 @@ def test_pkb022_a_problem_whose_factory_fixes_float32_inputs_read_as_bf16(analyz
     # an integer read of a parameter is not judged by the floating inputs' dtype
     ints = src.replace("rows.data_ptr<at::BFloat16>()", "rows.data_ptr<int64_t>()")
     assert "PKB022" not in findings(analyzer, tmp_path, ints, name=fixed)
+
+
+def test_pkb022_follows_a_helpers_parameter_to_its_caller_and_forward_to_apply(analyzer, tmp_path):
+    helper = OFFSETS.replace("STARTS", "counts.cumsum(0)").replace(
+        "    _ext.push(x, starts, 8)\n", "    Push.apply(x, starts)\n").replace(
+        "def solution(x):",
+        "class Other(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, y, starts):\n"
+        "        return y\n\n"
+        "class Push(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, y, starts):\n"
+        "        _ext.push(y, starts, 8)\n        return y\n\ndef solution(x):")
+    folder = tmp_path / TREE
+    folder.mkdir(exist_ok=True)
+    (folder / "1_allreduce_cuda.py").write_text(textwrap.dedent(helper).lstrip("\n"))
+    rec = analyzer.analyze(read_candidate(folder / "1_allreduce_cuda.py", tmp_path))
+    (found,) = [f for f in rec.findings if f.rule == "PKB022"]
+    assert found.line == line_with(helper, "_ext.push(y, starts, 8)")
+    # where the caller made it: `starts = counts.cumsum(0)` in solution()
+    assert line_with(helper, "starts = counts.cumsum(0)") in found.related_lines
