@@ -220,12 +220,17 @@ def analyzer():
     a.close()
 
 
-def findings(analyzer, tmp_path, src: str) -> dict[str, list[int]]:
+def analyzed(analyzer, tmp_path, src: str):
+    """The record of `src` as a candidate of the run tree."""
     folder = tmp_path / TREE
     folder.mkdir(exist_ok=True)
     path = folder / "1_allreduce_cuda.py"
     path.write_text(textwrap.dedent(src).lstrip("\n"))
-    rec = analyzer.analyze(read_candidate(path, tmp_path))
+    return analyzer.analyze(read_candidate(path, tmp_path))
+
+
+def findings(analyzer, tmp_path, src: str) -> dict[str, list[int]]:
+    rec = analyzed(analyzer, tmp_path, src)
     out: dict[str, list[int]] = {}
     for f in rec.findings:
         out.setdefault(f.rule, []).append(f.line)
@@ -326,12 +331,7 @@ def test_pkb008_a_tensor_read_back_in_a_helper_of_the_extension_names_its_line(a
     helper = edit(PULL, "void run(int64_t peers, torch::Tensor out, int64_t world) {\n",
                   "int64_t grid_for(torch::Tensor sizes) {\n    auto host = sizes.cpu();\n    return 8;\n}\n"
                   "void run(int64_t peers, torch::Tensor out, int64_t world) {\n    int64_t g = grid_for(out);\n")
-    folder = tmp_path / TREE
-    folder.mkdir(exist_ok=True)
-    path = folder / "1_allreduce_cuda.py"
-    path.write_text(textwrap.dedent(helper).lstrip("\n"))
-    rec = analyzer.analyze(read_candidate(path, tmp_path))
-    (found,) = [f for f in rec.findings if f.rule == "PKB008"]
+    (found,) = [f for f in analyzed(analyzer, tmp_path, helper).findings if f.rule == "PKB008"]
     assert found.line == line_of(helper, "_ext.run(hdl.buffer_ptrs_dev, out")
     assert found.related_lines == [line_of(helper, "auto host = sizes.cpu();")]
     assert "Tensor::cpu" in found.message

@@ -20,11 +20,16 @@ def analyzer(tmp_path_factory):
     a.close()
 
 
-def findings(analyzer, tmp_path, src: str, name: str = "1_allreduce_cuda.py", tree: str = TREE) -> dict[str, list[int]]:
+def analyzed(analyzer, tmp_path, src: str, name: str = "1_allreduce_cuda.py", tree: str = TREE):
+    """The record of `src` written as `name` in a run tree."""
     folder = tmp_path / tree
     folder.mkdir(exist_ok=True)
     (folder / name).write_text(textwrap.dedent(src).lstrip("\n"))
-    rec = analyzer.analyze(read_candidate(folder / name, tmp_path))
+    return analyzer.analyze(read_candidate(folder / name, tmp_path))
+
+
+def findings(analyzer, tmp_path, src: str, name: str = "1_allreduce_cuda.py", tree: str = TREE) -> dict[str, list[int]]:
+    rec = analyzed(analyzer, tmp_path, src, name, tree)
     out: dict[str, list[int]] = {}
     for f in rec.findings:
         out.setdefault(f.rule, []).append(f.line)
@@ -491,11 +496,7 @@ def test_pkb021_a_pull_on_a_side_stream_that_never_waited(analyzer, tmp_path):
 
 
 def pkb021_related(analyzer, tmp_path, src: str) -> list[list[int]]:
-    folder = tmp_path / TREE
-    folder.mkdir(exist_ok=True)
-    (folder / "1_allreduce_cuda.py").write_text(textwrap.dedent(src).lstrip("\n"))
-    rec = analyzer.analyze(read_candidate(folder / "1_allreduce_cuda.py", tmp_path))
-    return [f.related_lines for f in rec.findings if f.rule == "PKB021"]
+    return [f.related_lines for f in analyzed(analyzer, tmp_path, src).findings if f.rule == "PKB021"]
 
 
 def test_pkb021_names_the_barrier_it_is_not_ordered_after(analyzer, tmp_path):
@@ -654,11 +655,7 @@ def test_pkb022_quiet_where_the_dtype_matches_or_is_unknown(analyzer, tmp_path, 
 
 def test_pkb022_the_related_lines_are_where_the_argument_got_its_dtype_and_the_cpp_read(analyzer, tmp_path):
     src = OFFSETS.replace("STARTS", "torch.cumsum(counts, 0)")
-    folder = tmp_path / TREE
-    folder.mkdir(exist_ok=True)
-    (folder / "1_allreduce_cuda.py").write_text(textwrap.dedent(src).lstrip("\n"))
-    rec = analyzer.analyze(read_candidate(folder / "1_allreduce_cuda.py", tmp_path))
-    (found,) = [f for f in rec.findings if f.rule == "PKB022"]
+    (found,) = [f for f in analyzed(analyzer, tmp_path, src).findings if f.rule == "PKB022"]
     # where it got its dtype, and the C++ read
     assert found.related_lines == sorted([line_with(src, "starts = torch.cumsum(counts, 0)"),
                                           line_with(src, "auto* s = starts.data_ptr<int>();")])
@@ -693,11 +690,7 @@ def test_pkb022_follows_a_helpers_parameter_to_its_caller_and_forward_to_apply(a
         "        return y\n\n"
         "class Push(torch.autograd.Function):\n    @staticmethod\n    def forward(ctx, y, starts):\n"
         "        _ext.push(y, starts, 8)\n        return y\n\ndef solution(x):")
-    folder = tmp_path / TREE
-    folder.mkdir(exist_ok=True)
-    (folder / "1_allreduce_cuda.py").write_text(textwrap.dedent(helper).lstrip("\n"))
-    rec = analyzer.analyze(read_candidate(folder / "1_allreduce_cuda.py", tmp_path))
-    (found,) = [f for f in rec.findings if f.rule == "PKB022"]
+    (found,) = [f for f in analyzed(analyzer, tmp_path, helper).findings if f.rule == "PKB022"]
     assert found.line == line_with(helper, "_ext.push(y, starts, 8)")
     # where the caller made it: `starts = counts.cumsum(0)` in solution()
     assert line_with(helper, "starts = counts.cumsum(0)") in found.related_lines
