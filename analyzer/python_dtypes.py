@@ -35,6 +35,17 @@ def torch_dtype(node: ast.AST | None) -> str | None:
     return None
 
 
+def _names_a_device(node: ast.AST) -> bool:
+    """`"cuda"`, `x.device`, `torch.device(...)`, a name like `device` or `dev`."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, (str, int))
+    if isinstance(node, ast.Attribute):
+        return node.attr == "device"
+    if isinstance(node, ast.Call):
+        return ast.unparse(node.func) in ("torch.device", "torch.cuda.current_device")
+    return isinstance(node, ast.Name) and "dev" in node.id.lower()
+
+
 class DtypeOf:
     """dtype_of(expr, function, line) over one parsed file."""
 
@@ -74,6 +85,9 @@ class DtypeOf:
             return self.dtype_of(node.value, function, line, depth + 1)
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub, ast.Mult, ast.Mod, ast.FloorDiv)):
             return self._promote(node.left, node.right, function, line, depth)
+        if isinstance(node, ast.Compare) and len(node.ops) == 1:
+            # a tensor compared is a bool tensor
+            return "bool" if self.dtype_of(node.left, function, line, depth + 1) else None
         if not isinstance(node, ast.Call):
             return None
         kw = {k.arg: k.value for k in node.keywords if k.arg}
@@ -100,9 +114,9 @@ class DtypeOf:
             target = kw.get("dtype") or next((a for a in node.args if torch_dtype(a)), None)
             if target is not None:
                 return torch_dtype(target)
-            if all(not (isinstance(a, ast.Attribute) and a.attr == "dtype") for a in node.args):
+            if all(_names_a_device(a) for a in node.args):
                 return self.dtype_of(receiver, function, line, depth + 1)  # `.to(device)`
-            return None
+            return None  # `.to(other)` takes other's dtype; `.to(x.dtype)` is not followed
         if name in ("cumsum", "sum"):
             return self._reduced(receiver, kw, function, line, depth)
         if name in SAME_DTYPE:
