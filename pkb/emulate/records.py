@@ -6,9 +6,9 @@ before any clock runs (pkb.eval.build.prebuild, into our build directory per con
 the run in a process of its own (pkb.emulate.isolate) with the builds routed to that directory.
 A failure that only the missing multicast explains becomes `not_run` "needs multicast"
 (pkb.eval.multicast). Runs are packed several at a time on one device; a hang or an undecided
-run of a packed batch is run again alone before its verdict lands. Every result goes to the SQLite store, marked emulated, under a key of
-its own (the virtual world size in it), so an emulated result never replaces a real one and a
-rerun skips what is done.
+run of a packed batch is run again alone before its verdict lands. Every result goes to the
+SQLite store, marked emulated, under a key of its own (the virtual world size in it), so an
+emulated result never replaces a real one and a rerun skips what is done.
 """
 
 from __future__ import annotations
