@@ -158,7 +158,7 @@ class MisalignedSignalAtomic(Rule):
     fix = "cast the signal address to uint32_t* (or uint64_t*) first and index it, or scale the offset by sizeof(slot)"
 
     def check(self, ctx):
-        # term -> (source, cast type, file line of each barrier function computing it, in order)
+        # slot formula -> (cast type, file line of each barrier function computing it, in order)
         formulas: dict[str, tuple] = {}
         for index, src in enumerate(ctx.sources()):
             text = src.text
