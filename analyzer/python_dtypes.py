@@ -152,9 +152,7 @@ class DtypeOf:
             return self.dtype_of(node.value, function, line, depth + 1)
         fn = self._function(function, line)
         if isinstance(node, ast.Name) and fn is not None and depth < 40:
-            values = [(n.value, n.lineno) for n in ast.walk(fn) if isinstance(n, ast.Assign) and n.lineno < line
-                      and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)]
-            found = {self._dtype_value(v, function, at, depth + 1) for v, at in values}
+            found = {self._dtype_value(v, function, at, depth + 1) for v, at in _assignments(fn, node.id, line)}
             return found.pop() if len(found) == 1 else None
         return None
 
@@ -162,15 +160,10 @@ class DtypeOf:
         fn = self._function(function, line)
         if fn is None:
             return None
-        values = []  # (value, its line): a value's own names are read as they were before it
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Assign) and node.lineno < line:
-                for target in node.targets:
-                    if isinstance(target, ast.Name) and target.id == name:
-                        values.append((node.value, node.lineno))
-            elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For)) and node.lineno < line and any(
-                    isinstance(t, ast.Name) and t.id == name for t in ast.walk(node.target)):
-                return None  # bound some other way: not followed
+        if any(isinstance(n, (ast.AugAssign, ast.AnnAssign, ast.For)) and n.lineno < line
+               and any(isinstance(t, ast.Name) and t.id == name for t in ast.walk(n.target)) for n in ast.walk(fn)):
+            return None  # bound some other way: not followed
+        values = _assignments(fn, name, line)  # a value's own names are read as they were before it
         if not values:
             if function == "solution" and name in self.params:
                 self.used_params = True
@@ -214,8 +207,7 @@ class DtypeOf:
         fn = self._function(function, line)
         if fn is None or depth > 8:
             return None
-        lines = [n.lineno for n in ast.walk(fn) if isinstance(n, ast.Assign) and n.lineno < line
-                 and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)]
+        lines = [at for _, at in _assignments(fn, name, line)]
         if lines:
             return max(lines)
         passed = self._passed(fn, name) or []
@@ -223,3 +215,9 @@ class DtypeOf:
             call, arg = passed[0]
             return self.assigned_at(arg.id, self.enclosing.get(id(call), ""), call.lineno, depth + 1)
         return None
+
+
+def _assignments(fn: ast.AST, name: str, line: int) -> list[tuple[ast.AST, int]]:
+    """(value, line) of each plain assignment `name = value` in `fn` before `line`."""
+    return [(n.value, n.lineno) for n in ast.walk(fn) if isinstance(n, ast.Assign) and n.lineno < line
+            and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)]

@@ -12,6 +12,8 @@ import ast
 import re
 from dataclasses import dataclass, field
 
+from analyzer.cpp_scan import match_close
+
 
 @dataclass
 class Piece:
@@ -241,6 +243,12 @@ def _param_type(param: str) -> str:
     return param
 
 
+def _host_function(ret: str) -> bool:
+    """What _SIGNATURE_RE took for a return type belongs to a host function's header, not a
+    kernel's or a statement (`return f(x);`, `if (ok) {`)."""
+    return "__global__" not in ret and "__device__" not in ret and not re.search(r"\b(return|if|while|for|switch)\b", ret)
+
+
 def cpp_signatures(texts: list[str], names: set[str]) -> dict[str, list[str]]:
     """Parameter types of the bound functions `names` (Python names), read from the C++ sources:
     `m.def("py", &cpp)` maps a Python name to its C++ function, whose declaration or definition
@@ -255,7 +263,7 @@ def cpp_signatures(texts: list[str], names: set[str]) -> dict[str, list[str]]:
     wanted = {cpp_of.get(n, n): n for n in names if n not in out}
     for m in _SIGNATURE_RE.finditer(code):
         ret, name, params = m.group(1), m.group(2), m.group(3)
-        if name not in wanted or "__global__" in ret or "__device__" in ret or re.search(r"\b(return|if|while|for|switch)\b", ret):
+        if name not in wanted or not _host_function(ret):
             continue
         out.setdefault(wanted[name], [_param_type(p) for p in _split_params(params)])
     return out
@@ -276,16 +284,10 @@ def cpp_element_types(texts: list[str], names: set[str]) -> dict[str, dict[int, 
     out: dict[str, dict[int, tuple[set[str], int, int]]] = {}
     for m in _SIGNATURE_RE.finditer(code):
         ret, name = m.group(1), m.group(2)
-        if name not in wanted or not m.group(0).rstrip().endswith("{") or "__global__" in ret or "__device__" in ret \
-                or re.search(r"\b(return|if|while|for|switch)\b", ret):
+        if name not in wanted or not m.group(0).rstrip().endswith("{") or not _host_function(ret):
             continue
         open_at = m.end() - 1
-        depth, end = 0, len(code)
-        for i in range(open_at, len(code)):
-            depth += {"{": 1, "}": -1}.get(code[i], 0)
-            if depth == 0:
-                end = i
-                break
+        end = match_close(code, open_at)
         for position, param in enumerate(_split_params(m.group(3))):
             pname = re.search(r"(\w+)\s*$", param.split("=")[0].strip())
             if not pname or "Tensor" not in param:
