@@ -89,7 +89,10 @@ class SideStreamWithoutWait(Rule):
         known = {_base(s) for s in [*side.values(), *handed.values()]}
         if not known:
             return
-        stream_of = _stream_of(tree, side, current_aliases)
+        # each function's side-stream blocks, read once for the streams and the waits
+        blocks = {id(fn): _blocks(fn, current_aliases) for fn in ast.walk(tree)
+                  if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        stream_of = _stream_of(tree, side, blocks)
         # (position, kind, call or node, stream text) in the order the call runs them
         events = []
         for c in timed:
@@ -100,7 +103,7 @@ class SideStreamWithoutWait(Rule):
                 events.append((position(c.function, c.line) + (c.col,), "sync", c, ""))
         for fn in ast.walk(tree):
             if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.name in functions:
-                for node, stream in _waits(fn, current_aliases):
+                for node, stream in _waits(fn, blocks[id(fn)], current_aliases):
                     events.append((position(fn.name, node.lineno) + (node.col_offset,), "wait", node, stream))
         events.sort(key=lambda e: e[0])
 
@@ -184,14 +187,14 @@ def _writes_local_only(call) -> bool:
     return "symm_local" in kinds and kinds <= {"symm_local", "local", "unknown"}
 
 
-def _stream_of(tree: ast.AST, side: dict[str, str], aliases: set[str]):
+def _stream_of(tree: ast.AST, side: dict[str, str], blocks_of: dict[int, list]):
     """The side stream a call runs on: its own block's, or, in a helper, the block its call site
     sits in (inside the block the current stream is the side stream, for the helper too)."""
     blocks: dict[str, list] = {}  # function -> (first body line, last line, stream) of its side blocks
     sites: dict[str, list] = {}  # function name -> (calling function, line) of each call to it
     for fn in ast.walk(tree):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            blocks[fn.name] = _blocks(fn, aliases)
+            blocks[fn.name] = blocks_of[id(fn)]
             for n in ast.walk(fn):
                 if isinstance(n, ast.Call):
                     name = n.func.id if isinstance(n.func, ast.Name) else getattr(n.func, "attr", "")
@@ -250,13 +253,12 @@ def _syncs_current(snippet: str, qualname: str, aliases: set[str]) -> bool:
     return m is None or _is_current(m.group(1), aliases)
 
 
-def _waits(fn: ast.AST, aliases: set[str]):
+def _waits(fn: ast.AST, blocks: list[tuple[int, int, str]], aliases: set[str]):
     """(call, stream) for each wait in `fn`: the stream that waits, `*` where it cannot be told
     (an event's `wait()` outside a block, a loop variable), `self:<s>` for a side stream told to
     wait for the current stream inside its own block. Inside a block `torch.cuda.current_stream()`
     is the block's stream; a name bound to the current stream before the block still names the
     stream that was current then."""
-    blocks = _blocks(fn, aliases)
     later = _later_iterations_only(fn)
     for node in ast.walk(fn):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
