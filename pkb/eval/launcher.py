@@ -123,12 +123,21 @@ def _wrapper_dirs(wrapper: list[str] | None) -> list[str]:
 RANK_SPAWNER = Path(__file__).with_name("rank_spawner.py")
 
 
+# What every rank imports before its candidate, imported once by the spawner that forks the ranks
+# (about 2 s of CPU per rank spared; the suite's CPU launches are mostly this import).
+RANK_PRELOAD = ("torch", "torch.distributed")
+
+
 def rank_command(job_file: Path, world_size: int, port: int, python: str | None = None, wrapper: list[str] | None = None) -> list[str]:
     """The job's ranks under pkb.eval.rank_spawner (torchrun's local agent without its import of
-    torch); with a wrapper (ncu ...) each rank runs `wrapper python -m worker`."""
+    torch), forked from it with torch imported; with a wrapper (ncu ...) each rank runs
+    `wrapper python -m worker` by exec, with nothing imported."""
     py = python or sys.executable
     rank = [*(wrapper or []), py, "-m", "pkb.eval.worker", str(job_file)]
-    return [py, "-s", str(RANK_SPAWNER), str(world_size), "127.0.0.1", str(port), "--", *rank]
+    if wrapper:
+        return [py, "-s", str(RANK_SPAWNER), str(world_size), "127.0.0.1", str(port), "--", *rank]
+    # no -s here: the forked ranks keep the spawner's sys.path, which must be a rank's own
+    return [py, str(RANK_SPAWNER), str(world_size), "127.0.0.1", str(port), "--preload", ",".join(RANK_PRELOAD), "--", *rank]
 
 
 def prepare_job_dir(job_dir: Path) -> None:
