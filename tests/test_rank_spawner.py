@@ -29,9 +29,15 @@ RANK = textwrap.dedent("""
                 sigint=signal.getsignal(signal.SIGINT) is signal.default_int_handler,
                 fds=sorted(int(fd) for fd in os.listdir("/proc/self/fd")),
                 path0=sys.path[0], cmdline=open("/proc/self/cmdline", "rb").read().decode().split(chr(0)))
-    open(os.path.join(out, "rank" + os.environ["RANK"] + ".json"), "w").write(json.dumps(info))
+    name = os.path.join(out, "rank" + os.environ["RANK"] + ".json")
+    with open(name + ".tmp", "w") as fh:
+        fh.write(json.dumps(info))
+    os.replace(name + ".tmp", name)  # whole when seen: a peer's failure may stop this rank at once
     behaviour = sys.argv[2] if len(sys.argv) > 2 else "ok"
     if behaviour == "rank1_fails" and os.environ["RANK"] == "1":
+        deadline = time.time() + 30  # rank 0 must be up (its file written) before the failure stops it
+        while not os.path.exists(os.path.join(out, "rank0.json")) and time.time() < deadline:
+            time.sleep(0.01)
         sys.exit(3)
     if behaviour == "rank0_segfaults" and os.environ["RANK"] == "0":
         import ctypes
