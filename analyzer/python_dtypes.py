@@ -3,8 +3,10 @@
 Read from the parsed file: explicit casts (`.int()`, `.to(torch.int32)`), factories with a
 `dtype=`, views and copies that keep the dtype, and torch's promotion of integer reductions
 (`counts.sum()` and `counts.cumsum(0)` of int32 counts are int64). A name is followed to its
-assignments before the use in the same function; where they disagree, or anything else is met,
-the answer is None (unknown), never a guess.
+assignments before the use in the same function, and a helper's result (`bufs = make_bufs(n)`,
+`a, ptrs = make_bufs(n)`) to what the helper returns; where they disagree, or anything else is
+met, the answer is None (unknown), never a guess. The one thing passed over is a cached helper's
+early return of what it stored (`return cache["ptrs"]`): it returns what the build below it made.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ class DtypeOf:
         for n in ast.walk(tree):
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.functions.setdefault(n.name, []).append(n)
+        # a nested function's definition -> the function it is defined in (its closure's names)
+        self.outer: dict[int, ast.AST] = {id(inner): fn for fns in self.functions.values() for fn in fns
+                                          for inner in ast.walk(fn) if inner is not fn
+                                          and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef))}
         self.enclosing: dict[int, str] = {}  # call node id -> the function it sits in
         self.calls: list[ast.Call] = []
         for fns in self.functions.values():
@@ -69,6 +75,7 @@ class DtypeOf:
         # solution()'s tensor parameters and the dtype the run gives them, where known
         self.params = params or {}
         self.used_params = False  # the last answer rests on a parameter's dtype
+        self.returned: dict[tuple[str, int | None], str | None] = {}  # (helper, index) -> its result's dtype
 
     def _function(self, name: str, line: int) -> ast.AST | None:
         """The definition of `name` that holds `line`, or its only one."""
@@ -79,6 +86,8 @@ class DtypeOf:
     def dtype_of(self, node: ast.AST, function: str, line: int, depth: int = 0) -> str | None:
         if depth > 40:
             return None
+        if isinstance(node, Unpacked):
+            return self._returned(node.value, node.index, depth + 1)
         if isinstance(node, ast.Name):
             return self._name(node.id, function, line, depth)
         if isinstance(node, ast.Subscript):
@@ -92,6 +101,10 @@ class DtypeOf:
             return None
         kw = {k.arg: k.value for k in node.keywords if k.arg}
         func = node.func
+        if isinstance(func, ast.Name):
+            return self._returned(node, None, depth + 1)
+        if isinstance(func, ast.Attribute) and func.attr == "empty" and "dtype" in kw and _names_symmetric_memory(func.value):
+            return self._dtype_value(kw["dtype"], function, line, depth + 1)  # symm_mem.empty(shape, dtype=...)
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "torch":
             name = func.attr
             if name in FACTORIES:
@@ -102,6 +115,9 @@ class DtypeOf:
                 return None  # the default dtype, or the data's: not decided here
             if name in ("cumsum", "sum") and node.args:
                 return self._reduced(node.args[0], kw, function, line, depth)
+            if name in ("cat", "concat", "stack") and node.args and isinstance(node.args[0], (ast.List, ast.Tuple)):
+                parts = [self.dtype_of(e, function, line, depth + 1) for e in node.args[0].elts]
+                return _promoted(parts)  # torch.cat promotes its inputs to one dtype
             if name == "bincount":
                 return "int64"
             return None
@@ -123,6 +139,44 @@ class DtypeOf:
             return self.dtype_of(receiver, function, line, depth + 1)
         return None
 
+    def _returned(self, call: ast.AST, index: int | None, depth: int) -> str | None:
+        """The dtype a call of a helper of this file returns (element `index` of a returned tuple),
+        where its returns agree; an early return of a cached value is passed over."""
+        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name):
+            return None
+        fns = self.functions.get(call.func.id, [])
+        if len(fns) != 1 or depth > 40:
+            return None
+        key = (call.func.id, index)
+        if key in self.returned:  # the same for every call; None while being read (a recursion)
+            return self.returned[key]
+        self.returned[key] = None
+        self.returned[key] = self._read_returns(fns[0], index, depth)
+        return self.returned[key]
+
+    def _read_returns(self, fn: ast.AST, index: int | None, depth: int) -> str | None:
+        found = set()
+        for ret in _returns(fn):
+            value = ret.value
+            if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name) \
+                    and (index is not None or self.dtype_of(value, fn.name, ret.lineno, depth + 1) is None):
+                continue  # `return cache[key]`: what an earlier call stored
+            if index is not None and isinstance(value, ast.Name):
+                bound = _assignments(fn, value.id, ret.lineno)  # `res = (a, b, c); return res`
+                value = bound[0][0] if len(bound) == 1 else value
+            if index is not None:
+                if not isinstance(value, (ast.Tuple, ast.List)) or index >= len(value.elts) \
+                        or any(isinstance(e, ast.Starred) for e in value.elts):
+                    return None
+                value = value.elts[index]
+            elif isinstance(value, (ast.Tuple, ast.List)):
+                return None
+            has = self.dtype_of(value, fn.name, ret.lineno, depth + 1)
+            if has is None and isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name):
+                continue  # `return c["ptrs"], ...`: what an earlier call stored
+            found.add(has)
+        return found.pop() if len(found) == 1 else None
+
     def _reduced(self, operand: ast.AST, kw: dict, function: str, line: int, depth: int) -> str | None:
         if "dtype" in kw:
             return torch_dtype(kw["dtype"])
@@ -136,13 +190,7 @@ class DtypeOf:
             if isinstance(side, ast.Constant) and isinstance(side.value, int):
                 continue
             sides.append(self.dtype_of(side, function, line, depth + 1))
-        if not sides or None in sides:
-            return None
-        if len(set(sides)) == 1:
-            return sides[0]
-        if set(sides) <= {"int8", "int16", "int32", "int64", "uint8"}:
-            return "int64" if "int64" in sides else None
-        return None
+        return _promoted(sides)
 
     def _dtype_value(self, node: ast.AST, function: str, line: int, depth: int) -> str | None:
         """What a `dtype=` argument names: `torch.int32`, `x.dtype`, or a name bound to either."""
@@ -168,6 +216,9 @@ class DtypeOf:
             if function == "solution" and name in self.params:
                 self.used_params = True
                 return self.params[name]
+            outer = self.outer.get(id(fn))
+            if outer is not None and name not in {a.arg for a in fn.args.args}:
+                return self._name(name, outer.name, fn.lineno, depth + 1)  # a name of its closure
             return self._from_callers(fn, name, depth)
         found = {self.dtype_of(v, function, at, depth + 1) for v, at in values}
         return found.pop() if len(found) == 1 else None
@@ -217,7 +268,57 @@ class DtypeOf:
         return None
 
 
+def _promoted(dtypes: list[str | None]) -> str | None:
+    """The dtype torch gives tensors of these dtypes combined, where all are known and it is
+    one of them or an integer widening."""
+    if not dtypes or None in dtypes:
+        return None
+    if len(set(dtypes)) == 1:
+        return dtypes[0]
+    if set(dtypes) <= {"int8", "int16", "int32", "int64", "uint8"}:
+        return "int64" if "int64" in dtypes else None
+    return None
+
+
+def _names_symmetric_memory(node: ast.AST) -> bool:
+    """`symm_mem`, `_symmetric_memory`, `torch.distributed._symmetric_memory`, however imported."""
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return name in ("symm_mem", "_symmetric_memory", "symmetric_memory")
+
+
+class Unpacked:
+    """Element `index` of what `value` gives, as `a, b = value` binds it."""
+
+    def __init__(self, value: ast.AST, index: int) -> None:
+        self.value, self.index = value, index
+
+
 def _assignments(fn: ast.AST, name: str, line: int) -> list[tuple[ast.AST, int]]:
-    """(value, line) of each plain assignment `name = value` in `fn` before `line`."""
-    return [(n.value, n.lineno) for n in ast.walk(fn) if isinstance(n, ast.Assign) and n.lineno < line
-            and any(isinstance(t, ast.Name) and t.id == name for t in n.targets)]
+    """(value, line) of each assignment `name = value` in `fn` before `line`; an unpacking
+    `a, name = value` gives Unpacked(value, 1)."""
+    out: list[tuple[ast.AST, int]] = []
+    for n in ast.walk(fn):
+        if not isinstance(n, ast.Assign) or n.lineno >= line:
+            continue
+        for t in n.targets:
+            if isinstance(t, ast.Name) and t.id == name:
+                out.append((n.value, n.lineno))
+            elif isinstance(t, (ast.Tuple, ast.List)):
+                at = [i for i, e in enumerate(t.elts) if isinstance(e, ast.Name) and e.id == name]
+                if at:
+                    starred = any(isinstance(e, ast.Starred) for e in t.elts)
+                    out.append((ast.Constant(None) if starred else Unpacked(n.value, at[0]), n.lineno))
+    return out
+
+
+def _returns(fn: ast.AST) -> list[ast.Return]:
+    """The return statements of `fn` with a value, not those of functions nested in it."""
+    out, todo = [], list(fn.body)
+    while todo:
+        n = todo.pop()
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(n, ast.Return) and n.value is not None:
+            out.append(n)
+        todo.extend(ast.iter_child_nodes(n))
+    return out

@@ -65,3 +65,68 @@ def test_a_name_is_read_as_it_was_before_the_line_and_a_parameter_through_its_ca
     given = DtypeOf(ast.parse(SRC), params={"x": "float32"})
     assert given.dtype_of(ast.parse("made", mode="eval").body, "solution", end) == "float32"
     assert given.used_params
+
+
+HELPERS = textwrap.dedent('''
+    import torch
+    _cache = None
+
+    def make_state(n, dev):
+        global _cache
+        if _cache is not None:
+            c = _cache
+            return c["buf"], c["ptrs"]
+        buf = torch.empty(n, dtype=torch.bfloat16, device=dev)
+        ptrs = torch.tensor([0] * 8, dtype=torch.int64, device=dev)
+        _cache = {"buf": buf, "ptrs": ptrs}
+        return buf, ptrs
+
+    def offsets_of(counts):
+        if counts.numel() == 0:
+            return counts.to(torch.int32)
+        return counts.cumsum(0)
+
+    def one(dev):
+        return torch.zeros(4, dtype=torch.int32, device=dev)
+
+    def solution(x, dev):
+        buf, ptrs = make_state(64, dev)
+        *rest, last = make_state(64, dev)
+        offs = offsets_of(torch.zeros(8, dtype=torch.int32))
+        single = one(dev)
+        pair = make_state(64, dev)
+        return x
+''')
+
+
+@pytest.mark.parametrize("expr, want", [
+    ("ptrs", "int64"),     # element 1 of the helper's return; its cached early return is passed over
+    ("buf", "bfloat16"),
+    ("last", None),        # a starred unpacking: not followed
+    ("offs", None),        # the helper's returns disagree (int32 and int64)
+    ("single", "int32"),
+    ("pair", None),        # a whole tuple is no tensor
+])
+def test_a_helpers_result_has_the_dtype_its_returns_agree_on(expr, want):
+    dtypes = DtypeOf(ast.parse(HELPERS))
+    line = next(i for i, ln in enumerate(HELPERS.splitlines(), 1) if "return x" in ln)
+    assert dtypes.dtype_of(ast.parse(expr, mode="eval").body, "solution", line) == want
+
+
+def test_a_nested_function_reads_its_closures_names_as_they_were_at_its_definition():
+    src = textwrap.dedent('''
+        import torch
+
+        def solution(x):
+            meta = torch.empty(8, 8, dtype=torch.int32).view(64)
+            def pull(meta_local):
+                starts = meta[:4].sum(dim=0)
+                return starts
+            meta = meta.long()
+            return pull(torch.zeros(2, dtype=torch.int64))
+    ''')
+    dtypes = DtypeOf(ast.parse(src))
+    line = next(i for i, ln in enumerate(src.splitlines(), 1) if "return starts" in ln)
+    assert dtypes.dtype_of(ast.Name("starts"), "pull", line) == "int64"  # the int32 meta, summed
+    assert dtypes.dtype_of(ast.Name("meta"), "pull", line) == "int32"    # not the later .long()
+    assert dtypes.dtype_of(ast.Name("meta_local"), "pull", line) == "int64"  # a parameter: its caller's

@@ -642,6 +642,27 @@ def test_pkb022_an_int32_cumsum_is_int64_and_the_cpp_reads_int(analyzer, tmp_pat
     assert got.get("PKB022") == [line_with(src, "_ext.push(x, starts, 8)")]
 
 
+CACHED_OFFSETS = '''
+_state = {}
+
+def offsets_of(counts):
+    if "starts" in _state:
+        return _state["starts"]
+    starts = torch.cat([torch.zeros(1, dtype=torch.int32, device=counts.device), counts[:-1].cumsum(0)])
+    _state["starts"] = starts
+    return starts
+'''
+
+
+def test_pkb022_follows_a_cached_helpers_result_and_a_cat_that_widens(analyzer, tmp_path):
+    src = OFFSETS.replace("def solution(x):", CACHED_OFFSETS + "\ndef solution(x):").replace("STARTS", "offsets_of(counts)")
+    got = findings(analyzer, tmp_path, src, name="1_allreduce_cuda.py")
+    assert got.get("PKB022") == [line_with(src, "_ext.push(x, starts, 8)")]
+    # the same helper, its offsets cast back to int32: quiet
+    cast = src.replace("counts[:-1].cumsum(0)])", "counts[:-1].cumsum(0)]).int()")
+    assert "PKB022" not in findings(analyzer, tmp_path, cast, name="1_allreduce_cuda.py")
+
+
 @pytest.mark.parametrize("starts", [
     "(counts.cumsum(0) - counts).to(torch.int32)",   # cast back
     "counts.cumsum(0, dtype=torch.int32) - counts",  # the reduction told its dtype

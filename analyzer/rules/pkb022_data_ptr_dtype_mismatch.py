@@ -23,9 +23,12 @@ class DataPtrDtypeMismatch(Rule):
     ## What it does
     For each extension call on the timed path, reads which element type the bound C++ function
     takes each tensor parameter's `data_ptr<T>()` as, and the dtype the Python argument has where
-    the file decides it: a cast (`.int()`, `.to(torch.int32)`), a factory's `dtype=`, views and
-    copies that keep it, and torch's promotion of integer reductions: `counts.sum()` and
-    `counts.cumsum(0)` of int32 counts are int64 unless `dtype=` says otherwise; and, where
+    the file decides it: a cast (`.int()`, `.to(torch.int32)`), a factory's `dtype=` (torch's and
+    `symm_mem.empty`), views and copies that keep it, and torch's promotion of integer reductions:
+    `counts.sum()` and `counts.cumsum(0)` of int32 counts are int64 unless `dtype=` says otherwise,
+    and so is `torch.cat` of an int32 and an int64 tensor. A name is followed into the helper that
+    returned it (`bufs, ptrs = get_state(n)`, a cached helper's stored early return passed over),
+    into a nested function's closure, and from a helper's parameter to its callers; and, where
     PKB's input factory builds a problem's floating inputs in one dtype whatever the run tree
     (problem 62's float32, problem 63's float64), `solution()`'s tensors read as a floating
     type. The run tree's precision is not assumed for `solution()`'s tensors: in a bf16 run
