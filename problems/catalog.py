@@ -30,6 +30,9 @@ How the judged fields were decided (pkb_catalog.json's "source" says it too):
 - input_dtype: where the input factory builds the floating inputs in one fixed dtype whatever the
   run's precision (problem 66's grad_output is float32 in the bf16 tree): the dtype a candidate's
   `x.dtype == torch.bfloat16` test sees on the run.
+- tensor_dtypes: the `solution()` tensor parameters the input factory builds in an integer or bool
+  dtype, the same whatever the run's precision (offsets, counts, labels, masks), read by
+  problems/read_pkb_inputs.py: what a candidate's `data_ptr<int>()` of `labels` meets on the run.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ class CatalogEntry:
     has_compute_why: str = ""  # for the entries where reading the reference needed a judgement
     input_dtype: str = ""  # the floating inputs' dtype where the factory fixes it ('' : the run's precision)
     scalar_args: tuple[tuple[str, object], ...] = ()  # (parameter, constant) the factory passes at world size 8
+    tensor_dtypes: tuple[tuple[str, str], ...] = ()  # (parameter, dtype) of the factory's integer/bool tensors
 
     @property
     def stem(self) -> str:
@@ -87,6 +91,7 @@ def entries() -> dict[int, CatalogEntry]:
             has_compute_why=row.get("has_compute_why", ""),
             input_dtype=row.get("input_dtype", ""),
             scalar_args=tuple(row.get("scalar_args", {}).items()),
+            tensor_dtypes=tuple(row.get("tensor_dtypes", {}).items()),
         )
     return out
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
+import io
 import json
 import os
 import re
@@ -25,7 +27,10 @@ def test_json_is_well_formed():
     allowed = set(problems.CATEGORIES) | set(catalog.EXTRA_CATEGORIES)
     for r in rows:
         assert set(r) <= {"id", "name", "params", "required", "has_compute", "category", "min_world_size", "min_world_size_why",
-                          "group_args", "none_args", "communicates", "has_compute_why", "input_dtype", "input_dtype_why", "scalar_args"}, r["id"]
+                          "group_args", "none_args", "communicates", "has_compute_why", "input_dtype", "input_dtype_why", "scalar_args",
+                          "tensor_dtypes"}, r["id"]
+        assert set(r.get("tensor_dtypes", {})) <= set(r["params"]) - set(r.get("scalar_args", {})), r
+        assert set(r.get("tensor_dtypes", {}).values()) <= {"int8", "int16", "int32", "int64", "uint8", "bool"}, r
         assert set(r.get("scalar_args", {})) <= set(r["params"]) - set(r.get("group_args", ())) - set(r.get("none_args", ())), r
         assert all(isinstance(v, (bool, int, float, str)) for v in r.get("scalar_args", {}).values()), r
         assert bool(r.get("input_dtype")) == bool(r.get("input_dtype_why")), r  # a fixed dtype says where it is built
@@ -110,6 +115,26 @@ def test_constants_the_factory_passes_at_world_size_8():
     assert dict(table[80].scalar_args) == {"teacher_temp": 0.07, "n_iterations": 3}
     assert dict(table[54].scalar_args) == {"causal": True} and dict(table[57].scalar_args) == {"causal": False}
     assert dict(table[4].scalar_args) == {"dst": 0} and table[1].scalar_args == ()
+
+
+def test_integer_tensors_the_factory_passes_whatever_the_precision():
+    # read by problems/read_pkb_inputs.py: labels, counts, offsets and masks keep their dtype in a
+    # bf16 and an fp32 run; a floating input never appears here
+    table = catalog.entries()
+    assert dict(table[23].tensor_dtypes) == {"local_valid_tokens": "int64", "global_valid_tokens": "int64"}
+    assert dict(table[29].tensor_dtypes)["routing_map"] == "bool" and dict(table[25].tensor_dtypes) == {"labels": "int64"}
+    assert table[1].tensor_dtypes == () and table[12].tensor_dtypes == ()
+
+
+@pytest.mark.skipif(not os.environ.get("PKB_ROOT"), reason="set PKB_ROOT to a ParallelKernelBench checkout")
+def test_integer_tensor_dtypes_are_what_pkbs_factory_builds():
+    from problems.read_pkb_inputs import main as read_inputs
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        read_inputs([os.environ["PKB_ROOT"]])
+    read = json.loads(out.getvalue())["tensor_dtypes"]
+    assert {int(k): v for k, v in read.items()} == {i: dict(e.tensor_dtypes) for i, e in catalog.entries().items() if e.tensor_dtypes}
 
 
 def test_inputs_the_factory_builds_in_a_fixed_dtype():
