@@ -74,7 +74,7 @@ class DtypeOf:
                                  for m in c.body if isinstance(m, ast.FunctionDef) and m.name == "forward"}
         # solution()'s tensor parameters and the dtype the run gives them, where known
         self.params = params or {}
-        self.used_params = False  # the last answer rests on a parameter's dtype
+        self.used_params: set[str] = set()  # the parameters the last answer rests on
         self.returned: dict[tuple[str, int | None], str | None] = {}  # (helper, index) -> its result's dtype
 
     def _function(self, name: str, line: int) -> ast.AST | None:
@@ -214,7 +214,7 @@ class DtypeOf:
         values = _assignments(fn, name, line)  # a value's own names are read as they were before it
         if not values:
             if function == "solution" and name in self.params:
-                self.used_params = True
+                self.used_params.add(name)
                 return self.params[name]
             outer = self.outer.get(id(fn))
             if outer is not None and name not in {a.arg for a in fn.args.args}:

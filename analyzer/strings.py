@@ -269,11 +269,17 @@ def cpp_signatures(texts: list[str], names: set[str]) -> dict[str, list[str]]:
     return out
 
 
+_DISPATCH_RE = re.compile(r"\bAT_DISPATCH_(\w+?)\s*\(")
+FLOATING_DISPATCH = "scalar_t of a floating dispatch"
+
+
 def cpp_element_types(texts: list[str], names: set[str]) -> dict[str, dict[int, tuple[set[str], int, int]]]:
     """For each bound function `names` (Python names): parameter position -> (the element types its
     body reads the tensor parameter as, the index of the source text and the line in it of the
     first such read): `offsets.data_ptr<int>()` -> ({'int'}, 0, 12). Only the bound function's
-    own definition is read; `data_ptr<scalar_t>()` under a dispatch is left out."""
+    own definition is read. `data_ptr<scalar_t>()` counts where every dispatch in the body is a
+    floating one (AT_DISPATCH_FLOATING_TYPES, with or without _AND Half/BFloat16), as the type
+    FLOATING_DISPATCH: some floating type; under any other dispatch it is left out."""
     blank = [_COMMENT_RE.sub(lambda c: re.sub(r"[^\n]", " ", c.group(0)), t) for t in texts]  # offsets kept
     code = "\n".join(blank)
     starts = [0]
@@ -292,11 +298,15 @@ def cpp_element_types(texts: list[str], names: set[str]) -> dict[str, dict[int, 
             pname = re.search(r"(\w+)\s*$", param.split("=")[0].strip())
             if not pname or "Tensor" not in param:
                 continue
-            reads = [r for r in re.finditer(rf"\b{pname.group(1)}\s*\.\s*(?:mutable_|const_)?data_ptr\s*<\s*([\w:]+)\s*>",
-                                            code[open_at:end]) if r.group(1) != "scalar_t"]
+            body = code[open_at:end]
+            dispatches = set(_DISPATCH_RE.findall(body))
+            floating = bool(dispatches) and all(d.startswith("FLOATING_TYPES") for d in dispatches)
+            reads = [r for r in re.finditer(rf"\b{pname.group(1)}\s*\.\s*(?:mutable_|const_)?data_ptr\s*<\s*([\w:]+(?:\s+[\w:]+)*)\s*>", body)
+                     if r.group(1) != "scalar_t" or floating]
             if reads:
                 at = open_at + reads[0].start()
                 index = max(i for i, s0 in enumerate(starts[:-1]) if s0 <= at)
                 line = code.count("\n", starts[index], at) + 1
-                out.setdefault(wanted[name], {})[position] = ({r.group(1) for r in reads}, index, line)
+                types = {FLOATING_DISPATCH if r.group(1) == "scalar_t" else " ".join(r.group(1).split()) for r in reads}
+                out.setdefault(wanted[name], {})[position] = (types, index, line)
     return out

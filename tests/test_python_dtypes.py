@@ -64,7 +64,7 @@ def test_a_name_is_read_as_it_was_before_the_line_and_a_parameter_through_its_ca
     # what the run gives solution()'s tensors, where the caller says so
     given = DtypeOf(ast.parse(SRC), params={"x": "float32"})
     assert given.dtype_of(ast.parse("made", mode="eval").body, "solution", end) == "float32"
-    assert given.used_params
+    assert given.used_params == {"x"}
 
 
 HELPERS = textwrap.dedent('''

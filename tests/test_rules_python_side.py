@@ -654,6 +654,48 @@ def offsets_of(counts):
 '''
 
 
+LABELS = '''
+import torch
+from torch.utils.cpp_extension import load_inline
+
+SRC = r"""
+#include <torch/extension.h>
+void loss(torch::Tensor logits, torch::Tensor labels) {
+    READ
+}
+void again(torch::Tensor logits, torch::Tensor labels) {
+    auto* l = labels.data_ptr<int>();
+}
+"""
+_ext = load_inline(name="loss", cpp_sources="", cuda_sources=SRC, functions=["loss", "again"])
+
+def solution(hidden_states, weight, labels, old_logprobs):
+    CALL
+    _ext.again(hidden_states, labels)
+    return hidden_states.clone()
+'''
+
+
+@pytest.mark.parametrize("read, call, found", [
+    # problem 25's labels are int64 whatever the run's precision (the catalogue's tensor_dtypes)
+    ("auto* l = labels.data_ptr<int>();", "_ext.loss(hidden_states, labels)", True),
+    ("auto* l = labels.data_ptr<long long>();", "_ext.loss(hidden_states, labels)", False),
+    # scalar_t of a floating dispatch is some floating type, never int64
+    ('AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, logits.scalar_type(), "l", [&] { labels.data_ptr<scalar_t>(); });',
+     "_ext.loss(hidden_states, labels)", True),
+    ('AT_DISPATCH_ALL_TYPES(logits.scalar_type(), "l", [&] { labels.data_ptr<scalar_t>(); });', "_ext.loss(hidden_states, labels)", False),
+    # the file dispatches on the dtype itself: the int32 branch does not run
+    ("auto* l = labels.data_ptr<int>();", "if labels.dtype == torch.int32:\n        _ext.loss(hidden_states, labels)", False),
+])
+def test_pkb022_reads_the_problems_integer_inputs_and_a_floating_dispatch(analyzer, tmp_path, read, call, found):
+    src = LABELS.replace("READ", read).replace("CALL", call)
+    got = findings(analyzer, tmp_path, src, name="25_importance_sampling_loss_cuda.py").get("PKB022", [])
+    first = line_with(src, "_ext.loss(hidden_states, labels)")
+    again = line_with(src, "_ext.again(hidden_states, labels)")
+    # the later read of the same function is never reached when the first raises: one finding
+    assert got == ([first] if found else [again])
+
+
 def test_pkb022_follows_a_cached_helpers_result_and_a_cat_that_widens(analyzer, tmp_path):
     src = OFFSETS.replace("def solution(x):", CACHED_OFFSETS + "\ndef solution(x):").replace("STARTS", "offsets_of(counts)")
     got = findings(analyzer, tmp_path, src, name="1_allreduce_cuda.py")

@@ -3,14 +3,15 @@ import ast
 from analyzer.classify import problem_entry
 from analyzer.python_dtypes import DtypeOf
 from analyzer.rules.base import Rule
-from analyzer.strings import cpp_element_types
+from analyzer.strings import FLOATING_DISPATCH, cpp_element_types
 
 # C++ element types of `data_ptr<T>()` and the torch dtype each one checks for.
 _CPP_DTYPE = {
     "int": "int32", "int32_t": "int32", "int64_t": "int64", "long": "int64", "float": "float32", "double": "float64",
     "at::BFloat16": "bfloat16", "c10::BFloat16": "bfloat16", "at::Half": "float16", "c10::Half": "float16",
     "bool": "bool", "uint8_t": "uint8", "int8_t": "int8", "int16_t": "int16", "short": "int16",
-    "uint64_t": "uint64", "uint32_t": "uint32",
+    "uint64_t": "uint64", "uint32_t": "uint32", "long long": "int64", "long long int": "int64",
+    "unsigned long long": "uint64", "unsigned int": "uint32", "unsigned char": "uint8", "signed char": "int8",
 }
 
 
@@ -28,15 +29,20 @@ class DataPtrDtypeMismatch(Rule):
     `counts.sum()` and `counts.cumsum(0)` of int32 counts are int64 unless `dtype=` says otherwise,
     and so is `torch.cat` of an int32 and an int64 tensor. A name is followed into the helper that
     returned it (`bufs, ptrs = get_state(n)`, a cached helper's stored early return passed over),
-    into a nested function's closure, and from a helper's parameter to its callers; and, where
-    PKB's input factory builds a problem's floating inputs in one dtype whatever the run tree
-    (problem 62's float32, problem 63's float64), `solution()`'s tensors read as a floating
-    type. The run tree's precision is not assumed for `solution()`'s tensors: in a bf16 run
-    some of them are float32 (scales, log-sum-exps, optimizer states; assuming bf16 gave 8
-    false findings of 9 new ones on PKB's files). A parameter
-    the function reads as several types (a dispatch on the dtype) accepts each of them; an
-    argument whose dtype the file does not decide is not reported. The finding sits at the
-    Python call; its related lines are where the argument got its dtype and the C++ read.
+    into a nested function's closure, and from a helper's parameter to its callers.
+    `solution()`'s own tensors have the dtype PKB's input factory gives them where it fixes one:
+    the integer and bool tensors it builds whatever the run's precision (labels, counts, offsets,
+    masks: the catalogue's `tensor_dtypes`, matched by position), and, for problems whose
+    floating inputs are built in one dtype (problem 62's float32, problem 63's float64), those
+    read as a floating type. The run tree's precision is not assumed for them: in a bf16 run
+    some are float32 (scales, log-sum-exps, optimizer states; assuming bf16 gave 8 false
+    findings of 9 new ones on PKB's files). A parameter the C++ reads as several types (a
+    dispatch on the dtype) accepts each of them, and `data_ptr<scalar_t>()` under a floating
+    dispatch (`AT_DISPATCH_FLOATING_TYPES...`) accepts every floating type; a call under a Python
+    `if` on the argument's dtype is not reported (the file dispatches itself), nor is an
+    argument whose dtype the file does not decide. The finding sits at the first mismatched call
+    of a function: it raises, so the later ones in that function are never reached and become
+    its related lines, with where the argument got its dtype and the C++ read.
 
     ## Why is this bad?
     `data_ptr<T>()` checks the tensor's dtype: `expected scalar type Int but found Long` is a
@@ -72,35 +78,68 @@ class DataPtrDtypeMismatch(Rule):
         reads = cpp_element_types([s.text for s in ctx.py.cuda_sources], {c.target for c in calls})
         if not reads:
             return
-        # solution()'s tensors have the dtype PKB's factory fixes for this problem, where it does
+        # solution()'s tensors have the dtype PKB's factory fixes for this problem, where it does:
+        # every floating input's (input_dtype), or one integer tensor's exactly (tensor_dtypes, by
+        # position: a candidate may name the parameters otherwise)
         entry = problem_entry(ctx.rec)
         sol = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "solution"), None)
-        params = {a.arg: entry.input_dtype for a in sol.args.args} if entry is not None and entry.input_dtype and sol else {}
+        params, exact = {}, set()
+        if entry is not None and sol is not None:
+            fixed = dict(entry.tensor_dtypes)
+            for i, arg in enumerate(sol.args.args):
+                pkb_name = entry.params[i] if i < len(entry.params) else None
+                if pkb_name in fixed:
+                    params[arg.arg] = fixed[pkb_name]
+                    exact.add(arg.arg)
+                elif entry.input_dtype:
+                    params[arg.arg] = entry.input_dtype
         dtypes = DtypeOf(tree, params)
+        found: dict[str, list[tuple[int, str, list[int]]]] = {}  # function -> (line, detail, related)
         for c in calls:
             for a in c.args:
                 read = reads.get(c.target, {}).get(a.position)
                 if not read or a.position < 0:
                     continue
                 wanted, source, text_line = read
-                accepted = {_CPP_DTYPE.get(t) for t in wanted}
+                accepted = set().union(*({*_FLOATING} if t == FLOATING_DISPATCH else {_CPP_DTYPE.get(t)} for t in wanted))
                 if None in accepted:
                     continue  # a type we do not map: say nothing
                 try:
                     expr = ast.parse(a.text.strip(), mode="eval").body
                 except SyntaxError:
                     continue
-                dtypes.used_params = False
+                dtypes.used_params = set()
                 has = dtypes.dtype_of(expr, c.function, c.line)
                 if has is None or has in accepted:
                     continue
-                if dtypes.used_params and not accepted <= _FLOATING:
+                named = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)} | dtypes.used_params
+                if _under_dtype_test(tree, c.line, named):
+                    continue  # `if idx.dtype == torch.int64: ... else: launch_i32(idx)`: the file dispatches
+                if dtypes.used_params - exact and not accepted <= _FLOATING:
                     continue  # the factory fixes the floating inputs; an index or count input may be another
-                shown = " or ".join(f"data_ptr<{t}>()" for t in sorted(wanted))
+                shown = " or ".join("data_ptr<scalar_t>() under a floating dispatch" if t == FLOATING_DISPATCH
+                                    else f"data_ptr<{t}>()" for t in sorted(wanted))
                 # related: where the argument got its dtype (`scan = torch.cumsum(valid)`)
                 made = dtypes.assigned_at(expr.id, c.function, c.line) if isinstance(expr, ast.Name) else None
                 cpp_line = ctx.py.cuda_sources[source].file_line(text_line)
-                yield self.finding(ctx, a.line or c.line,
-                                   f"{c.target} argument {a.position + 1} `{a.text}` is {has}; the C++ reads it as "
-                                   f"{shown} ({'/'.join(sorted(accepted))}, line {cpp_line})",
-                                   related_lines=[n for n in (made, cpp_line) if n])
+                found.setdefault(c.function, []).append((
+                    a.line or c.line, f"{c.target} argument {a.position + 1} `{a.text}` is {has}; the C++ reads it as "
+                    f"{shown} ({'/'.join(sorted(accepted))}, line {cpp_line})", [n for n in (made, cpp_line) if n]))
+        # The first mismatched read of a function raises; the ones after it in that function are
+        # never reached on the run: one finding, the others its related lines.
+        for reads_in_function in found.values():
+            (line, detail, related), *later = sorted(reads_in_function, key=lambda f: f[0])
+            if later:
+                detail += f"; {len(later)} more such read{'s' * (len(later) > 1)} after it in this function"
+            related = related + [n for at, _, more in later for n in (at, *more[-1:])]
+            yield self.finding(ctx, line, detail, related_lines=related)
+
+
+def _under_dtype_test(tree: ast.AST, line: int, names: set[str]) -> bool:
+    """Whether `line` sits in a branch of an `if` that tests the dtype of one of `names`."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and node.lineno < line <= (node.end_lineno or node.lineno):
+            if any(isinstance(t, ast.Attribute) and t.attr == "dtype" and isinstance(t.value, ast.Name) and t.value.id in names
+                   for t in ast.walk(node.test)):
+                return True
+    return False
