@@ -156,6 +156,11 @@ def test_verdict_keeps_failures_that_address_zero_does_not_explain():
     assert needs_multicast_verdict({**ran, "outcome": "runtime_error", "subtype": "python_exception",
                                     "reason": "TypeError: incompatible function arguments"}, need) is None
     assert needs_multicast_verdict({**ran, "outcome": "faster", "correct": True}, need) is None
+    # NCCL's watchdog ending the rank on the illegal address (SIGABRT, no report) is explained;
+    # an NCCL error the rank reported is the candidate's own
+    aborted = {**ran, "outcome": "runtime_error", "subtype": "nccl_error", "details": {"multicast_reads": 1, "signal": "SIGABRT"}}
+    assert needs_multicast_verdict(aborted, need)["subtype"] == "needs_multicast"
+    assert needs_multicast_verdict({**aborted, "details": {"multicast_reads": 1}}, need) is None
     assert needs_multicast_verdict({"status": "ran", "outcome": "hang", "details": {"multicast_reads": 0}}, need) is None
     assert needs_multicast_verdict({**ran, "outcome": "hang"}, {**need, "multimem": []}) is None
 

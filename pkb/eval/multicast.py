@@ -193,6 +193,10 @@ def explained_by_missing_multicast(evaluation: dict[str, Any]) -> bool:
         return False
     if subtype in _EXPLAINED_RUNTIME:
         return True
+    if subtype == "nccl_error" and (evaluation.get("details") or {}).get("signal") == "SIGABRT":
+        # NCCL's watchdog aborting the rank on the sticky CUDA error the multimem access left
+        # (seen on an H100: the same file was illegal_address in one run, this in the next)
+        return True
     messages = [str(evaluation.get("reason", ""))]
     messages += [str(((r or {}).get("error") or {}).get("message", "")) for r in evaluation.get("ranks") or []]
     return subtype == "python_exception" and any(_EXPLAINED_MESSAGE.search(m) for m in messages)
