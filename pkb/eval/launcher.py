@@ -134,7 +134,7 @@ def rank_command(job_file: Path, world_size: int, port: int, python: str | None 
     `wrapper python -m worker` by exec, with nothing imported."""
     py = python or sys.executable
     rank = [*(wrapper or []), py, "-m", "pkb.eval.worker", str(job_file)]
-    if wrapper:
+    if wrapper or not RANK_PRELOAD:
         return [py, "-s", str(RANK_SPAWNER), str(world_size), "127.0.0.1", str(port), "--", *rank]
     # no -s here: the forked ranks keep the spawner's sys.path, which must be a rank's own
     return [py, str(RANK_SPAWNER), str(world_size), "127.0.0.1", str(port), "--preload", ",".join(RANK_PRELOAD), "--", *rank]
