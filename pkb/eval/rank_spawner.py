@@ -19,6 +19,7 @@ script (a wrapper such as ncu), or a preload fails, each rank is started by exec
 
 from __future__ import annotations
 
+import gc
 import os
 import runpy
 import signal
@@ -80,6 +81,7 @@ def preload(modules: list[str]) -> list[int]:
     sys.path[0] = os.getcwd()
     for name in modules:
         __import__(name)
+    gc.freeze()  # the imported objects are left out of the ranks' collections: fewer pages copied
     return inherited
 
 
