@@ -8,13 +8,15 @@ exits with an error the others are stopped (SIGTERM, SIGKILL after a grace), and
 printed in torchrun's table (rank, exit code, pid) for the launcher to read; the exit status is 1
 then, 0 when every rank exits 0. A SIGTERM or SIGINT to this process is passed on to the ranks.
 
-Standard library only, run as a script: torchrun's agent imports torch (about 2 s of CPU for
-each launch) only to supervise processes that import it again. With --preload, the spawner imports
-those modules once (torch: about 2 s of CPU) and forks each rank from itself, so the ranks start with
-them imported instead of each importing them again; a rank then runs COMMAND's `-m MODULE` or script
-in the forked process as `python` would run it (its own session, environment, argv, `__main__`,
-signal dispositions and descriptors). Where COMMAND is not this interpreter running a module or a
-script (a wrapper such as ncu), or a preload fails, each rank is started by exec as without it.
+Run as a script, importing only the standard library itself: torchrun's agent imports torch (about
+2 s of CPU for each launch) only to supervise processes that import it again. With --preload, the
+spawner imports those modules once (torch: about 2 s of CPU), freezes them out of the collector
+(gc.freeze: fewer pages copied after the fork) and forks each rank from itself, so the ranks start
+with them imported instead of each importing them again; a rank then runs COMMAND's `-m MODULE` or
+script in the forked process as `python` would run it (its own session, environment, argv,
+`__main__`, signal dispositions and descriptors). Where COMMAND is not this interpreter running a
+module or a script (a wrapper such as ncu), or a preload fails, each rank is started by exec as
+without it.
 """
 
 from __future__ import annotations
@@ -76,7 +78,14 @@ def failure_table(failed: list[tuple[int, subprocess.Popen | ForkedRank]]) -> st
 def preload(modules: list[str]) -> list[int]:
     """Import `modules` as a rank's `python -m` would find them; the descriptors open before, which
     a rank started by exec would not inherit (close_fds), for the forked ranks to close."""
-    inherited = [int(fd) for fd in os.listdir("/proc/self/fd") if int(fd) > 2]
+    inherited = []
+    for fd in (int(name) for name in os.listdir("/proc/self/fd")):
+        try:
+            if fd > 2:
+                os.fstat(fd)  # listdir's own descriptor is closed by now, and may be reused
+                inherited.append(fd)
+        except OSError:
+            pass
     # sys.path[0] is this script's folder; a rank run with -m has the working directory there
     sys.path[0] = os.getcwd()
     for name in modules:
