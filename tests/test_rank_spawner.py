@@ -55,10 +55,10 @@ def mode(request):
     return request.param
 
 
-def _spawn(tmp_path: Path, world_size: int, behaviour: str, mode: str = "exec", preload: list[str] | None = None) -> subprocess.Popen:
+def _spawn(tmp_path: Path, world_size: int, behaviour: str, mode: str = "exec") -> subprocess.Popen:
     script = tmp_path / "rank.py"
     script.write_text(RANK)
-    cmd = [sys.executable, str(RANK_SPAWNER), str(world_size), "127.0.0.1", "29555", *(MODES[mode] if preload is None else preload), "--",
+    cmd = [sys.executable, str(RANK_SPAWNER), str(world_size), "127.0.0.1", "29555", *MODES[mode], "--",
            sys.executable, str(script), str(tmp_path), behaviour]
     # a descriptor the spawner inherits, as a launch's may: no rank may inherit it in turn
     with open(tmp_path / "inherited.txt", "w") as extra:
