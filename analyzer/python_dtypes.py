@@ -158,13 +158,12 @@ class DtypeOf:
         found = set()
         for ret in _returns(fn):
             value = ret.value
-            if isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name) \
-                    and (index is not None or self.dtype_of(value, fn.name, ret.lineno, depth + 1) is None):
-                continue  # `return cache[key]`: what an earlier call stored
-            if index is not None and isinstance(value, ast.Name):
-                bound = _assignments(fn, value.id, ret.lineno)  # `res = (a, b, c); return res`
-                value = bound[0][0] if len(bound) == 1 else value
             if index is not None:
+                if _is_cache_read(value):
+                    continue  # `return cache[key]`: the tuple an earlier call stored
+                if isinstance(value, ast.Name):
+                    bound = _assignments(fn, value.id, ret.lineno)  # `res = (a, b, c); return res`
+                    value = bound[0][0] if len(bound) == 1 else value
                 if not isinstance(value, (ast.Tuple, ast.List)) or index >= len(value.elts) \
                         or any(isinstance(e, ast.Starred) for e in value.elts):
                     return None
@@ -172,8 +171,8 @@ class DtypeOf:
             elif isinstance(value, (ast.Tuple, ast.List)):
                 return None
             has = self.dtype_of(value, fn.name, ret.lineno, depth + 1)
-            if has is None and isinstance(value, ast.Subscript) and isinstance(value.value, ast.Name):
-                continue  # `return c["ptrs"], ...`: what an earlier call stored
+            if has is None and _is_cache_read(value):
+                continue  # `return cache[key]`, `return c["ptrs"], ...`: what an earlier call stored
             found.add(has)
         return found.pop() if len(found) == 1 else None
 
@@ -309,6 +308,11 @@ def _assignments(fn: ast.AST, name: str, line: int) -> list[tuple[ast.AST, int]]
                     starred = any(isinstance(e, ast.Starred) for e in t.elts)
                     out.append((ast.Constant(None) if starred else Unpacked(n.value, at[0]), n.lineno))
     return out
+
+
+def _is_cache_read(node: ast.AST) -> bool:
+    """`cache[key]`: a subscript of a plain name."""
+    return isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
 
 
 def _returns(fn: ast.AST) -> list[ast.Return]:

@@ -94,7 +94,7 @@ class DataPtrDtypeMismatch(Rule):
                 elif entry.input_dtype:
                     params[arg.arg] = entry.input_dtype
         dtypes = DtypeOf(tree, params)
-        found: dict[str, list[tuple[int, str, list[int]]]] = {}  # function -> (line, detail, related)
+        found: dict[str, list[tuple[int, str, int | None, int]]] = {}  # function -> (line, detail, made, C++ line)
         for c in calls:
             for a in c.args:
                 read = reads.get(c.target, {}).get(a.position)
@@ -124,14 +124,14 @@ class DataPtrDtypeMismatch(Rule):
                 cpp_line = ctx.py.cuda_sources[source].file_line(text_line)
                 found.setdefault(c.function, []).append((
                     a.line or c.line, f"{c.target} argument {a.position + 1} `{a.text}` is {has}; the C++ reads it as "
-                    f"{shown} ({'/'.join(sorted(accepted))}, line {cpp_line})", [n for n in (made, cpp_line) if n]))
+                    f"{shown} ({'/'.join(sorted(accepted))}, line {cpp_line})", made, cpp_line))
         # The first mismatched read of a function raises; the ones after it in that function are
-        # never reached on the run: one finding, the others its related lines.
+        # never reached on the run: one finding, the others (their call and C++ read) its related lines.
         for reads_in_function in found.values():
-            (line, detail, related), *later = sorted(reads_in_function, key=lambda f: f[0])
+            (line, detail, made, cpp_line), *later = sorted(reads_in_function, key=lambda f: f[0])
             if later:
                 detail += f"; {len(later)} more such read{'s' * (len(later) > 1)} after it in this function"
-            related = related + [n for at, _, more in later for n in (at, *more[-1:])]
+            related = [n for n in (made, cpp_line) if n] + [n for at, _, _, cpp in later for n in (at, cpp) if n]
             yield self.finding(ctx, line, detail, related_lines=related)
 
 
