@@ -696,6 +696,23 @@ def test_pkb022_reads_the_problems_integer_inputs_and_a_floating_dispatch(analyz
     assert got == ([first] if found else [again])
 
 
+@pytest.mark.parametrize("guard, folded", [
+    ("if hidden_states.numel() > 0:", True),    # both reads under the same branch: the first raises
+    ("for _ in range(2):", True),
+    ("if hidden_states.shape[0] > 4096:", False),  # only the first is under it: the second runs alone
+])
+def test_pkb022_a_later_read_is_folded_only_where_the_first_always_runs_before_it(analyzer, tmp_path, guard, folded):
+    read = "auto* l = labels.data_ptr<int>();"
+    if folded:
+        call = f"{guard}\n        _ext.loss(hidden_states, labels)\n        _ext.again(hidden_states, labels)"
+        src = LABELS.replace("READ", read).replace("CALL", call).replace("    _ext.again(hidden_states, labels)\n    return", "    return")
+    else:
+        src = LABELS.replace("READ", read).replace("CALL", f"{guard}\n        _ext.loss(hidden_states, labels)")
+    got = findings(analyzer, tmp_path, src, name="25_importance_sampling_loss_cuda.py").get("PKB022", [])
+    first = line_with(src, "_ext.loss(hidden_states, labels)")
+    assert got == ([first] if folded else [first, line_with(src, "_ext.again(hidden_states, labels)")])
+
+
 def test_pkb022_follows_a_cached_helpers_result_and_a_cat_that_widens(analyzer, tmp_path):
     src = OFFSETS.replace("def solution(x):", CACHED_OFFSETS + "\ndef solution(x):").replace("STARTS", "offsets_of(counts)")
     got = findings(analyzer, tmp_path, src, name="1_allreduce_cuda.py")

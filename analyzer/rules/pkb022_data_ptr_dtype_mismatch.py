@@ -125,14 +125,44 @@ class DataPtrDtypeMismatch(Rule):
                 found.setdefault(c.function, []).append((
                     a.line or c.line, f"{c.target} argument {a.position + 1} `{a.text}` is {has}; the C++ reads it as "
                     f"{shown} ({'/'.join(sorted(accepted))}, line {cpp_line})", made, cpp_line))
-        # The first mismatched read of a function raises; the ones after it in that function are
-        # never reached on the run: one finding, the others (their call and C++ read) its related lines.
+        # A mismatched read raises, so a later one that runs only after it is never reached: it
+        # becomes a related line (its call and C++ read) of the first. A later read the first does
+        # not always precede (the first under a branch or loop the later is not in) is its own finding.
         for reads_in_function in found.values():
-            (line, detail, made, cpp_line), *later = sorted(reads_in_function, key=lambda f: f[0])
-            if later:
-                detail += f"; {len(later)} more such read{'s' * (len(later) > 1)} after it in this function"
-            related = [n for n in (made, cpp_line) if n] + [n for at, _, _, cpp in later for n in (at, cpp) if n]
-            yield self.finding(ctx, line, detail, related_lines=related)
+            groups: list[list[tuple[int, str, int | None, int]]] = []
+            for read in sorted(reads_in_function, key=lambda f: f[0]):
+                leader = next((g for g in groups if _always_before(tree, g[0][0], read[0])), None)
+                if leader is None:
+                    groups.append([read])
+                else:
+                    leader.append(read)
+            for (line, detail, made, cpp_line), *later in groups:
+                if later:
+                    detail += f"; {len(later)} more such read{'s' * (len(later) > 1)} after it in this function"
+                related = [n for n in (made, cpp_line) if n] + [n for at, _, _, cpp in later for n in (at, cpp) if n]
+                yield self.finding(ctx, line, detail, related_lines=related)
+
+
+# The bodies that may not run: an `if`'s branches, a loop's body and `else`, a `try`'s handlers and `else`.
+_CONDITIONAL = {ast.If: ("body", "orelse"), ast.For: ("body", "orelse"), ast.AsyncFor: ("body", "orelse"),
+                ast.While: ("body", "orelse"), ast.Try: ("handlers", "orelse")}
+
+
+def _branch_bodies(tree: ast.AST, line: int) -> set[tuple[int, str]]:
+    """The conditional bodies (node, field) whose statements hold `line`."""
+    held = set()
+    for node in ast.walk(tree):
+        for field in _CONDITIONAL.get(type(node), ()):
+            body = getattr(node, field)
+            if body and body[0].lineno <= line <= (body[-1].end_lineno or body[-1].lineno):
+                held.add((id(node), field))
+    return held
+
+
+def _always_before(tree: ast.AST, first: int, later: int) -> bool:
+    """Whether the statement at `first` runs whenever the one at `later` (after it) does: every
+    branch, loop body or handler holding `first` also holds `later`."""
+    return _branch_bodies(tree, first) <= _branch_bodies(tree, later)
 
 
 def _under_dtype_test(tree: ast.AST, line: int, names: set[str]) -> bool:
