@@ -59,15 +59,15 @@ class DtypeOf:
                 self.functions.setdefault(n.name, []).append(n)
         # a nested function's definition -> the function it is defined in (its closure's names)
         self.outer: dict[int, ast.AST] = {id(inner): fn for fns in self.functions.values() for fn in fns
-                                          for inner in ast.walk(fn) if inner is not fn
-                                          and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        self.enclosing: dict[int, str] = {}  # call node id -> the function it sits in
+                                          for inner in _own_nodes(fn)
+                                          if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self.enclosing: dict[int, str] = {}  # call node id -> the innermost function it sits in
         self.calls: list[ast.Call] = []
         for fns in self.functions.values():
             for fn in fns:
-                for n in ast.walk(fn):
+                for n in _own_nodes(fn):
                     if isinstance(n, ast.Call):
-                        self.enclosing.setdefault(id(n), fn.name)
+                        self.enclosing[id(n)] = fn.name
                         self.calls.append(n)
         # `Exchange.apply(x)` runs Exchange.forward(ctx, x): forward's definition -> its class
         self.class_of_forward = {id(m): c.name for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
@@ -308,6 +308,17 @@ def _assignments(fn: ast.AST, name: str, line: int) -> list[tuple[ast.AST, int]]
                     starred = any(isinstance(e, ast.Starred) for e in t.elts)
                     out.append((ast.Constant(None) if starred else Unpacked(n.value, at[0]), n.lineno))
     return out
+
+
+def _own_nodes(fn: ast.AST):
+    """The nodes of `fn`'s body, the functions and classes defined in it included but not their
+    bodies (a lambda's stay)."""
+    stack = list(ast.iter_child_nodes(fn))
+    while stack:
+        n = stack.pop()
+        yield n
+        if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(n))
 
 
 def _is_cache_read(node: ast.AST) -> bool:

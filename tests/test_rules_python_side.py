@@ -713,6 +713,21 @@ def test_pkb022_a_later_read_is_folded_only_where_the_first_always_runs_before_i
     assert got == ([first] if folded else [first, line_with(src, "_ext.again(hidden_states, labels)")])
 
 
+def test_pkb022_a_helper_called_from_a_nested_function_gets_that_functions_parameter(analyzer, tmp_path):
+    # `labels` passed to push() inside run() is run()'s parameter, the int32 cast solution() passes,
+    # not solution()'s int64 input of the same name
+    call = ("def run(labels):\n        push(hidden_states, labels)\n"
+            "    run(labels.to(torch.int32))")
+    src = LABELS.replace("READ", "auto* l = labels.data_ptr<int>();").replace("CALL", call).replace(
+        "    _ext.again(hidden_states, labels)\n    return", "    return").replace(
+        "def solution(", "def push(h, labels):\n    _ext.loss(h, labels)\n\ndef solution(")
+    assert "PKB022" not in findings(analyzer, tmp_path, src, name="25_importance_sampling_loss_cuda.py")
+    # passed as it is, it is int64
+    uncast = src.replace("run(labels.to(torch.int32))", "run(labels)")
+    got = findings(analyzer, tmp_path, uncast, name="25_importance_sampling_loss_cuda.py").get("PKB022", [])
+    assert got == [line_with(uncast, "_ext.loss(h, labels)")]
+
+
 def test_pkb022_follows_a_cached_helpers_result_and_a_cat_that_widens(analyzer, tmp_path):
     src = OFFSETS.replace("def solution(x):", CACHED_OFFSETS + "\ndef solution(x):").replace("STARTS", "offsets_of(counts)")
     got = findings(analyzer, tmp_path, src, name="1_allreduce_cuda.py")
