@@ -38,9 +38,38 @@ def merged_evidence(evidence: list[Any]) -> list[tuple[str, int, str, str, str]]
     return [(f, line, p, snip, "; ".join(notes)) for (f, line, p, snip), notes in merged.items()]
 
 
+def _shows_a_cause(e: dict[str, Any]) -> bool:
+    """An explanation line that restates a slowness cause, which the causes table shows."""
+    return e.get("kind") == "diagnosis" and (e.get("path") or [None])[0] == "slow"
+
+
+def cause_evidence_text(e: dict[str, Any]) -> str:
+    """A slowness cause's piece of evidence, short where a table of the view holds it whole: a
+    finding by its rule and line, a label by its axis, value and line."""
+    if e.get("kind") == "finding" and e.get("rule"):
+        return f"{e['rule']} at line {e.get('line')} (Findings)"
+    if e.get("kind") == "label" and e.get("axis"):
+        return f"{e['axis']} label {e.get('label')} at line {e.get('line')} (Labels)"
+    return e.get("text", "")
+
+
+def cause_rows(diag: dict[str, Any], limit: int = 4) -> list[dict[str, Any]]:
+    """The slowness causes: cause, cost and up to `limit` pieces of evidence, each shown once."""
+    rows = []
+    for c in diag.get("slow") or []:
+        texts: list[str] = []
+        for e in c.get("evidence", []):
+            text = cause_evidence_text(e)
+            if text not in texts:
+                texts.append(text)
+        rows.append({"cause": c["cause"], "cost": c["cost"], "evidence": texts[:limit]})
+    return rows
+
+
 def explanation_parts(expl: dict[str, Any]) -> dict[str, Any]:
-    """headline, evidence texts only the explanation has, cited rule ids, fixes no finding carries."""
-    evidence = [e["text"] for e in expl.get("evidence", []) if e.get("kind") not in OWN_TABLE_KINDS]
+    """headline, evidence texts only the explanation has (a slowness cause is the causes table's),
+    cited rule ids, fixes no finding carries."""
+    evidence = [e["text"] for e in expl.get("evidence", []) if e.get("kind") not in OWN_TABLE_KINDS and not _shows_a_cause(e)]
     cited = []
     for e in expl.get("evidence", []):
         if e.get("kind") == "finding" and e.get("rule") not in cited:

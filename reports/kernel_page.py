@@ -18,7 +18,7 @@ from typing import Any
 
 from pkb.metrics import speed_text
 from reports import templating
-from reports.explain_view import merged_evidence
+from reports.explain_view import cause_rows, merged_evidence
 from reports.html_parts import Plot, fmt, png_to_img
 from reports.templating import macro
 
@@ -143,7 +143,7 @@ def diagnosis_data(record: Any) -> dict[str, Any]:
             rows += [{"trial": c["trial"], "rank": c["rank"], "name": h["name"], "held": True, "figure": h.get("figure")} for h in c.get("held", [])]
             rows += [{"trial": c["trial"], "rank": c["rank"], "name": h["name"], "held": False, "figure": h.get("figure")} for h in c.get("rejected", [])[:8]]
         out["wrong"] = {"rows": rows, "notes": list(wrong.get("notes", []))}
-    out["slow"] = [{"cause": c["cause"], "cost": c["cost"], "evidence": [e["text"] for e in c["evidence"][:4]]} for c in diag.get("slow") or []]
+    out["slow"] = cause_rows(diag)
     return out
 
 

@@ -39,7 +39,7 @@ def render(rec: Any, console: Console | None = None, store_used: str = "", notes
     """`notes`: what was not read from the store but made now (a stage run), said first. Every piece of the record's text goes in as rich `Text` (never parsed as markup), so
     evidence such as `flags[blockIdx.x]` prints verbatim; each finding is one row of the findings
     table (reports.explain_view), the explanation cites it there."""
-    from reports.explain_view import explanation_parts, finding_rows
+    from reports.explain_view import cause_rows, explanation_parts, finding_rows
 
     console = console or Console()
     for note in notes:
@@ -90,14 +90,14 @@ def render(rec: Any, console: Console | None = None, store_used: str = "", notes
         console.print(t)
     else:
         console.print(Text("Evaluation: none stored for this file (static passes only)", style="dim"))
-    slow = diag.get("slow") or []
+    slow = cause_rows(diag, limit=3)
     if slow:
         t = Table(title="Slowness causes" if ev.get("outcome") in ("slower", "faster") else "Possible slowness causes (static)", expand=True, title_justify="left")
         t.add_column("cause", style="bold")
         t.add_column("cost", overflow="fold")
         t.add_column("evidence", overflow="fold")
         for c in slow:
-            t.add_row(Text(c["cause"]), Text(c["cost"]), Text("\n".join(e["text"] for e in c["evidence"][:3])))
+            t.add_row(Text(c["cause"]), Text(c["cost"]), Text("\n".join(c["evidence"])))
         console.print(t)
     for n in parts["notes"]:
         console.print(Text(f"note: {n}", style="dim"))

@@ -113,3 +113,33 @@ def test_label_evidence_at_one_place_is_one_line_with_its_notes(capsys):
     assert "multimem.ld_reduce.relaxed.sys.global.add.v4.bf16x2; multicast_ptr" in out
     cell = _evidence_cell(Label("mechanism", "nvls", asm))
     assert cell.count("k.py:140") == 1 and "multicast_ptr" in cell
+
+
+def test_a_finding_behind_a_slowness_cause_shows_once_and_a_fix_is_given_once(capsys):
+    from rich.console import Console
+
+    from pkb.diagnose.explain import diagnose
+    from reports.kernel_page import render
+    from reports.terminal import render as render_terminal
+
+    message = "host synchronisation on the timed path: torch.distributed.barrier"
+    rec = CandidateRecord(path="a/1_allreduce_b.py")
+    rec.findings = [Finding("PKB008", "host-sync-in-timed-path", "warning", message, rec.path, 237, "dist.barrier()")]
+    rec.diagnosis = diagnose(rec)
+    assert rec.diagnosis["slow"], "the finding is a (static) slowness cause"
+    render_terminal(rec, Console(width=400, soft_wrap=False))
+    out = capsys.readouterr().out
+    assert out.count(message) == 1, out  # the findings row; the cause cites it by rule and line
+    assert "PKB008 at line 237 (Findings)" in out
+    html, _ = render(rec)
+    assert html.count(message) == 1
+    # a slower candidate whose costliest cause has no finding: its advice is given once, named
+    from pkb.record import Evidence, Label
+
+    slow = CandidateRecord(path="a/1_allreduce_c.py")
+    slow.add_label(Label("mechanism", "nccl", [Evidence(slow.path, 8, "dist.all_reduce(out)", "python")]))
+    slow.evaluation = {"status": "ran", "outcome": "slower", "speedup": 0.9, "correct": True}
+    slow.diagnosis = diagnose(slow)
+    assert [c["cause"] for c in slow.diagnosis["slow"]] == ["nccl_fallback"]
+    fixes = slow.diagnosis["explanation"]["fixes"]
+    assert len(fixes) == 1 and fixes[0]["name"] == "nccl_fallback", fixes

@@ -222,8 +222,13 @@ def explain(record: Any) -> dict[str, Any]:
             fixes.append({"rule": "", "name": "", "fix": advice, "why": "", "at": []})
     if outcome == "slower":
         for c in slow:
-            if not any(e.get("rule") for e in c["evidence"]) and CAUSE_ADVICE.get(c["cause"]):
-                fixes.append({"rule": "", "name": c["cause"], "fix": CAUSE_ADVICE[c["cause"]], "why": "", "at": []})
+            advice = CAUSE_ADVICE.get(c["cause"])
+            if advice and not any(e.get("rule") for e in c["evidence"]):
+                given = next((f for f in fixes if f["fix"] == advice), None)
+                if given is None:
+                    fixes.append({"rule": "", "name": c["cause"], "fix": advice, "why": "", "at": []})
+                elif not given["name"]:
+                    given["name"] = c["cause"]  # the costliest cause's advice, given above unnamed: name it once
     expl = {"outcome": outcome, "subtype": subtype, "headline": headline, "evidence": lines, "fixes": fixes,
             "notes": list(((diag.get("wrong") or {}).get("notes") or []))}
     expl["text"] = explanation_text(expl, record.path)
