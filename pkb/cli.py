@@ -647,10 +647,21 @@ def rules(rule_id: Optional[str] = typer.Argument(None, help="a rule id (PKB001)
     if rule is None:
         err.print(f"[red]error:[/] no rule {rule_id!r}; `pkb-analyze rules` lists them")
         raise typer.Exit(2)
-    typer.echo(f"{rule.id} {rule.name} ({rule.severity})\n")
-    typer.echo(f"Message: {rule.message}")
-    typer.echo(f"Fix: {rule.fix}\n")
-    typer.echo(rule.doc())
+    head = f"{rule.id} {rule.name} ({rule.severity})\n\nMessage: {rule.message}\nFix: {rule.fix}\n"
+    if not _stdout_is_terminal():
+        typer.echo(head + "\n" + rule.doc())  # piped: the Markdown source, for a file or another tool
+        return
+    from rich.console import Console
+    from rich.markdown import Markdown
+    from rich.text import Text
+
+    console = Console()
+    console.print(Text(head))
+    console.print(Markdown(rule.doc()))
+
+
+def _stdout_is_terminal() -> bool:
+    return sys.stdout.isatty()
 
 
 def _print_version(value: bool) -> None:

@@ -94,6 +94,15 @@ def test_rules_command_prints_the_docstring(tmp_path, capsys):
     assert code == 2
 
 
+def test_rules_renders_the_markdown_on_a_terminal(tmp_path, capsys, monkeypatch):
+    import pkb.cli
+
+    monkeypatch.setattr(pkb.cli, "_stdout_is_terminal", lambda: True)
+    code, cap = run_cli(["rules", "PKB003"], tmp_path, capsys)
+    assert code == 0 and "What it does" in cap.out and "Example" in cap.out
+    assert "## " not in cap.out and "```" not in cap.out  # headings and fences rendered, not pasted
+
+
 def test_missing_path_is_a_clear_error(tmp_path, capsys):
     code, cap = run_cli([str(tmp_path / "nope"), "--out", str(tmp_path / "o")], tmp_path, capsys)
     assert code == 2 and "no such file" in cap.err

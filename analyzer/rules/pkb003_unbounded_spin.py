@@ -31,7 +31,7 @@ class UnboundedSpin(Rule):
     ```cuda
     unsigned long long spins = 0;
     while (ld_acquire(&flags[src]) < epoch) {
-        if (++spins > (1ull << 32)) { printf("rank %d: timeout waiting for %d\n", rank, src); __trap(); }
+        if (++spins > (1ull << 32)) { printf("rank %d: timeout waiting for %d\\n", rank, src); __trap(); }
     }
     ```
     """
