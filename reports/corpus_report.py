@@ -226,9 +226,29 @@ def _metrics(rows: list[dict[str, Any]], key: str) -> tuple[list[str], list[list
     ev = [r for r in rows if r["evaluated"]]
     frame = pd.DataFrame([{key: r[key], "outcome": r["outcome"], "speedup": r["speedup"], "speedup_lo": r["speedup_lo"], "correct": r["correct"]} for r in ev])
     summary = summarize(frame, by=key, ks=(1, 5), ps=(0.0, 1.0))
-    cols = [key, "n", "correct", "pass@1", "pass@5", "fast_0", "fast_1", "fast_1@1", "fast_1@5", "geomean_speedup"]
+    cols = [key, *METRIC_HEADERS]
     body = [[row[c] if c in (key, "n", "correct") else fmt(row[c]) for c in cols] for _, row in summary.iterrows()]
-    return cols, body
+    return [key, *METRIC_HEADERS.values()], body
+
+
+# pkb.metrics.summarize's columns and the words the report heads them with (the key in brackets
+# for readers who know KernelBench's names)
+METRIC_HEADERS = {"n": "candidates", "correct": "correct", "pass@1": "solved in 1 sample (pass@1)",
+                  "pass@5": "solved in 5 samples (pass@5)", "fast_0": "share correct (fast_0)",
+                  "fast_1": "share correct and faster (fast_1)", "fast_1@1": "correct and faster in 1 sample (fast_1@1)",
+                  "fast_1@5": "correct and faster in 5 samples (fast_1@5)", "geomean_speedup": "geometric mean speedup"}
+
+
+def timing_note(rows: list[dict[str, Any]]) -> str:
+    """Where the speedups behind faster/slower, fast_p and the mean were timed, when any was on a
+    CPU: those figures say little about a GPU kernel, so every table built on them says so."""
+    timed = [r for r in rows if r["evaluated"] and r["speedup"] is not None]
+    cpu = sum(1 for r in timed if r["device"])
+    if not cpu:
+        return ""
+    devices = ", ".join(sorted({r["device"] for r in timed if r["device"]}))
+    return (f"Timings of {cpu} of {len(timed)} timed candidates are from {devices}: the faster/slower split, fast_p and "
+            "the mean speedup rest on them and say little about the kernels on a GPU.")
 
 
 def _md_table(headers: list[str], rows: list[list[Any]]) -> str:
@@ -329,6 +349,7 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
                            ((key, _crosstab(rows, key)) for key in ("category", "model"))] if any_eval else [],
         "outcome_plot": _plot_outcomes(rows, "category") if any_eval else None,
         "metric_tables": [],
+        "timing_note": timing_note(rows),
         "findings": [{"rule": k, "name": rule_names.get(k, ""), "severity": catalogue[k].severity if k in catalogue else "", "n": v,
                       "page": example[k]["page"], "path": example[k]["path"]} for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))],
         "failures": [],
@@ -349,6 +370,8 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
 
     # outcomes
     md.append("## Outcomes by problem category and by model\n")
+    if page["timing_note"]:
+        md.append(page["timing_note"] + "\n")
     for t in page["outcome_tables"]:
         md += [f"### by {t['key']}", "", _md_table(t["headers"], t["rows"]), ""]
     if not any_eval:
@@ -356,6 +379,8 @@ def build(records: list[Any], out_dir: str | Path, info: dict[str, Any] | None =
 
     # metrics
     md.append("## pass@k and fast_p@k\n")
+    if page["timing_note"]:
+        md.append(page["timing_note"] + "\n")
     if any_eval:
         for key in ("category", "model", "problem"):
             h, b = _metrics(rows, key)

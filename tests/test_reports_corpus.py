@@ -338,3 +338,28 @@ def test_candidates_are_listed_in_problem_number_order(tmp_path):
     shown = re.findall(r'title="m/([^"]+)"', table)
     assert shown == ["1_allreduce_cuda.py", "2_allgather_cuda.py", "10_embedding_lookup_cuda.py", "19_blocked_fp8_quantize_cuda.py", "loose.py"]
     assert sorted(["10_a", "2_b", "-", "1_c"], key=problem_order) == ["1_c", "2_b", "10_a", "-"]
+
+
+def test_tables_built_on_cpu_timings_say_so_and_metric_headers_are_words():
+    def row(device, speedup=1.3):
+        return {"evaluated": True, "speedup": speedup, "device": device}
+
+    assert corpus_report.timing_note([row(""), row("")]) == ""  # GPU timings: nothing to say
+    note = corpus_report.timing_note([row("CPU (gloo)"), row(""), row("CPU (gloo)", None)])
+    assert "1 of 2 timed candidates are from CPU (gloo)" in note
+
+
+def test_a_report_of_cpu_timings_says_so_above_its_outcome_and_metric_tables(tmp_path):
+    from pkb.record import CandidateRecord
+
+    records = []
+    for i, speed in enumerate((1.4, 0.8)):
+        rec = CandidateRecord(path=f"m/{i}_allreduce.py", problem_id=1, problem_name="allreduce")
+        rec.evaluation = {"status": "ran", "outcome": "faster" if speed > 1 else "slower", "speedup": speed, "correct": True,
+                          "world_size": 2, "backend": "gloo", "device": "cpu"}
+        records.append(rec)
+    html = Path(corpus_report.build(records, tmp_path)["html"]).read_text()
+    for section, end in (('id="outcomes"', 'id="metrics"'), ('id="metrics"', 'id="mechanisms"')):
+        part = html[html.index(section):html.index(end)]
+        assert "Timings of 2 of 2 timed candidates are from CPU (gloo)" in part, section
+    assert "share correct and faster (fast_1)" in html and "<th>fast_1</th>" not in html
