@@ -249,7 +249,9 @@ def match_problem(
     what = f"'{file_id}_{file_name}'" if file_id is not None else f"'{file_name}'"
     return ProblemMatch(
         "unmatched", file_id, "", file_id, file_name, params, None, against,
-        f"no reference matches {what} by name or id; name the problem with --problem ID",
+        f"no reference matches {what} by name or id; name the problem with --problem ID" if params is not None else
+        f"no reference matches {what} by name or id, and it has no solution() whose parameters could tell: "
+        "if it is a candidate, name the problem with --problem ID (a helper module is no candidate)",
     )
 
 

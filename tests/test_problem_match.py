@@ -77,6 +77,9 @@ def test_an_unmatched_file_says_what_to_do_and_keeps_its_id():
     assert m.rule == "unmatched" and m.id is None and "--problem ID" in m.detail
     m = match_problem(901, "custom", ("t",), CATALOG)
     assert m.rule == "unmatched" and m.id == 901  # a problem file of the user's may hold it
+    # a module with no solution() (a helper beside the candidates) is told apart
+    m = match_problem(None, "util", None, CATALOG)
+    assert m.rule == "unmatched" and "has no solution()" in m.detail and "--problem ID" in m.detail
 
 
 def test_parameter_reading_and_score():
