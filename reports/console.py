@@ -39,7 +39,7 @@ def summary_table(records: list[CandidateRecord], width: int = 56) -> str:
         counts = Counter(f.severity for f in r.findings)
         found = " ".join(sorted({f.rule for f in r.findings}))
         rows.append([path, _axis(r, "mechanism"), _axis(r, "sync"), _axis(r, "overlap"),
-                     f"{counts['error']}E {counts['warning']}W" if r.findings else "0", found])
+                     f"{counts['error']}E {counts['warning']}W", found])
     return tabulate(rows, headers=["candidate", "mechanism", "sync", "overlap", "findings", "rules"], tablefmt="simple")
 
 
