@@ -27,7 +27,8 @@ PAGES_DIR = "kernels"
 
 
 def page_name(index: int, record: Any) -> str:
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", record.path.replace("/", "__")).strip("_")[:90]
+    """The page's file name: its index, then the path's last 90 characters (the file's own name kept whole)."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", record.path.replace("/", "__")).strip("_")[-90:].lstrip("_")
     return f"{index:03d}_{stem}.html"
 
 

@@ -363,3 +363,12 @@ def test_a_report_of_cpu_timings_says_so_above_its_outcome_and_metric_tables(tmp
         part = html[html.index(section):html.index(end)]
         assert "Timings of 2 of 2 timed candidates are from CPU (gloo)" in part, section
     assert "share correct and faster (fast_1)" in html and "<th>fast_1</th>" not in html
+
+
+def test_a_kernel_pages_name_keeps_the_files_own_name():
+    from pkb.record import CandidateRecord
+    from reports.kernel_page import page_name
+
+    rec = CandidateRecord(path="solutions_triton_bf16_h100_8_google_gemini-3-pro-preview/53_fp8_reduce_scatter_grads_triton.py")
+    name = page_name(7, rec)
+    assert name.startswith("007_") and name.endswith("53_fp8_reduce_scatter_grads_triton.py.html") and len(name) <= 100
