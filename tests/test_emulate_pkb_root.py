@@ -191,6 +191,9 @@ def test_a_build_inside_a_call_is_not_counted_by_the_step_limit(tmp_path, monkey
     assert (rec["outcome"], rec["subtype"]) == ("hang", "timeout"), rec
 
 
+from pkb.eval.build import hidden_from_builds as real_hidden_from_builds  # noqa: E402
+
+
 class _FakeBuild:
     """Stands in for pkb.eval.build (its API: build_root, BuildOptions, prebuild_many -> BuildResults)."""
 
@@ -204,6 +207,8 @@ class _FakeBuild:
     class BuildOptions:
         def __init__(self, **kw):
             self.__dict__.update(kw)
+
+    hidden_from_builds = staticmethod(real_hidden_from_builds)  # the real one: what the run hides
 
     def prebuild_many(self, paths, options, jobs=None, timeout_s=900.0):
         self.calls.append(([Path(p) for p in paths], options, timeout_s))
@@ -253,6 +258,7 @@ def test_prebuild_runs_before_the_run_into_the_directory_the_run_routes_to(tmp_p
     (paths, opts, timeout), = fake.calls
     assert [p.read_text() for p in paths] == [cand.read_text(), second.read_text()] and timeout == 123.0
     assert str(opts.root) == "/tmp/pkb-test-builds" == jobs[0]["build_root"]
+    assert opts.hidden == [str(tmp_path / "s.sqlite"), str(tmp_path / "w")]  # the builds' imports do not see the store
     assert opts.extra_sys_path == jobs[0]["extra_sys_path"] == [str(root.resolve())]
     assert rec.evaluation["details"]["prebuild"]["seconds"] == 1.5
     assert rec.evaluation["outcome"] == "wrong_result" and rec.evaluation["emulated"]

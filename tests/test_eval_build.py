@@ -295,3 +295,40 @@ def test_prebuild_of_a_broken_import_is_not_a_crash(tmp_path, root):
     broken.write_text("import no_such_module_here\n")
     r = prebuild(broken, BuildOptions(root=root), timeout_s=60)
     assert r.ok and r.builds == [] and "no_such_module_here" in r.import_error
+
+
+def test_a_prebuilds_import_runs_in_the_launch_sandbox_and_leaves_nothing_running(tmp_path, root):
+    from pkb.eval import sandbox
+
+    store = tmp_path / "store.sqlite"
+    store.write_bytes(b"SQLite format 3\0 the store")
+    outside = tmp_path / "escaped.txt"
+    hostile = tmp_path / "daemon.py"
+    hostile.write_text(textwrap.dedent(f'''
+        import os, time
+        try:
+            seen = open({str(store)!r}, "rb").read()[:15]
+        except OSError:
+            seen = b"unreadable"
+        open(os.path.join({str(root)!r}, "seen-{tmp_path.name}"), "wb").write(seen)
+        if os.fork() == 0:  # a detached daemon that would write outside after the build
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(2)
+                open({str(outside)!r}, "w").write("escaped")
+                os._exit(0)
+            os._exit(0)
+        # the word cpp_extension is what makes a file prebuilt
+        def solution(x):
+            return x
+        '''))
+    r = prebuild(hostile, BuildOptions(root=root, hidden=[str(store)]), timeout_s=60)
+    assert r.ok and r.import_error == "", r
+    kind = r.sandbox["kind"]
+    assert kind == sandbox.choose()[0]
+    time.sleep(3)
+    assert not outside.exists(), "a process of the build's import outlived it"
+    assert r.sandbox.get("strays"), "the daemon the import left running is named"
+    if kind == "bwrap":
+        seen = (root / f"seen-{tmp_path.name}").read_bytes()
+        assert seen in (b"", b"unreadable"), f"the store was readable from the build's import: {seen!r}"

@@ -261,7 +261,7 @@ def prebuild_before_the_clock(files: list[Path], options: Any, device: str) -> d
     out: dict[Path, dict[str, Any]] = {f: {"build_root": str(root)} for f in todo}
     try:
         opts = build.BuildOptions(root=root, extra_sys_path=candidate_sys_path(options), arch_list=environment(options).arch_list,
-                                  python=options.python)
+                                  python=options.python, hidden=build.hidden_from_builds(options))
         results = build.prebuild_many(todo, opts, jobs=getattr(options, "build_jobs", None) or None, timeout_s=options.compile_timeout_s)
     except Exception as exc:  # noqa: BLE001 - a prebuild problem never decides the outcome
         for f in todo:

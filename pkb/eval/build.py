@@ -401,6 +401,7 @@ class BuildResult:
     cached: bool = False  # every build it asked for was already there
     builds: list[dict[str, Any]] = field(default_factory=list)
     import_error: str = ""  # the candidate's import failed (its builds may still have run)
+    sandbox: dict[str, Any] = field(default_factory=dict)  # its kind, and what it left running (killed)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -415,6 +416,9 @@ class BuildOptions:
     hide_gpus: bool = True  # compiling needs no GPU; a candidate's import must not take GPU memory
     repo_root: str = str(Path(__file__).resolve().parents[2])
     max_jobs_per_build: int = 2  # ninja's parallel compiles inside one build (MAX_JOBS)
+    # Hidden from the candidate's import in its sandbox (the store, the evaluation's work folder),
+    # as for its launches.
+    hidden: list[str] = field(default_factory=list)
     # Cores the builds run on (empty: any). A timed launch may run beside the builds on cores of
     # its own (pkb.eval.scheduling), so a compile never takes its CPU.
     cpus: tuple[int, ...] = ()
@@ -432,11 +436,30 @@ class BuildOptions:
             root=Path(build_dir).resolve() if build_dir else build_root(),
             extra_sys_path=[str(Path(pkb_root).resolve())] if pkb_root else [],
             python=getattr(options, "python", None),
+            hidden=hidden_from_builds(options),
         )
 
 
+def hidden_from_builds(options: Any) -> list[str]:
+    """What a build's import must not reach: the run's store and its work folder (other candidates'
+    jobs and results), where the options name them."""
+    out = []
+    for name in ("store_path", "work_dir"):
+        value = getattr(options, name, None)
+        if value:
+            out.append(str(Path(value).resolve()))
+    return out
+
+
 def prebuild(path: Path, options: Any = None, timeout_s: float = 900.0) -> BuildResult:
-    """The candidate's builds in a subprocess of its own session (killed whole on timeout)."""
+    """The candidate's builds in a subprocess of its own session (killed whole on timeout).
+
+    The subprocess imports the candidate, so it runs in the same sandbox as a launch
+    (pkb.eval.sandbox): its own PID namespace, the tree read-only, the store and work folder
+    hidden, writable only the build root and its scratch folder; whatever it leaves running is
+    killed and named in the result (`strays`)."""
+    from pkb.eval import sandbox as sandboxing
+    from pkb.eval.launcher import MARKER_ENV, sweep_strays
     opts = BuildOptions.of(options)
     root = Path(opts.root or build_root())
     logs = root / "logs"
@@ -456,13 +479,24 @@ def prebuild(path: Path, options: Any = None, timeout_s: float = 900.0) -> Build
     env.setdefault("OMP_NUM_THREADS", "1")
     scratch = root / "scratch" / tag
     scratch.mkdir(parents=True, exist_ok=True)
-    cmd = [opts.python or sys.executable, "-m", "pkb.eval.build", str(path), "--root", str(root), "--result", str(result_file)]
+    python = opts.python or sys.executable
+    cmd = [python, "-m", "pkb.eval.build", str(path), "--root", str(root), "--result", str(result_file)]
     for p in opts.extra_sys_path:
         cmd += ["--sys-path", p]
+    marker = os.urandom(8).hex()
+    env[MARKER_ENV] = marker  # a double fork that left the session still carries it (sweep_strays)
+    box = sandboxing.for_job(
+        writable=[str(root), str(scratch)],
+        readonly=[opts.repo_root, str(path.parent), *opts.extra_sys_path, *env["PYTHONPATH"].split(os.pathsep)],
+        hidden=opts.hidden, name=f"build-{tag}",
+    )
     t0 = time.monotonic()
+    timed_out = False
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=partial(os.sched_setaffinity, 0, opts.cpus) if opts.cpus else None)
+        proc = subprocess.Popen(box.wrap(cmd, python, str(scratch)), cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True, pass_fds=box.pass_fds,
+                                preexec_fn=partial(_enter_build_box, box, opts.cpus))
+        box.started()
         try:
             while True:  # in short waits, so that Ctrl-C (pkb.eval.interrupt) stops a build at once
                 try:
@@ -472,16 +506,26 @@ def prebuild(path: Path, options: Any = None, timeout_s: float = 900.0) -> Build
                     raise_if_requested()
                     if time.monotonic() - t0 >= timeout_s:
                         _kill_group(proc)
-                        return BuildResult(False, time.monotonic() - t0, f"prebuild timed out after {timeout_s:.0f} s", str(log_path))
+                        timed_out = True
+                        break
         except BaseException:
             _kill_group(proc)
+            box.finish(proc)
+            sweep_strays(marker, {proc.pid})
             raise
+    boxed = box.finish(proc)
+    strays = [{k: v for k, v in s.items() if k in ("pid", "cmdline", "where")} for s in boxed.get("strays", [])]
+    strays += sweep_strays(marker, {proc.pid})
+    sandbox_note = {"kind": boxed["kind"], **({"strays": strays} if strays else {})}
+    if timed_out:
+        return BuildResult(False, time.monotonic() - t0, f"prebuild timed out after {timeout_s:.0f} s", str(log_path), sandbox=sandbox_note)
     seconds = time.monotonic() - t0
     try:
         data = json.loads(result_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         tail = log_path.read_text(encoding="utf-8", errors="replace")[-2000:]
-        return BuildResult(False, seconds, f"prebuild process exited {proc.returncode} without a result: {tail}", str(log_path))
+        return BuildResult(False, seconds, f"prebuild process exited {proc.returncode} without a result: {tail}", str(log_path),
+                           sandbox=sandbox_note)
     builds = data.get("builds") or []
     failed = [b for b in builds if not b.get("ok")]
     return BuildResult(
@@ -492,7 +536,16 @@ def prebuild(path: Path, options: Any = None, timeout_s: float = 900.0) -> Build
         cached=bool(builds) and all(b.get("cached") for b in builds),
         builds=builds,
         import_error=data.get("import_error", ""),
+        sandbox=sandbox_note,
     )
+
+
+def _enter_build_box(box: Any, cpus: tuple[int, ...]) -> None:
+    """In the build's process, before exec: the sandbox's set-up (cgroup, die with the harness),
+    then the build's cores."""
+    box.preexec()
+    if cpus:
+        os.sched_setaffinity(0, cpus)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -60,20 +60,21 @@ def prebuild_pendings(todo: list[Any], options: Any, env: Any, on_built: Callabl
                       cpus: tuple[int, ...] = ()) -> None:
     """prebuild_all for candidates already known to build (each file read once by `uses_builds`)."""
     from pkb.eval import build_root_for
-    from pkb.eval.build import BuildOptions, prebuild_many
+    from pkb.eval.build import BuildOptions, hidden_from_builds, prebuild_many
 
     root = build_root_for(options)
     groups: dict[tuple[str, ...], list[Any]] = {}
     for p in todo:
         groups.setdefault(tuple(p.job.extra_sys_path), []).append(p)
     for extra, group in groups.items():
-        opts = BuildOptions(root=root, extra_sys_path=list(extra), arch_list=env.arch_list, python=options.python, cpus=cpus)
+        opts = BuildOptions(root=root, extra_sys_path=list(extra), arch_list=env.arch_list, python=options.python, cpus=cpus,
+                            hidden=hidden_from_builds(options))
         by_path = {Path(p.job.candidate_path): p for p in group}
 
         def note(path: Path, res: Any) -> None:
             by_path[path].evaluation.setdefault("details", {})["prebuild"] = {
                 "ok": res.ok, "seconds": round(res.seconds, 2), "cached": res.cached, "error": res.error[:1000],
-                "builds": [b.get("key") for b in res.builds], "log": res.log_path,
+                "builds": [b.get("key") for b in res.builds], "log": res.log_path, "sandbox": res.sandbox,
             }
             if on_built is not None:
                 on_built(by_path[path])
