@@ -99,6 +99,24 @@ def test_recheck_agrees_with_an_honest_rank(tmp_path):
     assert set(check["reference_digests"]["0"]) == {"0"}
 
 
+def test_an_output_linked_to_the_harnesss_own_reference_copy_is_tampering(tmp_path):
+    import os
+
+    reader = _stream(tmp_path, {0: torch.ones(8), 1: torch.ones(8)})
+    fd = reader.references[0]["file"].fileno()
+    # the candidate's file for trial 0 is a link to /proc/self/fd/N: read by the harness, it is
+    # the harness's reference copy; trial 1's leads out of the job folder
+    for t, target in ((0, f"/proc/self/fd/{fd}"), (1, str(tmp_path.parent / "elsewhere.pt"))):
+        path = output_path(tmp_path, 0, t)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, path)
+    torch.save(torch.ones(8), tmp_path.parent / "elsewhere.pt")
+    check = judge.recheck([reader], tmp_path, [{"finished": True, "trials": [_trial(0, True), _trial(1, True)]}])
+    reader.close()
+    assert [e["trial"] for e in check["tampered"]] == [0, 1], check
+    assert all("outside the job folder" in e["evidence"] for e in check["tampered"])
+
+
 def test_an_output_judged_correct_and_then_removed_is_tampering(tmp_path):
     reader = _stream(tmp_path, {0: torch.ones(8)})
     check = judge.recheck([reader], tmp_path, [{"finished": True, "trials": [{**_trial(0, True), "output_saved": "too large"}]}])

@@ -222,6 +222,24 @@ def _digest(f: BinaryIO) -> str:
     return h.hexdigest()
 
 
+def _load_candidate_output(path: Path, job_dir: Path) -> Any:
+    """A rank's saved output, read only where it is a plain file inside the job folder: the
+    candidate names the path's parts, and a link to /proc/self/fd/N would be read in this process
+    as the harness's own reference copy."""
+    import stat
+
+    real = Path(os.path.realpath(path))
+    if not real.is_relative_to(Path(os.path.realpath(job_dir))):
+        raise PermissionError(f"the saved output leads outside the job folder (to {str(real)[:120]})")
+    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PermissionError("the saved output is not a plain file")
+        return _load(f"/proc/self/fd/{fd}")
+    finally:
+        os.close(fd)
+
+
 def _load(path: str | Path) -> Any:
     import torch
 
@@ -331,7 +349,7 @@ def recheck(readers: list[ChannelReader], job_dir: str | Path, rank_results: lis
             try:
                 # the unnamed file through this process's own descriptor table, so it can be mapped
                 expected = _load(f"/proc/self/fd/{ref['file'].fileno()}")
-                got = _load(got_path)
+                got = _load_candidate_output(got_path, Path(job_dir))
                 mine = compare_streaming(expected, got, atol, rtol)
             except Exception as exc:
                 if said:

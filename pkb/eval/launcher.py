@@ -240,6 +240,7 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None, gate: TimingGa
     except OSError as exc:  # the ranks then judge alone, and the record says so
         judge_check = judging.without_channels(f"{type(exc).__name__}: {exc}")
     headroom, headroom_source = sandboxing.memory_headroom()
+    tmpdirs_before = rank_tmpdirs_now()
     log = open(launcher_log_path(job_dir), "wb")
     t0 = time.monotonic()
     proc = subprocess.Popen(
@@ -306,7 +307,7 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None, gate: TimingGa
             key_path(job_dir, r).unlink()
         except OSError:
             pass
-    remove_rank_tmpdirs(job_dir)
+    remove_rank_tmpdirs(job_dir, tmpdirs_before)
     _cap_logs(job_dir, job.world_size, logs_dropped)
     tail = _tail(launcher_log_path(job_dir), 16000)
     ranks = collect_ranks(job_dir, job.world_size, key)
@@ -444,8 +445,20 @@ def collect_ranks(job_dir: Path, world_size: int, key: str | None = None) -> lis
     return reports
 
 
-def remove_rank_tmpdirs(job_dir: Path) -> None:
-    """The short TMPDIRs the ranks made under /tmp (a killed rank cannot remove its own)."""
+def rank_tmpdirs_now() -> set[str]:
+    """The names under /tmp that look like a rank's short TMPDIR (pkb.eval.rank_process.short_tmpdir)."""
+    try:
+        return {n for n in os.listdir("/tmp") if n.startswith("pkb-r")}
+    except OSError:
+        return set()
+
+
+def remove_rank_tmpdirs(job_dir: Path, before: set[str]) -> None:
+    """The short TMPDIRs the ranks made under /tmp (a killed rank cannot remove its own).
+
+    The rank names its folder in its scratch, where the candidate can rewrite it: only a folder
+    of the rank's pattern that appeared during the launch (not in `before`, taken just ahead of it)
+    is removed, so a candidate cannot point the harness at a folder of the host's."""
     import shutil
 
     for marker in Path(job_dir, "scratch").glob("rank*/tmpdir.txt"):
@@ -453,7 +466,9 @@ def remove_rank_tmpdirs(job_dir: Path) -> None:
             tmp = Path(marker.read_text(encoding="utf-8").strip())
         except OSError:
             continue
-        if tmp.name.startswith("pkb-r") and tmp.parent == Path("/tmp"):
+        rank = marker.parent.name[len("rank"):]
+        if (tmp.parent == Path("/tmp") and tmp.name.startswith(f"pkb-r{rank}-") and tmp.name not in before
+                and tmp.is_dir() and not tmp.is_symlink()):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
