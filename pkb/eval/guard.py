@@ -52,7 +52,9 @@ _HARNESS_MODULES = (
 )
 _OTHER = (("json", "dumps"), ("json", "loads"), ("os", "replace"), ("os", "_exit"), ("threading", "enumerate"), ("sys", "setprofile"),
           # pkb.eval.library_loads' hooks on the loaders and symbol lookups of ctypes
-          ("ctypes", "_dlopen"), ("_ctypes", "dlopen"), ("_ctypes", "dlsym"))
+          ("ctypes", "_dlopen"), ("_ctypes", "dlopen"), ("_ctypes", "dlsym"),
+          # an import hook could hand the rank's later imports of harness code a forged copy
+          ("builtins", "__import__"), ("importlib", "import_module"))
 
 
 # Entries Python itself adds to a class's dict (copyreg caches __slotnames__ on first pickling).
@@ -87,12 +89,16 @@ class HarnessSnapshot:
         for cls in graph_classes():  # the wrappers that count a graph's collectives at each replay
             for method in GRAPH_METHODS:
                 self._add(cls, f"cuda.{cls.__name__}", method)
+        # The harness's own modules: the module objects sys.modules hands to a later import, and
+        # every name they bind at module level (their functions and classes, and what they
+        # imported: `pkb.eval.timing.time` rebound to a slower clock moves every figure)
+        self.modules = {name: sys.modules.get(name) for name in _HARNESS_MODULES}
         for modname in _HARNESS_MODULES:
             mod = sys.modules.get(modname)
             if mod is None:
                 continue
             for name, value in list(vars(mod).items()):
-                if isinstance(value, (types.FunctionType, type)) and getattr(value, "__module__", "") == modname:
+                if not name.startswith("__") and (callable(value) or isinstance(value, types.ModuleType)):
                     self._add(mod, modname, name)
         for modname, name in _OTHER:
             self._add(importlib.import_module(modname), modname, name)  # imported here where no one had yet
@@ -125,6 +131,7 @@ class HarnessSnapshot:
             now = owner.__dict__.get(name, getattr(owner, name, None)) if isinstance(owner, type) else getattr(owner, name, None)
             if now is not obj:
                 out.append(label)
+        out += [f"sys.modules[{name!r}]" for name, mod in self.modules.items() if sys.modules.get(name) is not mod]
         current = vars(torch.Tensor)
         for name in set(current) | set(self.tensor_dict):
             if name in _PYTHON_MACHINERY:
@@ -152,6 +159,9 @@ class HarnessSnapshot:
                 setattr(owner, name, obj)
             except Exception:
                 pass
+        for modname, mod in self.modules.items():
+            if mod is not None:
+                sys.modules[modname] = mod
         for name in list(vars(torch.Tensor)):
             if name not in self.tensor_dict:
                 try:

@@ -360,6 +360,14 @@ def judge_rank_timing(readers: list[judging.ChannelReader], ranks: list[RankRepo
         raw = res.pop("timing_raw", None) or {}
         if reader is not None and (reader.timing_rounds or not raw):
             rounds, marks, source = reader.timing_rounds, reader.timing_marks, "channel"
+        elif reader is not None and reader.meta is not None:
+            # the rank's channel was open before the candidate loaded, yet its timings came only
+            # in the result file, which the candidate's process writes: not taken
+            check = {"source": "the rank's result file, its channel open", "problems": [
+                "its channel was open before the candidate loaded, but its timings came only in its result file"]}
+            out.setdefault("ranks", {})[str(r.rank)] = check
+            out.setdefault("problems", []).extend(f"rank {r.rank}: {p}" for p in check["problems"])
+            continue
         else:  # the rank could not open its channel: its result file, without the harness's clock
             rounds, marks, source = list(raw.get("rounds") or []), [], "the rank's result file (no channel)"
             rounds = [{k: v for k, v in m.items() if k != "arrived_ns"} for m in rounds if isinstance(m, dict)]

@@ -1,0 +1,37 @@
+"""The rank's snapshot of what the harness goes through (pkb.eval.guard.HarnessSnapshot) sees a
+harness module's imported names rebound, a harness module swapped in sys.modules and an import
+hook; restore() puts each back."""
+
+import builtins
+import sys
+import time as real_time
+import types
+
+import pkb.eval.timing  # noqa: F401 - a harness module the snapshot watches
+from pkb.eval import guard
+
+
+def test_a_harness_modules_imported_clock_rebound_is_seen_and_restored():
+    timing = sys.modules["pkb.eval.timing"]
+    assert timing.time is real_time
+    snapshot = guard.HarnessSnapshot()
+    assert snapshot.changed() == []
+    timing.time = types.SimpleNamespace(perf_counter_ns=lambda: 0)  # a clock of the candidate's
+    assert "pkb.eval.timing.time" in snapshot.changed()
+    snapshot.restore()
+    assert timing.time is real_time and snapshot.changed() == []
+
+
+def test_a_swapped_harness_module_and_an_import_hook_are_seen_and_restored():
+    snapshot = guard.HarnessSnapshot()
+    real_import, real_module = builtins.__import__, sys.modules["pkb.eval.timing"]
+    try:
+        sys.modules["pkb.eval.timing"] = types.ModuleType("pkb.eval.timing")  # what a later import would get
+        builtins.__import__ = lambda *a, **k: real_import(*a, **k)
+        changed = snapshot.changed()
+        assert "sys.modules['pkb.eval.timing']" in changed and "builtins.__import__" in changed
+        snapshot.restore()
+        assert sys.modules["pkb.eval.timing"] is real_module and builtins.__import__ is real_import
+    finally:
+        builtins.__import__ = real_import
+        sys.modules["pkb.eval.timing"] = real_module
