@@ -35,3 +35,14 @@ def test_a_swapped_harness_module_and_an_import_hook_are_seen_and_restored():
     finally:
         builtins.__import__ = real_import
         sys.modules["pkb.eval.timing"] = real_module
+
+
+def test_an_output_tensor_with_its_own_methods_is_foreign():
+    import torch
+
+    plain = torch.ones(3)
+    assert guard.foreign_tensor_types([plain, {"a": torch.zeros(2)}]) == []
+    lazy = torch.ones(3)
+    lazy.clone = lambda *a, **k: torch.zeros(3)  # the candidate's code where the harness copies it
+    lazy.note = "an attribute of its own that shadows nothing"
+    assert guard.foreign_tensor_types((plain, lazy)) == ["torch.Tensor with its own clone"]

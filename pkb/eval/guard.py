@@ -589,7 +589,9 @@ def started_threads(before: set[int]) -> list[threading.Thread]:
 
 
 def foreign_tensor_types(x: Any) -> list[str]:
-    """Types of output leaves that are tensors but not exactly torch.Tensor (lazy or lying subclasses)."""
+    """Types of output leaves that are tensors but not exactly torch.Tensor (lazy or lying
+    subclasses), or a torch.Tensor whose own attributes shadow the class's (a `clone` set on the
+    instance runs the candidate's code wherever the harness copies the output)."""
     import torch
 
     out: list[str] = []
@@ -598,6 +600,10 @@ def foreign_tensor_types(x: Any) -> list[str]:
         if isinstance(v, torch.Tensor):
             if type(v) is not torch.Tensor and type(v) is not torch.nn.Parameter:
                 out.append(type(v).__qualname__)
+            else:
+                shadowed = sorted(n for n in getattr(v, "__dict__", {}) if hasattr(type(v), n))
+                if shadowed:
+                    out.append(f"torch.Tensor with its own {', '.join(shadowed[:4])}")
         elif isinstance(v, (list, tuple)):
             for e in v:
                 walk(e)

@@ -373,7 +373,7 @@ class Rank(RankTiming):
         if foreign:
             raise CandidateFailure(
                 "suspect", "harness_tamper",
-                TypeError(f"the output is a tensor subclass ({', '.join(sorted(set(foreign)))}), not torch.Tensor: its comparison and timing cannot be trusted"),
+                TypeError(f"the output is not a plain torch.Tensor ({', '.join(sorted(set(foreign)))}): its comparison and timing cannot be trusted"),
             )
 
     def compare(self, expected: Any, got: Any) -> dict[str, Any]:
