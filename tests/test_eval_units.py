@@ -92,6 +92,19 @@ def test_compile_subtype_from_compiler_text(subtype):
     assert classify_exception(RuntimeError(text)) == ("compile_error", subtype)
 
 
+def test_a_triton_compile_error_subclass_is_a_compile_error():
+    # seen on an H100 (PKB's Gemini Triton 56): Triton refuses a `break` in a kernel, raising its
+    # UnsupportedLanguageConstruct, a subclass of its CompilationError
+    class CompilationError(Exception):
+        pass
+
+    class UnsupportedLanguageConstruct(CompilationError):
+        pass
+
+    exc = UnsupportedLanguageConstruct("at 41:16:\n                break\n                ^\nunsupported AST node type: Break")
+    assert classify_exception(exc) == ("compile_error", "triton_syntax")
+
+
 def test_a_missing_user_defined_conversion_is_a_type_mismatch():
     # seen on the H200 (a PKB Gemini file): c10's BFloat16 handed where __nv_bfloat16 is expected
     text = ("Error building extension 'ext':\n[1/2] nvcc ...\ncuda.cu(97): error: no suitable user-defined conversion from "

@@ -52,6 +52,11 @@ _COMPILE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
     (
+        # Triton's front end refusing the kernel's Python (a construct it does not compile)
+        "triton_syntax",
+        re.compile(r"unsupported AST node type|UnsupportedLanguageConstruct|unsupported language construct", re.I),
+    ),
+    (
         "cuda_syntax",
         # ... and source that nvcc accepts only with a flag the helper does not pass (--extended-lambda)
         re.compile(r"expected an? |expected '|syntax error|error: expected|unexpected token"
@@ -153,7 +158,9 @@ def classify_exception(exc: BaseException, *, during_build: bool = False, phase:
     name = type(exc).__name__
     if isinstance(exc, SyntaxError):  # includes IndentationError, TabError
         return "compile_error", "python_syntax"
-    if during_build or looks_like_build_failure(text) or name in ("CompilationError", "CompileException"):
+    # Triton's compile errors subclass its CompilationError (UnsupportedLanguageConstruct, ...)
+    compile_classes = {c.__name__ for c in type(exc).__mro__} & {"CompilationError", "CompileException"}
+    if during_build or looks_like_build_failure(text) or compile_classes:
         return "compile_error", compile_subtype(text)
     if isinstance(exc, ImportError):
         # A compiled module that does not link is a build defect, not a missing package.
