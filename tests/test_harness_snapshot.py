@@ -46,3 +46,21 @@ def test_an_output_tensor_with_its_own_methods_is_foreign():
     lazy.clone = lambda *a, **k: torch.zeros(3)  # the candidate's code where the harness copies it
     lazy.note = "an attribute of its own that shadows nothing"
     assert guard.foreign_tensor_types((plain, lazy)) == ["torch.Tensor with its own clone"]
+
+
+def test_a_torch_function_mode_left_pushed_is_seen():
+    from torch.overrides import TorchFunctionMode
+
+    class AgreeWithEverything(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+
+    snapshot = guard.HarnessSnapshot()
+    mode = AgreeWithEverything()
+    with mode:  # pushed inside a call and popped before it returns: nothing to see afterwards
+        pass
+    assert snapshot.changed() == []
+    mode.__enter__()
+    assert "a torch function mode left pushed" in snapshot.changed()
+    snapshot.restore()  # pops it
+    assert snapshot.changed() == []

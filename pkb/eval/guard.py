@@ -105,6 +105,9 @@ class HarnessSnapshot:
         self._add(importlib.import_module("ctypes").CDLL, "ctypes.CDLL", "__getitem__")
         # Methods set on torch.Tensor itself (Tensor.__eq__ = ... lands in this dict).
         self.tensor_dict = dict(vars(torch.Tensor))
+        # Torch function and dispatch modes: one the candidate leaves pushed runs its code inside
+        # every torch call of the harness's comparison (it can make any answer compare equal).
+        self.modes = _mode_depths()
         # The counter's kernels at the dispatcher: a candidate that drops or overrides one
         # (torch.library, the Library object's _destroy) would hide its collectives.
         self.dispatcher_hooks = dispatcher_hook_lines()
@@ -132,6 +135,7 @@ class HarnessSnapshot:
             if now is not obj:
                 out.append(label)
         out += [f"sys.modules[{name!r}]" for name, mod in self.modules.items() if sys.modules.get(name) is not mod]
+        out += [f"a torch {kind} mode left pushed" for kind, depth in _mode_depths().items() if depth > self.modes.get(kind, 0)]
         current = vars(torch.Tensor)
         for name in set(current) | set(self.tensor_dict):
             if name in _PYTHON_MACHINERY:
@@ -162,6 +166,12 @@ class HarnessSnapshot:
         for modname, mod in self.modules.items():
             if mod is not None:
                 sys.modules[modname] = mod
+        for kind, pop in (("function", "_pop_torch_function_stack"), ("dispatch", "_pop_torch_dispatch_stack")):
+            while _mode_depths().get(kind, 0) > self.modes.get(kind, 0):
+                try:
+                    getattr(torch._C, pop)()
+                except Exception:
+                    break
         for name in list(vars(torch.Tensor)):
             if name not in self.tensor_dict:
                 try:
@@ -586,6 +596,18 @@ def new_live_threads(before: set[int]) -> list[str]:
 
 def started_threads(before: set[int]) -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.is_alive() and t.ident not in before and t.name != "pkb-watchdog"]
+
+
+def _mode_depths() -> dict[str, int]:
+    """How many torch function and dispatch modes are pushed (each a hook on every torch call)."""
+    import torch
+
+    out = {}
+    for kind, name in (("function", "_len_torch_function_stack"), ("dispatch", "_len_torch_dispatch_stack")):
+        depth = getattr(torch._C, name, None)
+        if depth is not None:
+            out[kind] = int(depth())
+    return out
 
 
 def foreign_tensor_types(x: Any) -> list[str]:

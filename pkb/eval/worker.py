@@ -379,6 +379,8 @@ class Rank(RankTiming):
     def compare(self, expected: Any, got: Any) -> dict[str, Any]:
         from pkb.eval.compare import compare_outputs
 
+        self.check_tamper("the candidate's call, before its output was compared")  # a torch mode would sit in every op of the comparison
+
         atol, rtol = self.source.tolerance
         try:
             return compare_outputs(expected, got, atol, rtol)
