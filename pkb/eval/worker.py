@@ -134,6 +134,11 @@ class Rank(RankTiming):
                 rep.save()
             return 1
         except BaseException as exc:  # a fault of this harness: say so, do not blame the candidate
+            if self.solution is not None and self._job_file_replaced(exc):
+                # ... unless the candidate, loaded, put something else where the harness writes its
+                # own files in the job folder (a directory at verdict_rank0.json)
+                rep.fail(exc, "suspect", "harness_tamper", "candidate")
+                return 1
             rep.fail(exc, "", "", "harness")
             return 1
         finally:
@@ -280,6 +285,15 @@ class Rank(RankTiming):
             what = "no `solution`" if fn is None else f"`solution` is a {type(fn).__name__}, not callable"
             raise CandidateFailure("load_error", "no_solution", AttributeError(f"{what} in {self.job.candidate_path}"))
         self.solution = fn
+
+    def _job_file_replaced(self, exc: BaseException) -> bool:
+        """Whether `exc` is the harness failing on a path of its own in the job folder, which only
+        the candidate's process (after the load) could have changed there."""
+        if not isinstance(exc, OSError) or isinstance(exc, (ConnectionError, TimeoutError)):
+            return False
+        job = os.path.realpath(self.job.job_dir)
+        paths = [p for p in (exc.filename, getattr(exc, "filename2", None)) if p]
+        return any(os.path.realpath(str(p)).startswith(job + os.sep) for p in paths)
 
     def check_tamper(self, where: str) -> None:
         if self.snapshot is None:
