@@ -154,6 +154,24 @@ def test_speedup_uses_the_slowest_rank_and_sets_faster_or_slower():
     assert slower["outcome"] == "slower" and slower["speedup"] == pytest.approx(0.25)
 
 
+def test_the_reference_is_charged_its_faster_time_from_before_the_candidate_loaded():
+    # the reference's interleaved calls read 1.0 ms; timed before the candidate loaded, 0.25 ms on
+    # rank 0 (a loaded candidate slowed it) and 2.0 ms on rank 1 (noise: the interleaved is kept)
+    ranks = [_ok_rank(0.5), _ok_rank(0.5)]
+    ranks[0]["timing"]["reference_alone"] = {"event": None, "wall": timing_summary([0.25] * 5)}
+    ranks[1]["timing"]["reference_alone"] = {"event": None, "wall": timing_summary([2.0] * 5)}
+    ev = decide(_launch(ranks))
+    # the slowest rank's reference: max(0.25, 1.0) = 1.0 ms against 0.5 ms
+    assert ev["speedup"] == pytest.approx(2.0)
+    assert ev["details"]["rank_times_ms"]["reference"] == {0: 0.25, 1: 1.0}
+    assert ev["details"]["reference_alone"]["ranks_taken"] == {"0": 4.0}
+    slowed = [_ok_rank(0.5), _ok_rank(0.5)]
+    for r in slowed:
+        r["timing"]["reference_alone"] = {"event": None, "wall": timing_summary([0.2] * 5)}
+    ev = decide(_launch(slowed))
+    assert ev["outcome"] == "slower" and ev["speedup"] == pytest.approx(0.4)  # faster 2x on the slowed reference
+
+
 def test_wrong_on_timed_calls_or_after_refresh_is_suspect():
     cached = _ok_rank(0.5, timed_checks=[_trial(False, kind="timed")])
     ev = decide(_launch([cached, _ok_rank(0.5)]))

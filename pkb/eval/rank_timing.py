@@ -16,6 +16,8 @@ from pkb.eval.guard import dispatcher_hook_lines
 from pkb.eval.rank_report import CandidateFailure
 from pkb.eval.tensors import bitwise_equal, clone_tree, copy_into, overlaps_any, shared_output_groups, storage_ptrs
 
+# The side name of the reference's calls timed before the candidate loaded.
+REFERENCE_ALONE = "reference_alone"
 # Seeds of the timing groups and of the refresh check start past the correctness trials.
 GROUP_TRIAL_BASE = 1000
 REFRESH_TRIAL = 999
@@ -55,6 +57,47 @@ class RankTiming:
         if lost:
             raise CandidateFailure("suspect", "harness_tamper", RuntimeError(
                 f"after the timed calls of the candidate, the harness's dispatcher kernels could not be put back on {', '.join(lost[:6])}"))
+
+    def time_reference_alone(self) -> None:
+        """The reference's timed calls before the candidate is loaded: no code of the candidate's
+        is in this process yet, so nothing of it (a thread that holds the GIL or the GPU while the
+        reference runs, a signal timer) can slow them. The harness charges the reference the
+        faster of this and its interleaved time (pkb.eval.outcome.speedups), so slowing the
+        reference once loaded buys a candidate nothing. Raw measurements go through the channel
+        as side `reference_alone`, like the interleaved ones."""
+        import torch.distributed as dist
+
+        from pkb.eval.timing import time_interleaved
+
+        job, channel = self.job, getattr(self, "channel", None)
+        if not (job.timing and job.iters) or channel is None or not channel.open:
+            return
+        group = self._inputs(GROUP_TRIAL_BASE)
+        meta = {"iters": job.iters, "warmup": job.warmup, "rounds": max(1, min(TIMING_ROUNDS, job.iters)), "groups": 1}
+
+        def on_round(side: str, r: int, measured: dict[str, Any]) -> None:
+            channel.send({"kind": "timing_round", "side": REFERENCE_ALONE, "round": r, **meta, "measured": measured})
+
+        def mark(side: str, r: int, loop: str, at: str) -> None:
+            channel.send({"kind": "timing_mark", "side": REFERENCE_ALONE, "round": r, "pass": loop, "at": at})
+
+        wd, reference = self.watchdog, self.source.reference
+
+        def guarded(*args: Any) -> Any:
+            wd.call_start("reference", job.call_timeout_s)
+            try:
+                return reference(*args)
+            finally:
+                wd.call_end()
+
+        try:
+            time_interleaved({"reference": guarded}, [group], warmup=job.warmup, iters=job.iters,
+                             rounds=TIMING_ROUNDS, device=self.device, barrier=dist.barrier, keep=set(),
+                             on_round=on_round, mark=mark)
+        except Exception as exc:  # the reference ran these inputs' shapes in its check: a harness matter
+            from pkb.eval.rank_report import ReferenceFailure
+
+            raise ReferenceFailure(exc) from exc
 
     def timing(self, n_groups: int) -> None:
         """Interleaved timed rounds over fresh input groups (new contents at new addresses), then

@@ -22,6 +22,8 @@ from typing import Any
 from pkb.eval.timing import stats_from_rounds
 
 SIDES = ("reference", "candidate")
+# Timed before the candidate loaded, where the job timed at all (pkb.eval.rank_timing.time_reference_alone).
+OPTIONAL_SIDES = ("reference_alone",)
 # The rank's claimed loop time may fall short of what the harness's clock saw between the loop's
 # edges by this factor plus this slack before it is called understated: the harness stamps a
 # message when its reader thread wakes (scheduling, the GIL), never earlier than the rank sent it.
@@ -36,7 +38,7 @@ def judge_timing(rounds: list[dict[str, Any]], marks: list[dict[str, Any]], iter
     per side. Without arrival stamps (the measurements came in the rank's result file: no
     channel) the clock is not checked, and the check says so."""
     check: dict[str, Any] = {"source": source, "sides": {}, "problems": []}
-    by_side: dict[str, list[dict[str, Any]]] = {s: [] for s in SIDES}
+    by_side: dict[str, list[dict[str, Any]]] = {s: [] for s in (*SIDES, *OPTIONAL_SIDES)}
     for msg in rounds:
         if msg.get("side") in by_side:
             by_side[msg["side"]].append(msg)
@@ -44,14 +46,15 @@ def judge_timing(rounds: list[dict[str, Any]], marks: list[dict[str, Any]], iter
     for side, msgs in by_side.items():
         msgs.sort(key=lambda m: int(m.get("round", 0)))
         if not msgs:
-            check["problems"].append(f"no measurements of the {side}")
+            if side in SIDES:
+                check["problems"].append(f"no measurements of the {side}")
             continue
         measured = [m.get("measured") or {} for m in msgs]
         head = msgs[0]
         stats[side] = stats_from_rounds(measured, iters=int(head.get("iters", iters)), warmup=int(head.get("warmup", 0)),
                                         rounds=int(head.get("rounds", len(msgs))), groups=int(head.get("groups", 1)))
         check["sides"][side] = _side_check(side, msgs, measured, marks, iters, check["problems"])
-    return (stats if set(stats) == set(SIDES) else None), check
+    return (stats if set(SIDES) <= set(stats) else None), check
 
 
 def _side_check(side: str, msgs: list[dict[str, Any]], measured: list[dict[str, Any]], marks: list[dict[str, Any]],
