@@ -289,7 +289,8 @@ def test_no_screen_starts_while_a_parked_candidate_waits_for_the_node(monkeypatc
 def test_builds_run_on_the_cores_they_are_given(tmp_path, monkeypatch):
     from pkb.eval.build import BuildOptions, prebuild
 
-    seen = tmp_path / "cores.txt"
+    seen = tmp_path / "builds" / "cores.txt"  # the build root: what the prebuild's sandbox lets it write
+    seen.parent.mkdir()
     monkeypatch.setenv("PKB_TEST_CORES_FILE", str(seen))
     cand = write_candidate(tmp_path / "c", "1_allreduce_cores.py",
                            'import os\nopen(os.environ["PKB_TEST_CORES_FILE"], "w").write(repr(sorted(os.sched_getaffinity(0))))\n')

@@ -260,3 +260,42 @@ def test_an_honest_rank_at_the_edge_of_the_tolerance_is_a_disagreement_a_forged_
     check = judge.recheck([reader], tmp_path, [{"finished": True, "trials": [forged]}])
     reader.close()
     assert len(check["tampered"]) == 1
+
+
+def test_the_references_own_timing_is_taken_only_before_the_candidate_loads(tmp_path):
+    reader = judge.open_channels(tmp_path, 1)[0]
+    channel = RankChannel(str(tmp_path), 0)
+    channel.send({"kind": "meta", "rank": 0, "trials": 1, "atol": ATOL, "rtol": RTOL})
+    channel.send_reference(0, torch.ones(4), 1 << 20)
+    alone = {"kind": "timing_round", "side": "reference_alone", "round": 0, "measured": {"calls": 1, "wall_ns": [5]}}
+    channel.send(alone)  # the rank, before the candidate loads
+    channel.end_references()
+    channel.send(alone)  # after the load: only the candidate's process could send it now
+    channel.send({"kind": "timing_round", "side": "candidate", "round": 0, "measured": {"calls": 1, "wall_ns": [5]}})
+    channel.close()
+    judge.finish_channels([reader])
+    assert [m["side"] for m in reader.timing_rounds] == ["reference_alone", "candidate"]
+    assert reader.late == [judge.LATE_REFERENCE_ALONE]
+    reader.close()
+
+
+def test_a_late_reference_timing_is_a_timing_problem_and_the_gate_ignores_the_early_one():
+    import types
+
+    from pkb.eval.launcher import judge_rank_timing
+
+    reader = types.SimpleNamespace(rank=0, late=[judge.LATE_REFERENCE_ALONE], timing_rounds=[], timing_marks=[], meta=None)
+    check = judge_rank_timing([reader], [RankReport(0, "done", {"finished": True})], iters=3)
+    assert check["problems"] == [f"rank 0: {judge.LATE_REFERENCE_ALONE}"]
+
+    class Gate:
+        seen = None
+
+        def check(self, by_rank):
+            Gate.seen = by_rank
+            return []
+
+    early = {"side": "reference_alone", "arrived_ns": 1}
+    reader = types.SimpleNamespace(rank=0, late=[], timing_rounds=[early], timing_marks=[], meta=None)
+    judge_rank_timing([reader], [RankReport(0, "done", {"finished": True})], iters=3, gate=Gate())
+    assert Gate.seen == {0: []}  # sent before the candidate loaded, by design before the gate opened

@@ -27,6 +27,9 @@ from typing import Any, BinaryIO
 
 from pkb.eval.verdict_channel import channel_path, output_path
 
+REFERENCE_ALONE = "reference_alone"  # pkb.eval.rank_timing.REFERENCE_ALONE
+LATE_REFERENCE_ALONE = "timing of the reference alone after the candidate loaded"
+
 READ_CHUNK = 1 << 20
 COMPARE_CHUNK = 4 << 20  # elements per slice: the comparison holds a few float64 copies of one
 HEADER_MAX = 1 << 20  # a timing round's measurements (a few numbers per call) fit many times over
@@ -73,6 +76,9 @@ class ChannelReader(threading.Thread):
                     self.meta = header
                 elif kind == "reference":
                     self._reference(header)
+                elif kind in ("timing_round", "timing_mark") and header.get("side") == REFERENCE_ALONE:
+                    # the reference timed before the candidate loaded (pkb.eval.rank_timing)
+                    (self.timing_rounds if kind == "timing_round" else self.timing_marks).append({**header, "arrived_ns": arrived_ns})
                 elif kind == "references_end":
                     self.references_done = True
                 elif kind == "done":
@@ -100,7 +106,9 @@ class ChannelReader(threading.Thread):
             kind = header.get("kind") if isinstance(header, dict) else None
         except ValueError:
             header, kind = {}, None
-        if kind == "timing_round":
+        if kind in ("timing_round", "timing_mark") and header.get("side") == REFERENCE_ALONE:
+            self.late.append(LATE_REFERENCE_ALONE)  # only the rank, before the candidate loaded, sends these
+        elif kind == "timing_round":
             self.timing_rounds.append({**header, "arrived_ns": arrived_ns})
         elif kind == "timing_mark":
             self.timing_marks.append({**header, "arrived_ns": arrived_ns})

@@ -354,6 +354,8 @@ def judge_rank_timing(readers: list[judging.ChannelReader], ranks: list[RankRepo
         reader = by_rank.get(r.rank)
         if reader is not None and reader.late:  # kept for a rank that died or hung too: evidence of tampering
             out.setdefault("late_messages", {})[str(r.rank)] = reader.late[:8]
+            if judging.LATE_REFERENCE_ALONE in reader.late:
+                out.setdefault("problems", []).append(f"rank {r.rank}: {judging.LATE_REFERENCE_ALONE}")
         if res is None:
             continue
         res.pop("timing", None)  # a rank measures; it does not report figures
@@ -371,8 +373,8 @@ def judge_rank_timing(readers: list[judging.ChannelReader], ranks: list[RankRepo
         else:  # the rank could not open its channel: its result file, without the harness's clock
             rounds, marks, source = list(raw.get("rounds") or []), [], "the rank's result file (no channel)"
             rounds = [{k: v for k, v in m.items() if k != "arrived_ns"} for m in rounds if isinstance(m, dict)]
-        if not rounds:
-            continue
+        if not any(m.get("side") != judging.REFERENCE_ALONE for m in rounds):
+            continue  # nothing timed beside the candidate (a screen that failed, say): nothing to judge
         try:
             stats, check = judge_timing(rounds, marks, iters, source)
         except (TypeError, ValueError, KeyError, AttributeError) as exc:  # the candidate's process wrote them
@@ -382,7 +384,9 @@ def judge_rank_timing(readers: list[judging.ChannelReader], ranks: list[RankRepo
         out.setdefault("ranks", {})[str(r.rank)] = check
         out.setdefault("problems", []).extend(f"rank {r.rank}: {p}" for p in check["problems"])
     if gate is not None:
-        out.setdefault("problems", []).extend(gate.check({rd.rank: [*rd.timing_rounds, *rd.timing_marks] for rd in readers}))
+        # the reference's own timing came before the candidate loaded, by design before the gate
+        out.setdefault("problems", []).extend(gate.check({rd.rank: [m for m in (*rd.timing_rounds, *rd.timing_marks)
+                                                                    if m.get("side") != judging.REFERENCE_ALONE] for rd in readers}))
         if not out["problems"]:
             del out["problems"]
     return out

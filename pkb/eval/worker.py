@@ -108,6 +108,10 @@ class Rank(RankTiming):
             if self.job.timing:
                 rep.phase("reference timing")  # each call under the call limit (the watchdog)
                 self.time_reference_alone()
+            if self.channel is not None:
+                # the harness takes references and the reference's own timing only until this
+                # mark; the channel stays open for the interleaved timing's measurements
+                self.channel.end_references()
             rep.phase("load", self.job.import_timeout_s)
             self.load()
             all_matched = self.correctness()
@@ -211,7 +215,6 @@ class Rank(RankTiming):
                     self.sync()
             del out, inputs, pristine
         if channel is not None:
-            channel.end_references()  # open still, for the timing's raw measurements (rank_timing)
             self.reporter.result["judge_channel"] = {"sent": sent} if sent else {"why_not": channel.why_not or "not used"}
         self.reference_checked = True
 
