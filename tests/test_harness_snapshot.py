@@ -64,3 +64,18 @@ def test_a_torch_function_mode_left_pushed_is_seen():
     assert "a torch function mode left pushed" in snapshot.changed()
     snapshot.restore()  # pops it
     assert snapshot.changed() == []
+
+
+def test_a_harness_write_in_the_job_folder_fails_on_a_replaced_path_not_on_a_full_disk(tmp_path):
+    import errno
+    import os
+
+    from pkb.eval.worker import Rank
+
+    rank = Rank.__new__(Rank)
+    rank.job = types.SimpleNamespace(job_dir=str(tmp_path))
+    verdict = str(tmp_path / "verdict_rank0.json")
+    assert rank._job_file_replaced(IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), verdict))
+    assert not rank._job_file_replaced(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), verdict))  # the machine's
+    assert not rank._job_file_replaced(IsADirectoryError(errno.EISDIR, "x", "/elsewhere/verdict_rank0.json"))
+    assert not rank._job_file_replaced(ValueError("not a path"))

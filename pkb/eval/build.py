@@ -487,7 +487,7 @@ def prebuild(path: Path, options: Any = None, timeout_s: float = 900.0) -> Build
     env[MARKER_ENV] = marker  # a double fork that left the session still carries it (sweep_strays)
     box = sandboxing.for_job(
         writable=[str(root), str(scratch)],
-        readonly=[opts.repo_root, str(path.parent), *opts.extra_sys_path, *env["PYTHONPATH"].split(os.pathsep)],
+        readonly=[opts.repo_root, str(path.parent), *opts.extra_sys_path, *(p for p in env["PYTHONPATH"].split(os.pathsep) if p)],
         hidden=opts.hidden, name=f"build-{tag}",
     )
     t0 = time.monotonic()

@@ -11,6 +11,7 @@ returned, so the harness judges again where the candidate never was (pkb.eval.ju
 
 from __future__ import annotations
 
+import errno
 import importlib
 import importlib.util
 import inspect
@@ -30,6 +31,12 @@ from pkb.eval.verdict_channel import RankChannel
 
 
 # ---- the rank -------------------------------------------------------------------------------------
+
+
+# What the harness's own write or read in the job folder meets when its path was replaced: a
+# directory or a link where a file goes, a file where a folder goes, a file removed or locked.
+_REPLACED_PATH_ERRNOS = frozenset({errno.EISDIR, errno.ENOTDIR, errno.ELOOP, errno.EEXIST, errno.ENOTEMPTY,
+                                   errno.ENOENT, errno.EACCES, errno.EPERM})
 
 
 class Rank(RankTiming):
@@ -295,8 +302,8 @@ class Rank(RankTiming):
     def _job_file_replaced(self, exc: BaseException) -> bool:
         """Whether `exc` is the harness failing on a path of its own in the job folder, which only
         the candidate's process (after the load) could have changed there."""
-        if not isinstance(exc, OSError) or isinstance(exc, (ConnectionError, TimeoutError)):
-            return False
+        if not isinstance(exc, OSError) or exc.errno not in _REPLACED_PATH_ERRNOS:
+            return False  # a full disk or an I/O error is the machine's, whoever wrote last
         job = os.path.realpath(self.job.job_dir)
         paths = [p for p in (exc.filename, getattr(exc, "filename2", None)) if p]
         return any(os.path.realpath(str(p)).startswith(job + os.sep) for p in paths)
