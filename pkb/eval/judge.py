@@ -25,9 +25,8 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from pkb.eval.verdict_channel import channel_path, output_path
+from pkb.eval.verdict_channel import REFERENCE_ALONE, channel_path, output_path
 
-REFERENCE_ALONE = "reference_alone"  # pkb.eval.rank_timing.REFERENCE_ALONE
 LATE_REFERENCE_ALONE = "timing of the reference alone after the candidate loaded"
 
 READ_CHUNK = 1 << 20

@@ -50,6 +50,7 @@ from pkb.eval.launcher import LaunchResult
 from pkb.collectives import HOST_SYNCS
 from pkb.taxonomy import most_telling
 from pkb.eval.timing import event_time_ms, rank_time_ms, rank_time_range_ms
+from pkb.eval.verdict_channel import REFERENCE_ALONE
 
 _ERROR_PRIORITY = ("compile_error", "load_error", "runtime_error")
 
@@ -468,7 +469,7 @@ def _reference_at_its_fastest(timings: dict[int, dict[str, Any] | None], out: di
     chosen: dict[int, dict[str, Any] | None] = {}
     slowed: dict[str, float] = {}
     for r, t in timings.items():
-        alone = (t or {}).get("reference_alone")
+        alone = (t or {}).get(REFERENCE_ALONE)
         a, i = rank_time_ms(alone), rank_time_ms((t or {}).get("reference"))
         if t and a is not None and i is not None and a < i:
             chosen[r] = {**t, "reference": alone}

@@ -15,9 +15,8 @@ from typing import Any, Callable, Iterator
 from pkb.eval.guard import dispatcher_hook_lines
 from pkb.eval.rank_report import CandidateFailure
 from pkb.eval.tensors import bitwise_equal, clone_tree, copy_into, overlaps_any, shared_output_groups, storage_ptrs
+from pkb.eval.verdict_channel import REFERENCE_ALONE
 
-# The side name of the reference's calls timed before the candidate loaded.
-REFERENCE_ALONE = "reference_alone"
 # Seeds of the timing groups and of the refresh check start past the correctness trials.
 GROUP_TRIAL_BASE = 1000
 REFRESH_TRIAL = 999

@@ -20,10 +20,11 @@ import math
 from typing import Any
 
 from pkb.eval.timing import stats_from_rounds
+from pkb.eval.verdict_channel import REFERENCE_ALONE
 
 SIDES = ("reference", "candidate")
 # Timed before the candidate loaded, where the job timed at all (pkb.eval.rank_timing.time_reference_alone).
-OPTIONAL_SIDES = ("reference_alone",)
+OPTIONAL_SIDES = (REFERENCE_ALONE,)
 # The rank's claimed loop time may fall short of what the harness's clock saw between the loop's
 # edges by this factor plus this slack before it is called understated: the harness stamps a
 # message when its reader thread wakes (scheduling, the GIL), never earlier than the rank sent it.

@@ -35,6 +35,9 @@ from pkb.eval.tensors import tensors_of
 # per output (all its tensors): the rank holds two host copies while sending, the harness keeps
 # every trial of every rank in temporary files until the launch ends (it compares slice by slice)
 DEFAULT_CAP_BYTES = 128 * 1024 * 1024
+# The side of the reference's timed calls made before the candidate loaded: the harness takes its
+# rounds and marks only before `references_end` (pkb.eval.rank_timing.time_reference_alone).
+REFERENCE_ALONE = "reference_alone"
 
 
 def channel_path(job_dir: str | Path, rank: int) -> Path:
