@@ -299,3 +299,17 @@ def test_a_late_reference_timing_is_a_timing_problem_and_the_gate_ignores_the_ea
     reader = types.SimpleNamespace(rank=0, late=[], timing_rounds=[early], timing_marks=[], meta=None)
     judge_rank_timing([reader], [RankReport(0, "done", {"finished": True})], iters=3, gate=Gate())
     assert Gate.seen == {0: []}  # sent before the candidate loaded, by design before the gate opened
+
+
+def test_timings_only_in_the_result_file_beside_an_open_channel_are_a_problem_whatever_came_before_the_load():
+    import types
+
+    from pkb.eval.launcher import judge_rank_timing
+
+    # the reference's own timing arrived through the channel before the load; the interleaved
+    # rounds then came only in the result file (the candidate had set the rank's channel aside)
+    alone = {"side": "reference_alone", "round": 0, "arrived_ns": 1}
+    reader = types.SimpleNamespace(rank=0, late=[], timing_rounds=[alone], timing_marks=[], meta={"trials": 1})
+    raw = {"rounds": [{"side": "candidate", "round": 0, "measured": {"calls": 3, "wall_ns": [1, 1, 1]}}]}
+    check = judge_rank_timing([reader], [RankReport(0, "done", {"finished": True, "timing_raw": raw})], iters=3)
+    assert check["problems"] == ["rank 0: its channel was open before the candidate loaded, but its timings came only in its result file"]

@@ -360,7 +360,10 @@ def judge_rank_timing(readers: list[judging.ChannelReader], ranks: list[RankRepo
             continue
         res.pop("timing", None)  # a rank measures; it does not report figures
         raw = res.pop("timing_raw", None) or {}
-        if reader is not None and (reader.timing_rounds or not raw):
+        # the reference's own timing (before the load) comes through the channel whatever the
+        # candidate does later: only the interleaved rounds say whether the timing used it
+        beside = [m for m in reader.timing_rounds if m.get("side") != judging.REFERENCE_ALONE] if reader is not None else []
+        if reader is not None and (beside or not raw):
             rounds, marks, source = reader.timing_rounds, reader.timing_marks, "channel"
         elif reader is not None and reader.meta is not None:
             # the rank's channel was open before the candidate loaded, yet its timings came only
