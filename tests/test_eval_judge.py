@@ -313,3 +313,19 @@ def test_timings_only_in_the_result_file_beside_an_open_channel_are_a_problem_wh
     raw = {"rounds": [{"side": "candidate", "round": 0, "measured": {"calls": 3, "wall_ns": [1, 1, 1]}}]}
     check = judge_rank_timing([reader], [RankReport(0, "done", {"finished": True, "timing_raw": raw})], iters=3)
     assert check["problems"] == ["rank 0: its channel was open before the candidate loaded, but its timings came only in its result file"]
+
+
+def test_an_expanded_output_or_a_fifo_in_the_job_folder_neither_blows_up_nor_blocks_the_harness(tmp_path):
+    import os
+
+    reader = _stream(tmp_path, {0: torch.ones(8), 1: torch.ones(8)})
+    path = output_path(tmp_path, 0, 0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(torch.ones(1).expand(1 << 30), path)  # a few bytes on disk, 4 GiB made dense
+    os.mkfifo(output_path(tmp_path, 0, 1))  # opened plainly, it waits for a writer forever
+    t0 = time.monotonic()
+    check = judge.recheck([reader], tmp_path, [{"finished": True, "trials": [_trial(0, True), _trial(1, True)]}])
+    reader.close()
+    assert time.monotonic() - t0 < 30
+    assert [e["trial"] for e in check["tampered"]] == [0, 1], check
+    assert "expanded" in check["tampered"][0]["evidence"]

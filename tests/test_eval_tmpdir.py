@@ -40,3 +40,26 @@ def test_a_tmpdir_marker_rewritten_to_a_hosts_folder_removes_nothing(tmp_path):
         import shutil
 
         shutil.rmtree(host, ignore_errors=True)
+
+
+def test_a_fifo_where_the_harness_reads_a_job_file_does_not_block_it(tmp_path):
+    import time
+
+    import pytest
+
+    from pkb.eval.job import read_json, read_plain
+
+    scratch = tmp_path / "job" / "scratch" / "rank0"
+    scratch.mkdir(parents=True)
+    os.mkfifo(scratch / "tmpdir.txt")  # an open for reading would wait for a writer forever
+    os.mkfifo(tmp_path / "status_rank0.json")
+    t0 = time.monotonic()
+    remove_rank_tmpdirs(tmp_path / "job", rank_tmpdirs_now())
+    assert read_json(tmp_path / "status_rank0.json") is None
+    with pytest.raises(OSError):
+        read_plain(tmp_path / "status_rank0.json")
+    assert time.monotonic() - t0 < 5
+    (tmp_path / "big.json").write_bytes(b" " * 100)
+    with pytest.raises(OSError):
+        read_plain(tmp_path / "big.json", cap=10)
+    assert read_plain(tmp_path / "big.json", tail=4) == b"    "

@@ -356,12 +356,21 @@ def _violation(got: Any, exp: Any, atol: float, rtol: float) -> float:
 
 
 def _load_pt(path: Path) -> dict[str, Any] | None:
+    """A tensor file the rank saved in the job folder, which the candidate could have replaced:
+    read only as a plain file under the job folder's read cap, and not where a tensor in it spans
+    past its storage (made dense, a small file would fill the memory)."""
+    import io
+
     import torch
 
+    from pkb.eval.job import read_plain
+    from pkb.eval.tensors import spans_past_storage
+
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        data = torch.load(io.BytesIO(read_plain(path)), map_location="cpu", weights_only=True)
     except Exception:
         return None
+    return None if spans_past_storage(data) else data
 
 
 def job_context(evaluation: dict[str, Any]) -> dict[str, Any]:

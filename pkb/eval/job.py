@@ -204,9 +204,40 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+# The most the harness reads of one file the job folder holds (a status or result file).
+READ_CAP_BYTES = 128 * 1024 * 1024
+
+
+def read_plain(path: str | Path, tail: int | None = None, cap: int = READ_CAP_BYTES) -> bytes:
+    """A file of the job folder, read only where it is a plain file (OSError otherwise): the
+    candidate can put a FIFO there, whose open would block the harness until someone writes, or a
+    link to anything. `tail`: its last bytes only; past `cap` bytes, OSError."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path}: not a plain file")
+        start = max(0, st.st_size - tail) if tail is not None else 0
+        if st.st_size - start > cap:
+            raise OSError(f"{path}: {st.st_size} bytes, past the {cap} byte cap")
+        chunks, at = [], start
+        while True:
+            chunk = os.pread(fd, 1 << 20, at)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            at += len(chunk)
+            if at - start > cap:
+                raise OSError(f"{path}: grew past the {cap} byte cap while read")
+    finally:
+        os.close(fd)
+
+
 def read_json(path: Path) -> dict[str, Any] | None:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_plain(path).decode("utf-8"))
     except (OSError, ValueError):
         return None
 

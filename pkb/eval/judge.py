@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from pkb.eval.tensors import spans_past_storage
 from pkb.eval.verdict_channel import REFERENCE_ALONE, channel_path, output_path
 
 LATE_REFERENCE_ALONE = "timing of the reference alone after the candidate loaded"
@@ -238,11 +239,14 @@ def _load_candidate_output(path: Path, job_dir: Path) -> Any:
     real = Path(os.path.realpath(path))
     if not real.is_relative_to(Path(os.path.realpath(job_dir))):
         raise PermissionError(f"the saved output leads outside the job folder (to {str(real)[:120]})")
-    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW)
+    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO must not block the harness
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise PermissionError("the saved output is not a plain file")
-        return _load(f"/proc/self/fd/{fd}")
+        got = _load(f"/proc/self/fd/{fd}")
+        if spans_past_storage(got):  # the rank saves host copies, never an expanded view
+            raise PermissionError("a tensor of the saved output spans more elements than its storage (expanded): not the rank's save")
+        return got
     finally:
         os.close(fd)
 

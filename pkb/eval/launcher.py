@@ -44,6 +44,7 @@ from pkb.eval.job import (
     launcher_log_path,
     log_paths,
     read_json,
+    read_plain,
     result_path,
     status_path,
     verify,
@@ -478,7 +479,7 @@ def remove_rank_tmpdirs(job_dir: Path, before: set[str]) -> None:
 
     for marker in Path(job_dir, "scratch").glob("rank*/tmpdir.txt"):
         try:
-            tmp = Path(marker.read_text(encoding="utf-8").strip())
+            tmp = Path(read_plain(marker, cap=4096).decode("utf-8", "replace").strip())
         except OSError:
             continue
         rank = marker.parent.name[len("rank"):]
@@ -685,10 +686,6 @@ def _cap_logs(job_dir: str | Path, world_size: int, dropped: dict[str, int]) -> 
 
 def _tail(path: Path, n: int = TAIL_CHARS) -> str:
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - n))
-            return f.read().decode("utf-8", "replace")
+        return read_plain(path, tail=n).decode("utf-8", "replace")
     except OSError:
         return ""

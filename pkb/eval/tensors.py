@@ -33,6 +33,18 @@ def tensors_of(x: Any) -> list[Any]:
     return []
 
 
+def spans_past_storage(x: Any) -> bool:
+    """Whether a tensor in `x` has more elements than its storage holds (an expanded or otherwise
+    overlapping view): made contiguous, one small file would become gigabytes."""
+    for t in tensors_of(x):
+        try:
+            if t.numel() * t.element_size() > t.untyped_storage().nbytes():
+                return True
+        except Exception:  # a tensor without storage (meta): nothing to blow up
+            continue
+    return False
+
+
 def bitwise_equal(a: Any, b: Any) -> bool:
     ta, tb = tensors_of(a), tensors_of(b)
     if len(ta) != len(tb):
