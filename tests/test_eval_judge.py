@@ -329,3 +329,19 @@ def test_an_expanded_output_or_a_fifo_in_the_job_folder_neither_blows_up_nor_blo
     assert time.monotonic() - t0 < 30
     assert [e["trial"] for e in check["tampered"]] == [0, 1], check
     assert "expanded" in check["tampered"][0]["evidence"]
+
+
+def test_a_wrong_output_the_rank_never_reported_is_the_candidates_wrong_answer(tmp_path):
+    from pkb.eval.outcome import decide
+
+    reader = _stream(tmp_path, {0: torch.ones(8), 1: torch.ones(8)})
+    save_output(str(tmp_path), 0, 0, torch.full((8,), 3.0), 1 << 20)  # wrong, never reported
+    save_output(str(tmp_path), 0, 1, torch.ones(8), 1 << 20)  # right, never reported
+    # the rank's harness code failed after the load (the candidate broke its trial list)
+    failed = {"error": {"outcome": "", "subtype": "", "source": "harness", "phase": "trial 0 candidate", "type": "KeyError", "message": "'leaves'"}}
+    check = judge.recheck([reader], tmp_path, [failed])
+    reader.close()
+    assert [e["trial"] for e in check["unreported_wrong"]] == [0]
+    ev = decide(LaunchResult(1, False, 1.0, [RankReport(0, "trial 0 candidate", failed)], judge_check=check))
+    assert (ev["status"], ev["outcome"]) == ("ran", "wrong_result"), ev["reason"]
+    assert "no verdict from the rank" in ev["reason"]

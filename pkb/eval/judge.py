@@ -377,6 +377,28 @@ def recheck(readers: list[ChannelReader], job_dir: str | Path, rank_results: lis
                     entry["near_tolerance"] = True
                 (out["tampered"] if said and not entry.get("near_tolerance") else out["disagreements"]).append(entry)
             del expected, got, mine
+        # Trials whose output the rank saved but never reported (its harness code failed after
+        # the load, or the candidate kept the report from being made): the harness compares them
+        # too, and a wrong one is the candidate's wrong answer whatever the rank then said.
+        from pkb.eval.compare import TOLERANCE_FACTOR
+
+        reported = {c.get("trial") for c in trials}
+        for t, ref in sorted(reader.references.items()):
+            got_path = output_path(job_dir, r, t)
+            if t in reported or "file" not in ref or not os.path.lexists(got_path):
+                continue
+            if _digest(ref["file"]) != ref["sha256"]:  # (it also flushes the copy before it is mapped)
+                continue
+            try:
+                expected = _load(f"/proc/self/fd/{ref['file'].fileno()}")
+                mine = compare_streaming(expected, _load_candidate_output(got_path, Path(job_dir)), atol, rtol)
+            except Exception:
+                continue  # unreadable: nothing the harness can say about the answer
+            finally:
+                ref["file"].seek(0)
+            edge = mine.get("shape_ok", True) and float(mine.get("max_violation", math.inf)) <= TOLERANCE_FACTOR
+            if not mine["matched"] and not edge:  # at the tolerance's edge a rerun of the reference may differ
+                out.setdefault("unreported_wrong", []).append({"rank": r, "trial": t, "harness": _summary(mine)})
     # the harness decided when it rechecked every trial and agreed; else the rank's verdict stands
     # where the harness could not recheck or deferred (tampering is the harness's call: outcome.py)
     out["judge"] = "harness" if out["rechecked"] and not out["not_rechecked"] and not out["disagreements"] else "rank"

@@ -145,6 +145,18 @@ def _judge_check(launch: LaunchResult, details: dict[str, Any]) -> dict[str, Any
     if check.get("timing"):
         details["judge_check"]["timing"] = check["timing"]
     tampered = check.get("tampered") or []
+    unreported = check.get("unreported_wrong") or []
+    sources = {r.result["error"].get("source") for r in launch.ranks if r.result and r.result.get("error")}
+    if not tampered and unreported and sources <= {"harness"}:
+        # an output the harness finds wrong, which no rank reported because the rank's harness
+        # code failed after the load (or nothing failed): the candidate's answer decides
+        details["judge"] = "harness"
+        details["judge_check"]["unreported_wrong"] = unreported[:8]
+        first, mine = unreported[0], unreported[0]["harness"]
+        return _result("ran", "wrong_result", "", details,
+                       reason=f"rank {first['rank']} trial {first['trial']}: the harness's comparison of the saved output "
+                              f"(no verdict from the rank): {mine.get('mismatches')} of {mine.get('numel')} elements "
+                              f"outside tolerance, max abs error {mine.get('max_abs_err')}")
     if not tampered:
         return None
     details["judge"] = "harness"
