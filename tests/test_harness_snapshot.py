@@ -79,3 +79,12 @@ def test_a_harness_write_in_the_job_folder_fails_on_a_replaced_path_not_on_a_ful
     assert not rank._job_file_replaced(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), verdict))  # the machine's
     assert not rank._job_file_replaced(IsADirectoryError(errno.EISDIR, "x", "/elsewhere/verdict_rank0.json"))
     assert not rank._job_file_replaced(ValueError("not a path"))
+
+
+def test_the_ranks_report_replaced_by_another_dict_is_seen():
+    report = types.SimpleNamespace(result={"trials": []})
+    snapshot = guard.HarnessSnapshot()
+    snapshot.watch("the rank's report", report, "result")
+    assert snapshot.changed() == []
+    report.result = type("Lying", (dict,), {})(report.result)  # turns whatever is recorded into a match
+    assert "the rank's report" in snapshot.changed()
