@@ -345,3 +345,25 @@ def test_a_wrong_output_the_rank_never_reported_is_the_candidates_wrong_answer(t
     ev = decide(LaunchResult(1, False, 1.0, [RankReport(0, "trial 0 candidate", failed)], judge_check=check))
     assert (ev["status"], ev["outcome"]) == ("ran", "wrong_result"), ev["reason"]
     assert "no verdict from the rank" in ev["reason"]
+
+
+def test_the_harness_rechecks_each_groups_last_timed_output_against_a_reference_sent_before_the_load(tmp_path):
+    from pkb.eval.outcome import decide
+    from pkb.eval.rank_timing import GROUP_TRIAL_BASE
+
+    base = GROUP_TRIAL_BASE
+    reader = _stream(tmp_path, {0: torch.ones(8), base: torch.full((8,), 2.0), base + 1: torch.full((8,), 4.0)}, trials=1)
+    save_output(str(tmp_path), 0, 0, torch.ones(8), 1 << 20)
+    save_output(str(tmp_path), 0, base, torch.zeros(8), 1 << 20)  # the rank said its timed check matched
+    result = {"finished": True, "trials": [_trial(0, True)], "timed_checks": [{"kind": "timed", "trial": 0, "matched": True}]}
+    check = judge.recheck([reader], tmp_path, [result])
+    assert [(e["rank"], e["trial"]) for e in check["tampered"]] == [(0, base)]
+    # a shared buffer the rank does not check itself: saved for the last group, wrong, unreported
+    save_output(str(tmp_path), 0, base, torch.full((8,), 2.0), 1 << 20)
+    save_output(str(tmp_path), 0, base + 1, torch.zeros(8), 1 << 20)
+    result = {"finished": True, "trials": [_trial(0, True)], "timed_checks": [{"kind": "timed", "trial": 0, "matched": True}]}
+    check = judge.recheck([reader], tmp_path, [result])
+    reader.close()
+    assert check["tampered"] == [] and [e["trial"] for e in check["unreported_wrong"]] == [base + 1]
+    ev = decide(LaunchResult(0, False, 1.0, [RankReport(0, "done", result)], judge_check=check))
+    assert (ev["outcome"], ev["subtype"]) == ("suspect", "cached_output"), ev["reason"]

@@ -334,10 +334,16 @@ def recheck(readers: list[ChannelReader], job_dir: str | Path, rank_results: lis
             continue
         atol, rtol = reader.meta["atol"], reader.meta["rtol"]
         trials = [c for c in result.get("trials", []) if c.get("kind", "trial") == "trial"]
+        # each timing group's last timed output, where the rank sent that group's reference before
+        # the load (pkb.eval.rank_timing.send_group_references): its trial is GROUP_TRIAL_BASE + g
+        from pkb.eval.rank_timing import GROUP_TRIAL_BASE
+
+        timed = [{**c, "trial": GROUP_TRIAL_BASE + c["trial"]} for c in result.get("timed_checks", [])
+                 if c.get("kind") == "timed" and isinstance(c.get("trial"), int) and GROUP_TRIAL_BASE + c["trial"] in reader.references]
         expected_count = int(reader.meta.get("trials", 0))
         if result.get("finished") and not result.get("error") and len({c.get("trial") for c in trials}) < expected_count:
             out["tampered"].append({"rank": r, "trial": None, "evidence": f"finished with {len(trials)} trial(s) reported of {expected_count}"})
-        for cmp in trials:
+        for cmp in (*trials, *timed):
             t = cmp.get("trial")
             said = bool(cmp.get("matched"))
             ref = reader.references.get(t) if isinstance(t, int) else None
@@ -382,7 +388,7 @@ def recheck(readers: list[ChannelReader], job_dir: str | Path, rank_results: lis
         # too, and a wrong one is the candidate's wrong answer whatever the rank then said.
         from pkb.eval.compare import TOLERANCE_FACTOR
 
-        reported = {c.get("trial") for c in trials}
+        reported = {c.get("trial") for c in (*trials, *timed)}
         for t, ref in sorted(reader.references.items()):
             got_path = output_path(job_dir, r, t)
             if t in reported or "file" not in ref or not os.path.lexists(got_path):

@@ -149,12 +149,17 @@ def _judge_check(launch: LaunchResult, details: dict[str, Any]) -> dict[str, Any
     sources = {r.result["error"].get("source") for r in launch.ranks if r.result and r.result.get("error")}
     if not tampered and unreported and sources <= {"harness"}:
         # an output the harness finds wrong, which no rank reported because the rank's harness
-        # code failed after the load (or nothing failed): the candidate's answer decides
+        # code failed after the load (or nothing failed): the candidate's answer decides. A timed
+        # call's (a shared output buffer the rank does not check itself) is a cached answer.
+        from pkb.eval.rank_timing import GROUP_TRIAL_BASE
+
         details["judge"] = "harness"
         details["judge_check"]["unreported_wrong"] = unreported[:8]
         first, mine = unreported[0], unreported[0]["harness"]
-        return _result("ran", "wrong_result", "", details,
-                       reason=f"rank {first['rank']} trial {first['trial']}: the harness's comparison of the saved output "
+        timed = first["trial"] >= GROUP_TRIAL_BASE
+        what = f"the last timed call on group {first['trial'] - GROUP_TRIAL_BASE}" if timed else f"trial {first['trial']}"
+        return _result("ran", "suspect" if timed else "wrong_result", "cached_output" if timed else "", details,
+                       reason=f"rank {first['rank']}, {what}: the harness's comparison of the saved output "
                               f"(no verdict from the rank): {mine.get('mismatches')} of {mine.get('numel')} elements "
                               f"outside tolerance, max abs error {mine.get('max_abs_err')}")
     if not tampered:

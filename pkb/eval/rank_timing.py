@@ -74,7 +74,7 @@ class RankTiming:
         # as many input groups as the interleaved timing takes (past 3x the L2 on CUDA), so the
         # reference's inputs are no warmer in the cache here than there
         first = self._inputs(GROUP_TRIAL_BASE)
-        groups = [first, *(self._inputs(GROUP_TRIAL_BASE + g) for g in range(1, group_count(job.groups, input_bytes(first), self.device)))]
+        groups = [first, *(self._inputs(GROUP_TRIAL_BASE + g) for g in range(1, self._agreed_group_count(group_count(job.groups, input_bytes(first), self.device))))]
         meta = {"iters": job.iters, "warmup": job.warmup, "rounds": max(1, min(TIMING_ROUNDS, job.iters)), "groups": len(groups)}
 
         def on_round(side: str, r: int, measured: dict[str, Any]) -> None:
@@ -100,6 +100,35 @@ class RankTiming:
             from pkb.eval.rank_report import ReferenceFailure
 
             raise ReferenceFailure(exc) from exc
+        del groups, first
+        self.send_group_references(meta["groups"])
+
+    def _agreed_group_count(self, mine: int) -> int:
+        """The fewest input groups any rank can hold: every rank calls the (collective) reference
+        once per group below."""
+        import torch
+        import torch.distributed as dist
+
+        n = torch.tensor([mine], dtype=torch.int64, device=self.device)
+        dist.all_reduce(n, op=dist.ReduceOp.MIN)
+        return max(1, int(n.item()))
+
+    def send_group_references(self, n_groups: int) -> None:
+        """The reference's output on each timing group's fresh inputs, sent to the harness before
+        the candidate loads (as trial GROUP_TRIAL_BASE + g), so that the harness compares the
+        candidate's last timed output of each group itself (pkb.eval.judge.recheck): the rank's
+        own timed check runs in the candidate's process, on copies the candidate can reach. Not
+        where the reference changes its inputs (the timed calls then see other values)."""
+        from pkb.eval.verdict_channel import DEFAULT_CAP_BYTES, scrub
+
+        channel = self.channel
+        if getattr(self, "reference_mutates", False):
+            return
+        for g in range(n_groups):
+            out = self.call_reference(self._inputs(GROUP_TRIAL_BASE + g))
+            channel.send_reference(GROUP_TRIAL_BASE + g, out, self.job.judge_cap_bytes or DEFAULT_CAP_BYTES)
+            scrub(out)
+            del out
 
     def timing(self, n_groups: int) -> None:
         """Interleaved timed rounds over fresh input groups (new contents at new addresses), then
@@ -112,6 +141,7 @@ class RankTiming:
 
         from pkb.eval.poison import poison_allocator
         from pkb.eval.timing import input_bytes, time_interleaved
+        from pkb.eval.verdict_channel import DEFAULT_CAP_BYTES, save_output
 
         rep, job = self.reporter, self.job
         groups = [self._inputs(GROUP_TRIAL_BASE + g) for g in range(n_groups)]
@@ -209,12 +239,20 @@ class RankTiming:
         # it is judged at return time below, not here.
         rep.phase("timing check")
         shared = shared_output_groups(last)
+        if shared and job.iters:
+            # one buffer returned by every call holds the last timed call's answer (group
+            # (iters - 1) % G): saved for the harness, which compares it with that group's reference
+            final = (job.iters - 1) % len(groups)
+            if final in last:
+                save_output(job.job_dir, self.rank, GROUP_TRIAL_BASE + final, last[final], job.judge_cap_bytes or DEFAULT_CAP_BYTES)
         for g, out in sorted(last.items()):
             if g in shared:
                 continue
+            # on the host for the harness's own comparison, before the rank's (pkb.eval.judge)
+            saved = save_output(job.job_dir, self.rank, GROUP_TRIAL_BASE + g, out, job.judge_cap_bytes or DEFAULT_CAP_BYTES)
             want = self.call_reference(clone_tree(pristine[g]))
             cmp = self.compare(want, out)
-            cmp.update(kind="timed", trial=g)
+            cmp.update(kind="timed", trial=g, output_saved=saved)
             cmp["aliases_input"] = overlaps_any(out, groups) and not getattr(self, "reference_aliases", False)
             if not cmp["matched"]:
                 cmp["saved"] = self.save_tensors(f"timed{g}", pristine[g], want, out)
