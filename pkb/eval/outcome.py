@@ -119,6 +119,9 @@ def decide(launch: LaunchResult, job: Any = None, outside_kills_before: int = 0)
         return _result("ran", "suspect", "harness_tamper", details_pre,
                        reason=f"tampering with judgement: rank {rank} wrote {len(seen)} message(s) into the harness's "
                               f"verdict channel that the rank never sends (first: {str(seen[0])[:80]!r})")
+    unreported = _unreported_wrong(launch, details_pre)
+    if unreported:
+        return unreported
     out = _decide(launch, job, ranks)
     out["details"] = {**details_pre, **out["details"]}
     if details_pre.get("stray_processes"):
@@ -145,23 +148,6 @@ def _judge_check(launch: LaunchResult, details: dict[str, Any]) -> dict[str, Any
     if check.get("timing"):
         details["judge_check"]["timing"] = check["timing"]
     tampered = check.get("tampered") or []
-    unreported = check.get("unreported_wrong") or []
-    sources = {r.result["error"].get("source") for r in launch.ranks if r.result and r.result.get("error")}
-    if not tampered and unreported and sources <= {"harness"}:
-        # an output the harness finds wrong, which no rank reported because the rank's harness
-        # code failed after the load (or nothing failed): the candidate's answer decides. A timed
-        # call's (a shared output buffer the rank does not check itself) is a cached answer.
-        from pkb.eval.rank_timing import GROUP_TRIAL_BASE
-
-        details["judge"] = "harness"
-        details["judge_check"]["unreported_wrong"] = unreported[:8]
-        first, mine = unreported[0], unreported[0]["harness"]
-        timed = first["trial"] >= GROUP_TRIAL_BASE
-        what = f"the last timed call on group {first['trial'] - GROUP_TRIAL_BASE}" if timed else f"trial {first['trial']}"
-        return _result("ran", "suspect" if timed else "wrong_result", "cached_output" if timed else "", details,
-                       reason=f"rank {first['rank']}, {what}: the harness's comparison of the saved output "
-                              f"(no verdict from the rank): {mine.get('mismatches')} of {mine.get('numel')} elements "
-                              f"outside tolerance, max abs error {mine.get('max_abs_err')}")
     if not tampered:
         return None
     details["judge"] = "harness"
@@ -175,6 +161,28 @@ def _judge_check(launch: LaunchResult, details: dict[str, Any]) -> dict[str, Any
     return _result("ran", "suspect", "harness_tamper", details,
                    reason=f"tampering with judgement: {where} reported a correct answer; the harness's own comparison "
                           f"of the saved outputs says wrong: {evidence}")
+
+
+def _unreported_wrong(launch: LaunchResult, details: dict[str, Any]) -> dict[str, Any] | None:
+    """An output the harness finds wrong that no rank reported (pkb.eval.judge.recheck), where the
+    rank's harness code failed after the load or nothing failed: the candidate's answer decides.
+    A timed call's (a shared output buffer the rank does not check itself) is a cached answer."""
+    check = getattr(launch, "judge_check", None) or {}
+    unreported = check.get("unreported_wrong") or []
+    sources = {r.result["error"].get("source") for r in launch.ranks if r.result and r.result.get("error")}
+    if unreported and sources <= {"harness"}:
+        from pkb.eval.rank_timing import GROUP_TRIAL_BASE
+
+        details["judge"] = "harness"
+        details["judge_check"]["unreported_wrong"] = unreported[:8]
+        first, mine = unreported[0], unreported[0]["harness"]
+        timed = first["trial"] >= GROUP_TRIAL_BASE
+        what = f"the last timed call on group {first['trial'] - GROUP_TRIAL_BASE}" if timed else f"trial {first['trial']}"
+        return _result("ran", "suspect" if timed else "wrong_result", "cached_output" if timed else "", details,
+                       reason=f"rank {first['rank']}, {what}: the harness's comparison of the saved output "
+                              f"(no verdict from the rank): {mine.get('mismatches')} of {mine.get('numel')} elements "
+                              f"outside tolerance, max abs error {mine.get('max_abs_err')}")
+    return None
 
 
 def _decide(launch: LaunchResult, job: Any, ranks: list[Any]) -> dict[str, Any]:
