@@ -88,3 +88,19 @@ def test_the_ranks_report_replaced_by_another_dict_is_seen():
     assert snapshot.changed() == []
     report.result = type("Lying", (dict,), {})(report.result)  # turns whatever is recorded into a match
     assert "the rank's report" in snapshot.changed()
+
+
+def test_group_references_go_for_the_first_groups_and_the_last_timed_calls_only():
+    from pkb.eval.rank_timing import GROUP_TRIAL_BASE, RECHECKED_GROUPS, RankTiming
+
+    sent = []
+    rank = RankTiming.__new__(RankTiming)
+    rank.job = types.SimpleNamespace(iters=30, judge_cap_bytes=1 << 20)
+    rank.reference_mutates = False
+    rank._inputs = lambda trial: (trial,)
+    rank.call_reference = lambda inputs: __import__("torch").zeros(1)
+    rank.channel = types.SimpleNamespace(send_reference=lambda trial, out, cap: sent.append(trial))
+    rank.send_group_references(20)  # small inputs can make many groups
+    last = (30 - 1) % 20
+    assert rank.sent_groups == {*range(RECHECKED_GROUPS), last}
+    assert sent == [GROUP_TRIAL_BASE + g for g in sorted(rank.sent_groups)]

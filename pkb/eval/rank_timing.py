@@ -26,6 +26,10 @@ TIMING_ROUNDS = 5
 # where every rank's inputs are independent, so mixing seeds cannot break the reference.
 PEER_CHANGE_PROBLEMS = frozenset({1, 2, 4, 7})
 PEER_CHANGE_TRIAL = 998
+# The timing groups whose last timed output the harness compares itself (their references sent
+# before the load): a candidate that skips work in its timed calls shows in any of them, and small
+# inputs can make a hundred groups.
+RECHECKED_GROUPS = 8
 # Timing groups called again, each output read at return, when no output was seen shared (all
 # groups when one was).
 AT_RETURN_GROUPS = 4
@@ -114,17 +118,22 @@ class RankTiming:
         return max(1, int(n.item()))
 
     def send_group_references(self, n_groups: int) -> None:
-        """The reference's output on each timing group's fresh inputs, sent to the harness before
-        the candidate loads (as trial GROUP_TRIAL_BASE + g), so that the harness compares the
-        candidate's last timed output of each group itself (pkb.eval.judge.recheck): the rank's
-        own timed check runs in the candidate's process, on copies the candidate can reach. Not
-        where the reference changes its inputs (the timed calls then see other values)."""
+        """The reference's output on the first RECHECKED_GROUPS timing groups' fresh inputs (and
+        the group the last timed call is likely to use), sent to the harness before the candidate
+        loads (as trial GROUP_TRIAL_BASE + g), so that the harness compares the candidate's last
+        timed output of those groups itself (pkb.eval.judge.recheck): the rank's own timed check
+        runs in the candidate's process, on copies the candidate can reach. Not where the
+        reference changes its inputs (the timed calls then see other values). The groups sent are
+        kept in `self.sent_groups`: only their outputs are saved for the harness."""
         from pkb.eval.verdict_channel import DEFAULT_CAP_BYTES, scrub
 
         channel = self.channel
+        self.sent_groups: set[int] = set()
         if getattr(self, "reference_mutates", False):
             return
-        for g in range(n_groups):
+        # the first few, and the one the last timed call is likely to use (a shared buffer holds it)
+        for g in sorted({*range(min(n_groups, RECHECKED_GROUPS)), (self.job.iters - 1) % n_groups}):
+            self.sent_groups.add(g)
             out = self.call_reference(self._inputs(GROUP_TRIAL_BASE + g))
             channel.send_reference(GROUP_TRIAL_BASE + g, out, self.job.judge_cap_bytes or DEFAULT_CAP_BYTES)
             scrub(out)
@@ -239,17 +248,19 @@ class RankTiming:
         # it is judged at return time below, not here.
         rep.phase("timing check")
         shared = shared_output_groups(last)
+        sent = getattr(self, "sent_groups", set())  # whose references the harness holds
         if shared and job.iters:
             # one buffer returned by every call holds the last timed call's answer (group
             # (iters - 1) % G): saved for the harness, which compares it with that group's reference
             final = (job.iters - 1) % len(groups)
-            if final in last:
+            if final in last and final in sent:
                 save_output(job.job_dir, self.rank, GROUP_TRIAL_BASE + final, last[final], job.judge_cap_bytes or DEFAULT_CAP_BYTES)
         for g, out in sorted(last.items()):
             if g in shared:
                 continue
             # on the host for the harness's own comparison, before the rank's (pkb.eval.judge)
-            saved = save_output(job.job_dir, self.rank, GROUP_TRIAL_BASE + g, out, job.judge_cap_bytes or DEFAULT_CAP_BYTES)
+            saved = (save_output(job.job_dir, self.rank, GROUP_TRIAL_BASE + g, out, job.judge_cap_bytes or DEFAULT_CAP_BYTES)
+                     if g in sent else "not one of the groups the harness rechecks")
             want = self.call_reference(clone_tree(pristine[g]))
             cmp = self.compare(want, out)
             cmp.update(kind="timed", trial=g, output_saved=saved)
