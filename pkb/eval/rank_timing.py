@@ -73,12 +73,17 @@ class RankTiming:
         from pkb.eval.timing import group_count, input_bytes, time_interleaved
 
         job, channel = self.job, getattr(self, "channel", None)
-        if not (job.timing and job.iters) or channel is None or not channel.open:
+        if not (job.timing and job.iters):
             return
         # as many input groups as the interleaved timing takes (past 3x the L2 on CUDA), so the
-        # reference's inputs are no warmer in the cache here than there
+        # reference's inputs are no warmer in the cache here than there; every rank takes part
+        # (the reference is collective) or none does, where a rank's channel is not open
         first = self._inputs(GROUP_TRIAL_BASE)
-        groups = [first, *(self._inputs(GROUP_TRIAL_BASE + g) for g in range(1, self._agreed_group_count(group_count(job.groups, input_bytes(first), self.device))))]
+        opened, n_groups = self._agreed_minimum([int(channel is not None and channel.open),
+                                                 group_count(job.groups, input_bytes(first), self.device)])
+        if not opened:
+            return
+        groups = [first, *(self._inputs(GROUP_TRIAL_BASE + g) for g in range(1, max(1, n_groups)))]
         meta = {"iters": job.iters, "warmup": job.warmup, "rounds": max(1, min(TIMING_ROUNDS, job.iters)), "groups": len(groups)}
 
         def on_round(side: str, r: int, measured: dict[str, Any]) -> None:
@@ -107,15 +112,15 @@ class RankTiming:
         del groups, first
         self.send_group_references(meta["groups"])
 
-    def _agreed_group_count(self, mine: int) -> int:
-        """The fewest input groups any rank can hold: every rank calls the (collective) reference
-        once per group below."""
+    def _agreed_minimum(self, mine: list[int]) -> list[int]:
+        """Each value's minimum over the ranks (whether every channel is open, the fewest input
+        groups any rank can hold): every rank then makes the same collective reference calls."""
         import torch
         import torch.distributed as dist
 
-        n = torch.tensor([mine], dtype=torch.int64, device=self.device)
+        n = torch.tensor(mine, dtype=torch.int64, device=self.device)
         dist.all_reduce(n, op=dist.ReduceOp.MIN)
-        return max(1, int(n.item()))
+        return [int(v) for v in n.tolist()]
 
     def send_group_references(self, n_groups: int) -> None:
         """The reference's output on the first RECHECKED_GROUPS timing groups' fresh inputs (and
