@@ -495,7 +495,7 @@ def prebuild(path: Path, options: Any = None, timeout_s: float = 900.0) -> Build
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(box.wrap(cmd, python, str(scratch)), cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=subprocess.STDOUT, start_new_session=True, pass_fds=box.pass_fds,
-                                preexec_fn=partial(_enter_build_box, box, opts.cpus))
+                                preexec_fn=partial(box.preexec, opts.cpus))
         box.started()
         try:
             while True:  # in short waits, so that Ctrl-C (pkb.eval.interrupt) stops a build at once
@@ -538,14 +538,6 @@ def prebuild(path: Path, options: Any = None, timeout_s: float = 900.0) -> Build
         import_error=data.get("import_error", ""),
         sandbox=sandbox_note,
     )
-
-
-def _enter_build_box(box: Any, cpus: tuple[int, ...]) -> None:
-    """In the build's process, before exec: the sandbox's set-up (cgroup, die with the harness),
-    then the build's cores."""
-    box.preexec()
-    if cpus:
-        os.sched_setaffinity(0, cpus)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

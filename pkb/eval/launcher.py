@@ -180,14 +180,6 @@ def launch(job: JobSpec, python: str | None = None, retries_on_port_clash: int =
     return result
 
 
-def _start_rank_tree(box: Any, cpus: tuple[int, ...]) -> None:
-    """In the launched process, before exec: the sandbox's set-up, then the launch's cores (every
-    process and thread it starts inherits them)."""
-    box.preexec()
-    if cpus:
-        os.sched_setaffinity(0, cpus)
-
-
 def _launch_once(job: JobSpec, job_dir: Path, python: str | None, gate: TimingGate | None = None) -> LaunchResult:
     prepare_job_dir(job_dir)
     if job.profile:
@@ -253,7 +245,7 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None, gate: TimingGa
         stderr=subprocess.STDOUT,
         start_new_session=True,
         pass_fds=box.pass_fds,
-        preexec_fn=partial(_start_rank_tree, box, tuple(job.cpus)) if sys.platform.startswith("linux") else None,
+        preexec_fn=partial(box.preexec, tuple(job.cpus)) if sys.platform.startswith("linux") else None,
     )
     box.started()
     log.close()

@@ -228,11 +228,14 @@ class Sandbox:
         return {"hidden": self.hidden, "writable": self.writable,
                 "readonly": sorted(p for p in needed if any(_under(p, c) for c in covered) and os.path.exists(p))}
 
-    def preexec(self) -> None:
-        """In the launched process, before exec: join the launch's cgroup; die with the harness."""
+    def preexec(self, cpus: tuple[int, ...] = ()) -> None:
+        """In the launched process, before exec: join the launch's cgroup; die with the harness;
+        then keep to `cpus` where given (every process and thread it starts inherits them)."""
         if self.cgroup is not None:
             self.cgroup.join_self()
         _die_with_parent()
+        if cpus:
+            os.sched_setaffinity(0, cpus)
 
     def started(self) -> None:
         if self.cgroup is not None:
