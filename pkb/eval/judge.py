@@ -251,6 +251,17 @@ def _load_candidate_output(path: Path, job_dir: Path) -> Any:
         os.close(fd)
 
 
+def _compare_saved(ref: dict[str, Any], got_path: Path, job_dir: Path, atol: float, rtol: float) -> dict[str, Any]:
+    """The harness's comparison of a rank's saved output with its copy of the reference (raises
+    where either cannot be read); the reference's file is left at its start for the next reader."""
+    try:
+        # the unnamed file through this process's own descriptor table, so it can be mapped
+        expected = _load(f"/proc/self/fd/{ref['file'].fileno()}")
+        return compare_streaming(expected, _load_candidate_output(got_path, job_dir), atol, rtol)
+    finally:
+        ref["file"].seek(0)
+
+
 def _load(path: str | Path) -> Any:
     import torch
 
@@ -364,25 +375,20 @@ def recheck(readers: list[ChannelReader], job_dir: str | Path, rank_results: lis
                 out["not_rechecked"].append({"rank": r, "trial": t, "why": "the reference's copy changed after it arrived"})
                 continue
             try:
-                # the unnamed file through this process's own descriptor table, so it can be mapped
-                expected = _load(f"/proc/self/fd/{ref['file'].fileno()}")
-                got = _load_candidate_output(got_path, Path(job_dir))
-                mine = compare_streaming(expected, got, atol, rtol)
+                mine = _compare_saved(ref, got_path, Path(job_dir), atol, rtol)
             except Exception as exc:
                 if said:
                     out["tampered"].append({"rank": r, "trial": t, "rank_said": said, "evidence": f"the saved output cannot be read or compared: {type(exc).__name__}: {str(exc)[:200]}"})
                 else:
                     out["not_rechecked"].append({"rank": r, "trial": t, "why": f"unreadable: {type(exc).__name__}"})
                 continue
-            finally:
-                ref["file"].seek(0)
             out["rechecked"] += 1
             if bool(mine["matched"]) != said:
                 entry = {"rank": r, "trial": t, "rank_said": said, "harness": _summary(mine), "rank_reported": _summary(cmp)}
                 if said and near_tolerance(mine, cmp):
                     entry["near_tolerance"] = True
                 (out["tampered"] if said and not entry.get("near_tolerance") else out["disagreements"]).append(entry)
-            del expected, got, mine
+            del mine
         # Trials whose output the rank saved but never reported (its harness code failed after
         # the load, or the candidate kept the report from being made): the harness compares them
         # too, and a wrong one is the candidate's wrong answer whatever the rank then said.
@@ -396,12 +402,9 @@ def recheck(readers: list[ChannelReader], job_dir: str | Path, rank_results: lis
             if _digest(ref["file"]) != ref["sha256"]:  # (it also flushes the copy before it is mapped)
                 continue
             try:
-                expected = _load(f"/proc/self/fd/{ref['file'].fileno()}")
-                mine = compare_streaming(expected, _load_candidate_output(got_path, Path(job_dir)), atol, rtol)
+                mine = _compare_saved(ref, got_path, Path(job_dir), atol, rtol)
             except Exception:
                 continue  # unreadable: nothing the harness can say about the answer
-            finally:
-                ref["file"].seek(0)
             edge = mine.get("shape_ok", True) and float(mine.get("max_violation", math.inf)) <= TOLERANCE_FACTOR
             if not mine["matched"] and not edge:  # at the tolerance's edge a rerun of the reference may differ
                 out.setdefault("unreported_wrong", []).append({"rank": r, "trial": t, "harness": _summary(mine)})
