@@ -64,10 +64,11 @@ class RankTiming:
     def time_reference_alone(self) -> None:
         """The reference's timed calls before the candidate is loaded: no code of the candidate's
         is in this process yet, so nothing of it (a thread that holds the GIL or the GPU while the
-        reference runs, a signal timer) can slow them. The harness charges the reference the
-        faster of this and its interleaved time (pkb.eval.outcome.speedups), so slowing the
-        reference once loaded buys a candidate nothing. Raw measurements go through the channel
-        as side `reference_alone`, like the interleaved ones."""
+        reference runs, a signal timer) can slow them. The harness charges the reference this time
+        where its interleaved time is more than REFERENCE_SLOWED_FACTOR slower
+        (pkb.eval.outcome.speedups), so slowing the reference once loaded buys a candidate at most
+        that factor. Raw measurements go through the channel as side `reference_alone`, like the
+        interleaved ones."""
         import torch.distributed as dist
 
         from pkb.eval.timing import group_count, input_bytes, time_interleaved
@@ -92,17 +93,8 @@ class RankTiming:
         def mark(side: str, r: int, loop: str, at: str) -> None:
             channel.send({"kind": "timing_mark", "side": REFERENCE_ALONE, "round": r, "pass": loop, "at": at})
 
-        wd, reference = self.watchdog, self.source.reference
-
-        def guarded(*args: Any) -> Any:
-            wd.call_start("reference", job.call_timeout_s)
-            try:
-                return reference(*args)
-            finally:
-                wd.call_end()
-
         try:
-            time_interleaved({"reference": guarded}, groups, warmup=job.warmup, iters=job.iters,
+            time_interleaved({"reference": self._timed_call(self.source.reference, "reference")}, groups, warmup=job.warmup, iters=job.iters,
                              rounds=TIMING_ROUNDS, device=self.device, barrier=dist.barrier, keep=set(),
                              on_round=on_round, mark=mark)
         except Exception as exc:  # the reference ran these inputs' shapes in its check: a harness matter
@@ -111,6 +103,24 @@ class RankTiming:
             raise ReferenceFailure(exc) from exc
         del groups, first
         self.send_group_references(meta["groups"])
+
+    def _timed_call(self, fn: Callable[..., Any], side: str) -> Callable[..., Any]:
+        """`fn` under the watchdog's per-call limit, the collective counter on while the candidate
+        runs (before the load there is no counter yet)."""
+        wd, counter, limit = self.watchdog, getattr(self, "counter", None), self.job.call_timeout_s
+
+        def call(*args: Any) -> Any:
+            wd.call_start(side, limit)
+            if side == "candidate":
+                counter.active = True
+            try:
+                return fn(*args)
+            finally:
+                if counter is not None:
+                    counter.active = False
+                wd.call_end()
+
+        return call
 
     def _agreed_minimum(self, mine: list[int]) -> list[int]:
         """Each value's minimum over the ranks (whether every channel is open, the fewest input
@@ -163,22 +173,8 @@ class RankTiming:
             self.hand(g)
         pristine = [clone_tree(g) for g in groups]  # the reference's inputs, after the timing
         self.note_speed_floor(groups[0])
-        wd, counter = self.watchdog, self.counter
-
-        def guarded(fn: Callable[..., Any], side: str) -> Callable[..., Any]:
-            limit = job.call_timeout_s
-
-            def call(*args: Any) -> Any:
-                wd.call_start(side, limit)
-                if side == "candidate":
-                    counter.active = True
-                try:
-                    return fn(*args)
-                finally:
-                    counter.active = False
-                    wd.call_end()
-
-            return call
+        counter = self.counter
+        guarded = self._timed_call
 
         def barrier() -> None:
             dist.barrier()
