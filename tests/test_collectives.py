@@ -138,3 +138,43 @@ def test_a_handler_calling_the_group_object_is_a_fallback():
     assert [f["flag"] for f in static_flags(src)] == ["fallback_try_except"]
     scatter = src.replace("pg.allreduce([x]).wait()", "x = x.scatter(0, idx, x)")  # a tensor method
     assert static_flags(scatter) == []
+
+
+def test_the_counter_waits_on_the_work_a_candidates_call_left_running(tmp_path):
+    """An async_op=True collective never waited: the counter keeps its Work while active and
+    finish_pending waits on it (the timed call then ends after the data moved); waited works and
+    works started while inactive are not its business."""
+    import torch
+    import torch.distributed as dist
+
+    from pkb.eval.guard import DistCounter
+
+    class SlowWork:  # a work still running when the call returns, done once waited
+        def __init__(self) -> None:
+            self.done = False
+
+        def is_completed(self) -> bool:
+            return self.done
+
+        def wait(self) -> bool:
+            self.done = True
+            return True
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdv'}", rank=0, world_size=1)
+    counter = DistCounter()
+    try:
+        counter.install()
+        x = torch.ones(4)
+        counter.active = True
+        work = dist.all_reduce(x, async_op=True)
+        work.wait()  # waited by the caller: complete, nothing left to do
+        counter._keep_work(SlowWork())
+        counter._keep_work((None, SlowWork()))  # a c10d operator's (tensors, work) pair
+        counter.active = False
+        dist.all_reduce(x, async_op=True).wait()  # inactive: not kept
+        assert len(counter.pending) == 3
+        assert counter.finish_pending() == 2
+        assert counter.pending == [] and counter.finish_pending() == 0
+    finally:
+        counter.uninstall()
+        dist.destroy_process_group()

@@ -210,6 +210,34 @@ class DistCounter:
         self._replaced: list[tuple[Any, str, Any]] = []  # (owner, attribute, original)
         self._libraries: dict[str, Any] = {}  # torch.library.Library per namespace, holding our kernels
         self.dispatcher_ops: list[str] = []
+        # Work handles of the asynchronous calls counted while `active`, for `finish_pending`.
+        self.pending: list[Any] = []
+
+    def finish_pending(self) -> int:
+        """Wait on the work handles the candidate's calls returned since the last time (collected
+        only while `active`); returns how many had not completed. A timed call that returns while
+        a collective of its own is still running (async_op=True, never waited) would stop the
+        timer before the data moved: gloo finishes it on the backend's threads, NCCL on its own
+        stream, after the end event. Waiting here charges that work to the call that started it
+        (on NCCL `wait` only orders the caller's stream behind it, as the candidate should have).
+        On CUDA the count says nothing (a waited NCCL work is not complete on the device yet)."""
+        works, self.pending = self.pending, []
+        unfinished = 0
+        for work in works:
+            try:
+                if not work.is_completed():
+                    unfinished += 1
+                    work.wait()
+            except Exception:
+                continue  # a failed collective is the call's own error, seen where it is read
+        return unfinished
+
+    def _keep_work(self, result: Any) -> None:
+        """The work handle(s) a counted call returned: a Work, or a (tensors, Work) pair from the
+        c10d operators."""
+        for item in result if isinstance(result, tuple) else (result,):
+            if callable(getattr(item, "wait", None)) and callable(getattr(item, "is_completed", None)):
+                self.pending.append(item)
 
     def mark(self) -> tuple[dict[Any, int], int]:
         """The process groups' sequence numbers and the calls seen so far, for `uncounted_since`."""
@@ -318,9 +346,12 @@ class DistCounter:
                     counter.graphs.note(name)
             depth.n = level + 1
             try:
-                return overload.redispatch(keyset & below, *args, **kwargs)
+                result = overload.redispatch(keyset & below, *args, **kwargs)
             finally:
                 depth.n = level
+            if level == 0 and counter.active:
+                counter._keep_work(result)
+            return result
 
         return counted_op
 
@@ -387,9 +418,12 @@ class DistCounter:
                     counter.graphs.note(name)
             depth.n = level + 1
             try:
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
             finally:
                 depth.n = level
+            if level == 0 and counter.active:
+                counter._keep_work(result)
+            return result
 
         counted._pkb_counted = True  # type: ignore[attr-defined]
         counted.__wrapped__ = fn  # type: ignore[attr-defined]

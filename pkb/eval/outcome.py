@@ -590,6 +590,12 @@ def _suspect(ranks: list[Any], details: dict[str, Any], job: Any = None) -> tupl
         details["deferred_work_trials"] = sorted(set(late + threads))
         why = "the output was completed after the call returned" if late else "a call left a thread of its own running after it returned"
         return "side_stream_timing", f"work outside the timed call: {why}"
+    unwaited = sum(int(res.get("timed_unwaited_calls") or 0) for res in results)
+    if unwaited:
+        details["timed_unwaited_calls"] = unwaited
+        return "side_stream_timing", (
+            f"work outside the timed call: {unwaited} timed calls returned while a collective they started was still running "
+            "(async_op never waited), which the untimed calls did not; the harness waited for it inside the call")
     side = _side_stream(results)
     if side:
         details["side_stream"] = side

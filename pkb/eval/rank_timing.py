@@ -106,15 +106,25 @@ class RankTiming:
 
     def _timed_call(self, fn: Callable[..., Any], side: str) -> Callable[..., Any]:
         """`fn` under the watchdog's per-call limit, the collective counter on while the candidate
-        runs (before the load there is no counter yet)."""
+        runs (before the load there is no counter yet). A candidate's call is over when the
+        collectives it started are (DistCounter.finish_pending): those it left running are
+        waited for inside the call, and on the CPU, where a finished gloo work says so at once,
+        the calls that left one are counted in `timed_unwaited_calls`."""
         wd, counter, limit = self.watchdog, getattr(self, "counter", None), self.job.call_timeout_s
+        host_backend = self.device.type != "cuda"
 
         def call(*args: Any) -> Any:
             wd.call_start(side, limit)
             if side == "candidate":
+                counter.pending.clear()
                 counter.active = True
             try:
-                return fn(*args)
+                out = fn(*args)
+                if side == "candidate":
+                    counter.active = False
+                    if counter.finish_pending() and host_backend:
+                        self.timed_unwaited_calls = getattr(self, "timed_unwaited_calls", 0) + 1
+                return out
             finally:
                 if counter is not None:
                     counter.active = False
@@ -242,6 +252,7 @@ class RankTiming:
         # Measurements only: the harness computes the figures and checks them (pkb.eval.timing_judge).
         if not sent:
             rep.result["timing_raw"] = raw
+        rep.result["timed_unwaited_calls"] = getattr(self, "timed_unwaited_calls", 0)
         rep.result["timed_inputs_mutated"] = any(not bitwise_equal(a, b) for a, b in zip(groups, pristine)) and not getattr(self, "reference_mutates", False)
         # The timed calls' own outputs: a candidate that answers from a cache would pass the
         # correctness trials and still be wrong here. An output sharing storage with another

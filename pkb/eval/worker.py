@@ -385,6 +385,7 @@ class Rank(RankTiming):
         finally:
             if counter is not None:
                 counter.active = False
+                counter.pending.clear()  # an untimed call's unfinished work shows in its output read at return
             if wd is not None:
                 wd.call_end()
         if counter is not None:
