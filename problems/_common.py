@@ -5,16 +5,45 @@ Kept free of any problem's math so each module stays readable on its own.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import contextlib
+import contextvars
+import hashlib
+from typing import Any, Iterator, Sequence
 
 import torch
 
 SCALES = ("small", "large")
 
 
+# The evaluation's secret for one launch (pkb.eval.problem_source.salted_inputs): set only while
+# the harness draws inputs, so a candidate that rebuilds its peers' inputs from the public seed
+# formula (or calls make_inputs itself for another rank) gets other numbers.
+_SALT: contextvars.ContextVar[bytes | None] = contextvars.ContextVar("pkb_input_salt", default=None)
+
+
 def seed_for(problem_id: int, rank: int, trial: int) -> int:
-    """PKB's input seed: 42 + problem * 1000 + rank + trial * 1000003."""
-    return 42 + problem_id * 1000 + rank + trial * 1000003
+    """PKB's input seed, 42 + problem * 1000 + rank + trial * 1000003; inside `salted(key)`, that
+    seed hashed with the key (ranks that share a seed still share its salted form)."""
+    seed = 42 + problem_id * 1000 + rank + trial * 1000003
+    key = _SALT.get()
+    return seed if key is None else salted_seed(seed, key)
+
+
+def salted_seed(seed: int, key: bytes) -> int:
+    """A 63-bit seed from `seed` and a secret `key` (keyed BLAKE2b): without the key, one rank's
+    salted seed says nothing of another's."""
+    digest = hashlib.blake2b(int(seed).to_bytes(16, "little", signed=True), key=key, digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
+
+
+@contextlib.contextmanager
+def salted(key: bytes | None) -> Iterator[None]:
+    """seed_for salted with `key` inside the block (no salt where key is None)."""
+    token = _SALT.set(key)
+    try:
+        yield
+    finally:
+        _SALT.reset(token)
 
 
 def seeded_generator(problem_id: int, rank: int, trial: int) -> torch.Generator:

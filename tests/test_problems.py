@@ -383,6 +383,35 @@ def test_reference_matches_global_reference(world_size, pid):
         assert found["checks"] == len(DTYPES) * len(TRIALS)
 
 
+
+def test_inputs_drawn_under_a_launch_key_keep_shared_data_and_hide_the_rest():
+    """salted_inputs: our problems' seeds and PKB's torch.manual_seed calls hashed with the key,
+    only inside the harness's draw. Replicated data (rank 0's seed on every rank) stays equal
+    across ranks; a rank's own input differs from what the public formula gives, differs under
+    another key, repeats under the same one; outside the draw the plain formula holds."""
+    from pkb.eval.problem_source import salted_inputs
+
+    make = problems.get(12).module.make_inputs  # A per rank, B replicated from rank 0's seed
+    key, other = b"k" * 16, b"q" * 16
+    plain0, plain1 = make(0, 2, 3, "cpu", torch.float32), make(1, 2, 3, "cpu", torch.float32)
+    salted = salted_inputs(make, key)
+    s0, s1 = salted(0, 2, 3, "cpu", torch.float32), salted(1, 2, 3, "cpu", torch.float32)
+    assert torch.equal(s0[1], s1[1]) and not torch.equal(s0[1], plain0[1])  # B: shared, not public
+    assert not torch.equal(s0[0], plain0[0]) and not torch.equal(s1[0], plain1[0])
+    assert torch.equal(salted(0, 2, 3, "cpu", torch.float32)[0], s0[0])
+    assert not torch.equal(salted_inputs(make, other)(0, 2, 3, "cpu", torch.float32)[0], s0[0])
+    assert _common.seed_for(1, 0, 0) == 1042 and salted_inputs(make, None) is make
+
+    def pkb_style(rank, ws, trial, device, dtype):  # PKB's factory seeds the global generator
+        torch.manual_seed(42 + rank + trial * 1_000_003)
+        return (torch.randn(4),)
+
+    plain_seed = torch.manual_seed
+    drawn = salted_inputs(pkb_style, key)(1, 2, 0, "cpu", torch.float32)[0]
+    assert torch.manual_seed is plain_seed
+    assert not torch.equal(drawn, pkb_style(1, 2, 0, "cpu", torch.float32)[0])
+    assert torch.equal(drawn, salted_inputs(pkb_style, key)(1, 2, 0, "cpu", torch.float32)[0])
+
 @pytest.mark.parametrize("world_size", WORLD_SIZES)
 def test_hypotheses_were_exercised(world_size):
     report = world_report(world_size)

@@ -387,7 +387,12 @@ def job_context(evaluation: dict[str, Any]) -> dict[str, Any]:
     ctx["job"] = job
     try:
         src = problem_source.load(job.problem, job.dtype, job.scale, job.tolerance)
-        ctx.update(module=src.module, tolerance=tuple(src.tolerance), make_inputs=src.make_inputs)
+        key = (evaluation.get("details") or {}).get("input_key")
+        try:  # the inputs the launch drew: under its key, told by the ranks at the end
+            key_bytes = bytes.fromhex(key) if isinstance(key, str) else None
+        except ValueError:
+            key_bytes = None
+        ctx.update(module=src.module, tolerance=tuple(src.tolerance), make_inputs=problem_source.salted_inputs(src.make_inputs, key_bytes))
     except Exception as exc:
         ctx["notes"].append(f"problem not loadable here ({type(exc).__name__}: {str(exc)[:160]}): problem hypotheses not tested")
     return ctx

@@ -188,6 +188,9 @@ def _unreported_wrong(launch: LaunchResult, details: dict[str, Any]) -> dict[str
 def _decide(launch: LaunchResult, job: Any, ranks: list[Any]) -> dict[str, Any]:
     errors = [(r.rank, r.result["error"]) for r in ranks if r.result and r.result.get("error")]
     details: dict[str, Any] = {}
+    key = next((r.result.get("input_key") for r in ranks if r.result and isinstance(r.result.get("input_key"), str)), None)
+    if key:  # the launch's input secret, told once every draw was done: the diagnosis draws again
+        details["input_key"] = key[:64]
     if errors:
         details["errors"] = [
             {"rank": rank, **{k: e.get(k) for k in ("outcome", "subtype", "source", "phase", "type", "message")}}

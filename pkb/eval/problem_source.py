@@ -47,6 +47,36 @@ class ProblemSource:
     module: ModuleType | None = None
 
 
+def salted_inputs(make_inputs: Callable[[int, int, int, Any, Any], tuple], key: bytes | None) -> Callable[[int, int, int, Any, Any], tuple]:
+    """`make_inputs` drawing under a launch's secret `key`: our problems' seeds
+    (problems._common.salted) and every `torch.manual_seed` call made while it runs (PKB's own
+    factory seeds the global generator) are hashed with the key. Ranks that share a seed (a
+    replicated weight drawn from rank 0's) still share data, but a candidate cannot rebuild a
+    peer's inputs from PKB's public seed formula, nor by calling the factory itself for another
+    rank. The key comes from rank 0 before the candidate loads (pkb.eval.worker) and lives only in
+    the ranks' memory until the rank's last draw; None: PKB's plain seeds."""
+    if key is None:
+        return make_inputs
+    import torch
+
+    from problems._common import salted, salted_seed
+
+    def draw(rank: int, ws: int, trial: int, device: Any, dtype: Any) -> tuple:
+        plain = torch.manual_seed
+
+        def manual_seed(seed: int) -> Any:
+            return plain(salted_seed(int(seed), key))
+
+        torch.manual_seed = manual_seed  # restored below; no candidate code runs meanwhile
+        try:
+            with salted(key):
+                return make_inputs(rank, ws, trial, device, dtype)
+        finally:
+            torch.manual_seed = plain
+
+    return draw
+
+
 def resolve(problem_id: int | None, problem_name: str, options: EvalOptions, match: Mapping[str, Any] | None = None) -> ProblemRef:
     """The problem a candidate answers and where its reference comes from.
 

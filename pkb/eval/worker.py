@@ -158,6 +158,8 @@ class Rank(RankTiming):
         finally:
             if self.counter is not None:
                 rep.result["dist_calls"] = dict(self.dist_calls)
+            if getattr(self, "input_key", None) is not None:  # every draw is done: for the diagnosis
+                rep.result["input_key"] = self.input_key.hex()
         rep.phase("done")
         rep.result["finished"] = True
         rep.save()
@@ -189,6 +191,24 @@ class Rank(RankTiming):
             self.source = problem_source.load(self.job.problem, self.job.dtype, self.job.scale, self.job.tolerance)
         except BaseException as exc:
             raise ReferenceFailure(exc) from exc
+        self.input_key = self.agree_input_key()
+        self.draw_inputs = problem_source.salted_inputs(self.source.make_inputs, self.input_key)
+
+    def agree_input_key(self) -> bytes:
+        """The launch's secret for drawing inputs (pkb.eval.problem_source.salted_inputs): rank
+        0's random bytes, broadcast before any candidate code exists. Every draw of this launch,
+        before and after the load, uses it, so the references sent before the load and the
+        candidate's calls see the same inputs; it reaches the rank's report only at the end."""
+        import secrets
+
+        import torch
+        import torch.distributed as dist
+
+        key = torch.zeros(16, dtype=torch.uint8, device=self.device)
+        if self.rank == 0:
+            key.copy_(torch.frombuffer(bytearray(secrets.token_bytes(16)), dtype=torch.uint8))
+        dist.broadcast(key, src=0)
+        return bytes(key.cpu().tolist())
 
     def check_reference(self) -> None:
         """The reference on every trial's inputs, before any candidate code exists in this process:
@@ -322,7 +342,7 @@ class Rank(RankTiming):
 
     def _inputs(self, trial: int) -> tuple:
         try:
-            return self.source.make_inputs(self.rank, self.ws, trial, self.device, self.dtype)
+            return self.draw_inputs(self.rank, self.ws, trial, self.device, self.dtype)
         except BaseException as exc:
             raise ReferenceFailure(exc) from exc
 
@@ -551,7 +571,7 @@ class Rank(RankTiming):
 
     def save_peer_inputs(self, verdicts: list[dict[str, Any]]) -> None:
         """This rank's inputs of every trial some other rank got wrong, for the differential
-        diagnosis (which needs all ranks' inputs); regenerated from the seed, capped like the rest."""
+        diagnosis (which needs all ranks' inputs); drawn again with the launch's key, capped like the rest."""
         import torch
 
         wanted = sorted({t for v in verdicts for t in v.get("wrong_trials", [])} - set(self.wrong_trials))
@@ -564,7 +584,7 @@ class Rank(RankTiming):
                 d.mkdir(parents=True, exist_ok=True)
                 (d / f"{tag}_rank{self.rank}.pt").touch()
             for t in wanted:
-                inputs = self.source.make_inputs(self.rank, self.ws, t, self.device, self.dtype)
+                inputs = self.draw_inputs(self.rank, self.ws, t, self.device, self.dtype)
                 torch.save({"rank": self.rank, "trial": t, "inputs": cap_for_saving(inputs, cap_elems)}, d / f"inputs_trial{t}_rank{self.rank}.pt")
         except Exception:
             pass  # a convenience, like save_tensors: never a reason to fail the rank
