@@ -395,3 +395,37 @@ def test_bitwise_equal_takes_sparse_inputs():
     changed[0, 1] = 3.0
     assert not bitwise_equal((a,), (changed.to_sparse(),))
     assert not bitwise_equal((a,), (dense,))  # a layout change is a change
+
+
+def test_timed_calls_see_inputs_no_earlier_call_saw_but_the_checked_last_ones():
+    """InputEdits through time_interleaved on CPU: every call of either side (warm-up included)
+    sees content no earlier call saw, except each group's last isolated call per side, which sees
+    the inputs as drawn; afterwards the groups are as drawn. An answer kept by address is then
+    stale on the checked call, and one kept by content never meets it."""
+    from pkb.eval.timing import InputEdits, calls_per_group, time_interleaved
+
+    groups = [(torch.randn(64, 8),), (torch.randn(64, 8),)]
+    drawn = [g[0].clone() for g in groups]
+    seen: dict[str, list[tuple[int, bytes]]] = {"reference": [], "candidate": []}
+
+    def recorder(side):
+        def fn(x):
+            g = next(i for i, grp in enumerate(groups) if grp[0] is x)
+            seen[side].append((g, x.numpy().tobytes()))
+            return x * 2
+        return fn
+
+    warmup, iters = 2, 7
+    edits = InputEdits(groups, calls_per_group(len(groups), warmup, iters, 2, cuda=False))
+    out = time_interleaved({"reference": recorder("reference"), "candidate": recorder("candidate")}, groups,
+                           warmup=warmup, iters=iters, rounds=3, device=torch.device("cpu"), edits=edits)
+    originals = {g: drawn[g].numpy().tobytes() for g in range(2)}
+    for side, calls in seen.items():
+        assert len(calls) == warmup + iters
+        *edited, last_a, last_b = calls
+        assert {last_a, last_b} == set(originals.items()), side  # the checked calls: as drawn
+        assert all(content not in originals.values() for _, content in edited), side
+    everything = [c for calls in seen.values() for _, c in calls if c not in originals.values()]
+    assert len(everything) == len(set(everything))  # no edited content twice, across both sides
+    assert all(torch.equal(g[0], d) for g, d in zip(groups, drawn))
+    assert all(torch.equal(o, drawn[g] * 2) for g, o in out["candidate"][1].items())

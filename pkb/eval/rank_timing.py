@@ -71,7 +71,7 @@ class RankTiming:
         interleaved ones."""
         import torch.distributed as dist
 
-        from pkb.eval.timing import group_count, input_bytes, time_interleaved
+        from pkb.eval.timing import InputEdits, calls_per_group, group_count, input_bytes, time_interleaved
 
         job, channel = self.job, getattr(self, "channel", None)
         if not (job.timing and job.iters):
@@ -94,9 +94,10 @@ class RankTiming:
             channel.send({"kind": "timing_mark", "side": REFERENCE_ALONE, "round": r, "pass": loop, "at": at})
 
         try:
+            edits = InputEdits(groups, calls_per_group(len(groups), job.warmup, job.iters, 1, self.device.type == "cuda"))
             time_interleaved({"reference": self._timed_call(self.source.reference, "reference")}, groups, warmup=job.warmup, iters=job.iters,
                              rounds=TIMING_ROUNDS, device=self.device, barrier=dist.barrier, keep=set(),
-                             on_round=on_round, mark=mark)
+                             on_round=on_round, mark=mark, edits=edits)
         except Exception as exc:  # the reference ran these inputs' shapes in its check: a harness matter
             from pkb.eval.rank_report import ReferenceFailure
 
@@ -174,7 +175,7 @@ class RankTiming:
         import torch.distributed as dist
 
         from pkb.eval.poison import poison_allocator
-        from pkb.eval.timing import input_bytes, time_interleaved
+        from pkb.eval.timing import InputEdits, calls_per_group, input_bytes, time_interleaved
         from pkb.eval.verdict_channel import DEFAULT_CAP_BYTES, save_output
 
         rep, job = self.reporter, self.job
@@ -182,6 +183,8 @@ class RankTiming:
         for g in groups:
             self.hand(g)
         pristine = [clone_tree(g) for g in groups]  # the reference's inputs, after the timing
+        # every timed call on inputs no earlier call saw, but each group's last one (checked)
+        edits = InputEdits(groups, calls_per_group(len(groups), job.warmup, job.iters, 2, self.device.type == "cuda"))
         self.note_speed_floor(groups[0])
         counter = self.counter
         guarded = self._timed_call
@@ -231,7 +234,7 @@ class RankTiming:
                 timed = time_interleaved(
                     {"reference": guarded(self.source.reference, "reference"), "candidate": guarded(self.solution, "candidate")},  # type: ignore[arg-type]
                     groups, warmup=job.warmup, iters=job.iters, rounds=TIMING_ROUNDS, device=self.device, barrier=barrier,
-                    keep={"candidate"}, before=before, on_round=on_round, mark=mark,
+                    keep={"candidate"}, before=before, on_round=on_round, mark=mark, edits=edits,
                 )
                 close_round()
         except BaseException as exc:

@@ -19,6 +19,7 @@ the side-stream evidence and per-call spread. On CPU only the isolated host cloc
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Callable
 
@@ -72,6 +73,65 @@ def group_count(requested: int | None, bytes_per_group: int, device: torch.devic
     return max(1, min(n, fit))
 
 
+class InputEdits:
+    """Every timed call sees inputs no earlier call saw. Before a call, one element of its group's
+    largest floating-point input is rewritten (x -> x + (1 + |x|) / 2: the sign kept, the value
+    moved past any tolerance), at a position drawn from a secret generator; after the call it is
+    put back. A group's last isolated call (`final`) runs on the untouched inputs: its output is
+    the one the rank and the harness check against the reference (drawn on those inputs), so an
+    answer kept from an earlier call on the same buffers is stale there, and an answer kept by
+    content never meets that content before. Groups without a floating input are left alone.
+    Each edit and each undo is one small copy on the current stream; the rank subtracts their host
+    time from the back-to-back loop's clock, and the events exclude them."""
+
+    def __init__(self, groups: list[tuple], calls_per_group: int) -> None:
+        import random
+
+        from pkb.eval.tensors import tensors_of
+
+        draw = random.Random(int.from_bytes(os.urandom(8), "little"))  # positions no candidate can foresee
+        self.k = [0] * len(groups)
+        self.plans: list[tuple[Any, list[int], Any, Any] | None] = []
+        n = max(1, calls_per_group)
+        for group in groups:
+            floats = [t for t in tensors_of(group) if t.is_floating_point() and t.numel() > 0 and t.is_contiguous()]
+            if not floats:
+                self.plans.append(None)
+                continue
+            target = max(floats, key=lambda t: t.numel())
+            flat = target.view(-1)
+            positions = draw.sample(range(flat.numel()), min(n, flat.numel()))  # distinct: no content twice
+            with torch.no_grad():
+                orig = flat[torch.tensor(positions, device=flat.device)].clone()
+                alt = (orig.float() + (1 + orig.float().abs()) / 2).to(orig.dtype)
+            self.plans.append((flat, positions, orig, alt))
+
+    def edit(self, g: int) -> Callable[[], None] | None:
+        """Rewrite group g's element for this call; returns the undo (None: nothing to do)."""
+        plan = self.plans[g]
+        if plan is None:
+            return None
+        flat, positions, orig, alt = plan
+        i = self.k[g] % len(positions)
+        self.k[g] += 1
+        p = positions[i]
+        with torch.no_grad():
+            flat[p].copy_(alt[i])
+
+        def undo() -> None:
+            with torch.no_grad():
+                flat[p].copy_(orig[i])
+
+        return undo
+
+
+def calls_per_group(groups: int, warmup: int, iters: int, sides: int, cuda: bool) -> int:
+    """An upper bound on the calls one group gets in time_interleaved (every side's warm-up, and
+    both passes on CUDA), so InputEdits draws a distinct position for each."""
+    per_side = warmup + iters * (2 if cuda else 1)
+    return sides * (per_side // max(1, groups) + 1)
+
+
 def summarize(samples_ms: list[float]) -> dict[str, float] | None:
     if not samples_ms:
         return None
@@ -107,13 +167,21 @@ def time_calls(
     start: int = 0,
     keep_last: bool = True,
     mark: Callable[[str, str], None] | None = None,
+    edits: InputEdits | None = None,
+    final_from: int | None = None,
 ) -> tuple[dict[str, Any], dict[int, Any]]:
     """(stats, last output of each group). Calls fn(*groups[i % G]); raw=True gives the raw
     measurements instead of stats (`raw_samples`). keep_last=False keeps no output (the
     reference's answers must not outlive its own calls). mark(pass, 'start' | 'end') is called
     right before and after each timed loop (after its barrier), for a clock outside the rank.
-    On CUDA fn is called 2 * iters times: the back-to-back pass, then the isolated one."""
+    edits: each call's inputs changed before it and put back after it (InputEdits), except the
+    isolated calls whose number in the walk over the groups (start + i) is final_from or more,
+    which see the inputs as drawn. On CUDA fn is called 2 * iters times: the back-to-back pass, then the isolated one."""
     cuda = device.type == "cuda"
+    last_edited = (start + iters) if final_from is None else final_from
+
+    def edit(g: int) -> Callable[[], None] | None:
+        return edits.edit(g) if edits is not None else None
 
     def sync() -> None:
         if cuda:
@@ -125,7 +193,10 @@ def time_calls(
 
     sync()
     for i in range(warmup):
+        undo = edit(i % len(groups))
         fn(*groups[i % len(groups)])
+        if undo is not None:
+            undo()
     sync()
     measured: dict[str, Any] = {"event_ms": [], "wall_ns": [], "pipelined_ms": [], "pipelined_loop_ns": None, "calls": iters}
     last: dict[int, Any] = {}
@@ -133,13 +204,14 @@ def time_calls(
         if barrier is not None:
             barrier()
         at("pipelined", "start")
-        measured["pipelined_ms"], measured["pipelined_loop_ns"] = _back_to_back(fn, groups, start, iters, device)
+        measured["pipelined_ms"], measured["pipelined_loop_ns"] = _back_to_back(fn, groups, start, iters, device, edit)
         at("pipelined", "end")
     if barrier is not None:
         barrier()  # ranks start the timed loop together
     at("isolated", "start")
     for i in range(iters):
         g = (start + i) % len(groups)
+        undo = edit(g) if start + i < last_edited else None
         if cuda:
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             t0 = time.perf_counter_ns()
@@ -153,6 +225,8 @@ def time_calls(
             t0 = time.perf_counter_ns()
             out = fn(*groups[g])
             measured["wall_ns"].append(time.perf_counter_ns() - t0)
+        if undo is not None:
+            undo()
         if keep_last:
             last[g] = out
         del out
@@ -199,17 +273,30 @@ def stats_from_rounds(rounds_measured: list[dict[str, Any]], *, iters: int, warm
     }
 
 
-def _back_to_back(fn: Callable[..., Any], groups: list[tuple], start: int, iters: int, device: torch.device) -> tuple[list[float], int]:
-    """PKB's loop: (per-call event intervals in ms, host ns of the whole loop and its device sync)."""
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]  # made before the clock starts
+def _back_to_back(fn: Callable[..., Any], groups: list[tuple], start: int, iters: int, device: torch.device,
+                  edit: Callable[[int], Callable[[], None] | None] | None = None) -> tuple[list[float], int]:
+    """PKB's loop: (per-call event intervals in ms, host ns of the whole loop and its device sync).
+    With `edit`, each call's input edit is enqueued before its start event and its undo after its
+    end event, so the intervals leave them out, and their host time is taken off the loop's."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]  # made before the clock starts
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    edit_ns = 0
     t0 = time.perf_counter_ns()
-    events[0].record()
     for i in range(iters):
-        fn(*groups[(start + i) % len(groups)])
-        events[i + 1].record()
+        g = (start + i) % len(groups)
+        e0 = time.perf_counter_ns()
+        undo = edit(g) if edit is not None else None
+        edit_ns += time.perf_counter_ns() - e0
+        starts[i].record()
+        fn(*groups[g])
+        ends[i].record()
+        if undo is not None:
+            e0 = time.perf_counter_ns()
+            undo()
+            edit_ns += time.perf_counter_ns() - e0
     torch.cuda.synchronize(device)
-    loop_ns = time.perf_counter_ns() - t0
-    return [events[i].elapsed_time(events[i + 1]) for i in range(iters)], loop_ns
+    loop_ns = time.perf_counter_ns() - t0 - edit_ns
+    return [starts[i].elapsed_time(ends[i]) for i in range(iters)], loop_ns
 
 
 def time_interleaved(
@@ -225,6 +312,7 @@ def time_interleaved(
     before: Callable[[str], None] | None = None,
     on_round: Callable[[str, int, dict[str, Any]], None] | None = None,
     mark: Callable[[str, int, str, str], None] | None = None,
+    edits: InputEdits | None = None,
 ) -> dict[str, tuple[dict[str, Any], dict[int, Any]]]:
     """Time several callables in alternating rounds (A B, B A, ...), so clock ramps, thermal drift
     and cache state do not favour whichever side happens to run second.
@@ -235,6 +323,8 @@ def time_interleaved(
     on_round(name, round, measured) gets each round's raw measurements as soon as the round ends,
     and mark(name, round, pass, 'start' | 'end') each timed loop's edges (the rank sends both to
     the harness, which computes the figures and checks them against its own clock).
+    edits (InputEdits): every call's inputs changed and put back, except each group's last
+    isolated call of each side, which sees the inputs as drawn.
     """
     keep = set(fns) if keep is None else keep
     rounds = max(1, min(rounds, iters)) if iters else 1
@@ -243,8 +333,9 @@ def time_interleaved(
     for name, fn in fns.items():
         if before is not None:
             before(name)
-        time_calls(fn, groups, warmup=warmup, iters=0, device=device)
+        time_calls(fn, groups, warmup=warmup, iters=0, device=device, edits=edits)
     names = list(fns)
+    final_from = iters - len(groups)  # from here on, each group's last isolated call
     done = 0  # calls so far per side: the next round continues the walk over the groups
     for r in range(rounds):
         chunk = iters // rounds + (1 if r < iters % rounds else 0)
@@ -255,7 +346,7 @@ def time_interleaved(
                 before(name)
             edges = (lambda p, w, n=name, rr=r: mark(n, rr, p, w)) if mark is not None else None
             one, out = time_calls(fn, groups, warmup=0, iters=chunk, device=device, barrier=barrier, raw=True, start=done,
-                                  keep_last=name in keep, mark=edges)
+                                  keep_last=name in keep, mark=edges, edits=edits, final_from=final_from)
             if on_round is not None:
                 on_round(name, r, one)
             measured[name].append(one)
