@@ -748,20 +748,33 @@ def test_soak_bundled_pure_pytorch_candidates_three_times_identical(tmp_path):
 
 
 def test_no_input_reaches_the_candidate_at_an_address_it_saw_with_other_values(tmp_path):
-    """The invariant that keeps a pointer-keyed cache from deadlocking the ranks: every input the
-    candidate is handed sits at an address it has not seen with other contents, except the
-    refresh probe's (new values at the old addresses, on every rank alike). Before inputs were
-    kept alive, the allocator reused trial addresses on one rank and not the other."""
+    """The invariant that keeps a pointer-keyed cache from deadlocking the ranks: outside the timed
+    loops every input the candidate is handed sits at an address it has not seen with other
+    contents, except the refresh probe's (new values at the old addresses, on every rank alike).
+    Before inputs were kept alive, the allocator reused trial addresses on one rank and not the
+    other. Inside the timed loops each group's buffers come back with edited contents
+    (pkb.eval.timing.InputEdits), in the same order of addresses on every rank."""
     body = '''
+import sys
+
 import torch
 import torch.distributed as dist
 
 _seen = open(f"seen_rank{dist.get_rank()}.log", "a")  # in its scratch folder: the only place it may write
 
 
+def _timed() -> bool:
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "time_calls":
+            return True
+        frame = frame.f_back
+    return False
+
+
 @torch.no_grad()
 def solution(x):
-    print(x.data_ptr(), float(x.double().sum()), file=_seen, flush=True)
+    print(int(_timed()), x.data_ptr(), float(x.double().sum()), file=_seen, flush=True)
     out = x.clone()
     dist.all_reduce(out)
     return out
@@ -774,15 +787,23 @@ def solution(x):
     assert rec.evaluation["outcome"] in ("faster", "slower"), rec.evaluation.get("reason")
     logs = sorted(Path(rec.evaluation["job_dir"]).glob("scratch/rank*/seen_rank*.log"))
     assert len(logs) == 2
+    timed_orders = []
     for log in logs:
         contents: dict[int, set[float]] = {}
+        order: list[int] = []
         for line in log.read_text().splitlines():
-            ptr, total = line.split()
+            timed, ptr, total = line.split()
+            if timed == "1":
+                order.append(int(ptr))
+                continue
             contents.setdefault(int(ptr), set()).add(float(total))
         calls = sum(len(v) for v in contents.values())
         reused = {p: v for p, v in contents.items() if len(v) > 1}
-        assert calls >= 4 + 1 + 3, (log.name, calls)  # trials, the repeat, the timing groups
+        assert calls >= 4 + 1, (log.name, calls)  # trials and the repeat
         assert len(reused) == 1 and len(next(iter(reused.values()))) == 2, (log.name, reused)
+        assert 1 < len(set(order)) <= 3, (log.name, order)  # the timing groups' buffers (warm-up, 2 calls)
+        timed_orders.append([sorted(set(order), key=order.index).index(p) for p in order])
+    assert timed_orders[0] == timed_orders[1]
 
 
 def _hung_launch(error_at: float, expired_since: float = 100.0):
