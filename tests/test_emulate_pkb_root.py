@@ -3,6 +3,7 @@ input factory used; builds made before the clock and never counted against a ste
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import textwrap
@@ -191,6 +192,7 @@ def test_a_build_inside_a_call_is_not_counted_by_the_step_limit(tmp_path, monkey
     assert (rec["outcome"], rec["subtype"]) == ("hang", "timeout"), rec
 
 
+from pkb.eval.build import candidate_build_root as real_candidate_build_root  # noqa: E402
 from pkb.eval.build import hidden_from_builds as real_hidden_from_builds  # noqa: E402
 
 
@@ -209,6 +211,7 @@ class _FakeBuild:
             self.__dict__.update(kw)
 
     hidden_from_builds = staticmethod(real_hidden_from_builds)  # the real one: what the run hides
+    candidate_build_root = staticmethod(real_candidate_build_root)  # the real one: each file's own folder
 
     def prebuild_many(self, paths, options, jobs=None, timeout_s=900.0):
         self.calls.append(([Path(p) for p in paths], options, timeout_s))
@@ -257,7 +260,9 @@ def test_prebuild_runs_before_the_run_into_the_directory_the_run_routes_to(tmp_p
     assert order == ["prebuild", "run", "run"], rec.evaluation  # every build before the first run
     (paths, opts, timeout), = fake.calls
     assert [p.read_text() for p in paths] == [cand.read_text(), second.read_text()] and timeout == 123.0
-    assert str(opts.root) == "/tmp/pkb-test-builds" == jobs[0]["build_root"]
+    assert str(opts.root) == "/tmp/pkb-test-builds"  # prebuild_many puts each file under its own folder
+    assert [j["build_root"] for j in jobs] == [str(real_candidate_build_root(opts.root, hashlib.sha256(p.read_bytes()).hexdigest()))
+                                               for p in (cand, second)]
     assert opts.hidden == [str(tmp_path / "s.sqlite"), str(tmp_path / "w")]  # the builds' imports do not see the store
     assert opts.extra_sys_path == jobs[0]["extra_sys_path"] == [str(root.resolve())]
     assert rec.evaluation["details"]["prebuild"]["seconds"] == 1.5

@@ -6,6 +6,8 @@ build takes seconds, not torch's minute; one module-scoped root is shared so eac
 
 from __future__ import annotations
 
+import hashlib
+
 import inspect
 import json
 import os
@@ -22,7 +24,7 @@ torch = pytest.importorskip("torch")
 cpp_extension = pytest.importorskip("torch.utils.cpp_extension")
 
 from pkb.eval import build  # noqa: E402
-from pkb.eval.build import BuildLock, BuildOptions, build_key, build_root, pool_size, prebuild, prebuild_many  # noqa: E402
+from pkb.eval.build import BuildLock, BuildOptions, build_key, build_root, candidate_build_root, pool_size, prebuild, prebuild_many  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 NEEDS_CXX = pytest.mark.skipif(not (os.environ.get("CXX") or any((Path(p) / "c++").exists() for p in os.environ.get("PATH", "").split(":"))), reason="no C++ compiler")
@@ -246,7 +248,7 @@ def test_prebuild_import_time_and_lazy_builds_then_the_rank_finds_them_done(tmp_
 import importlib.util, json
 from pathlib import Path
 from pkb.eval.build import route_builds, BUILD_LOG
-route_builds(Path({str(root)!r}))
+route_builds(Path({str(candidate_build_root(root, hashlib.sha256(lazy.read_bytes()).hexdigest()))!r}))  # the file's own folder
 spec = importlib.util.spec_from_file_location("cand", {str(lazy)!r}); m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
 print(json.dumps({{"value": m.solution(20), "log": BUILD_LOG}}))
 """
@@ -263,8 +265,9 @@ def test_prebuild_through_a_stale_torch_baton_and_a_compile_error(tmp_path, root
     ok = candidate(tmp_path, "baton.py", "pb_baton", "minus", "x - 1", lazy=True)
     src = PY11.format(fn="minus", body="x - 1")
     key = build_key("load_inline", bound(cpp_extension.load_inline, "pb_baton", cpp_sources=eval(src), with_cuda=False, no_implicit_headers=True))
-    (root / key).mkdir(parents=True, exist_ok=True)
-    (root / key / "lock").write_text("")  # torch would wait on this forever
+    own = candidate_build_root(root, hashlib.sha256(ok.read_bytes()).hexdigest())
+    (own / key).mkdir(parents=True, exist_ok=True)
+    (own / key / "lock").write_text("")  # torch would wait on this forever
     r = prebuild(ok, BuildOptions(root=root), timeout_s=120)
     assert r.ok, r.error
     assert r.builds[0]["key"] == key and r.builds[0]["stale_baton"]
@@ -281,6 +284,40 @@ def test_prebuild_through_a_stale_torch_baton_and_a_compile_error(tmp_path, root
     assert Path(first.log_path).is_file()
     second = prebuild(bad, BuildOptions(root=root), timeout_s=120)
     assert not second.ok and second.cached and "Error building extension 'pb_bad'" in second.error
+
+
+def test_a_prebuild_writes_only_its_own_build_folder(tmp_path, monkeypatch):
+    """A candidate that, at import, plants torch's failure marker and a stray file in every build
+    folder it can reach (another candidate's builds are keyed by sources it can read) reaches
+    only its own: the victim's builds stay as they were, and the shared root takes nothing."""
+    from pkb.eval import sandbox as sandboxing
+
+    if sandboxing.for_job(writable=[], readonly=[], hidden=[], name="probe").kind == "none":
+        pytest.skip("no sandbox on this machine: builds share one writable tree (the record says so)")
+    root = tmp_path / "builds"
+    victim = tmp_path / "victim.py"
+    victim.write_text("import time\ndef solution(x):\n    return x\n")
+    (victim_root := candidate_build_root(root, hashlib.sha256(victim.read_bytes()).hexdigest())).mkdir(parents=True)
+    (victim_root / "ext-0123").mkdir()  # a build of the victim's
+    attacker = tmp_path / "attacker.py"
+    attacker.write_text(textwrap.dedent('''
+        import os
+        root = os.environ["PKB_TEST_BUILD_ROOT"]
+        for here, dirs, files in os.walk(root):
+            for name in ("pkb-failed.json", "planted.txt"):
+                try:
+                    with open(os.path.join(here, name), "w") as f:
+                        f.write('{"error": "planted"}')
+                except OSError:
+                    pass
+        def solution(x):
+            return x
+        '''))
+    monkeypatch.setenv("PKB_TEST_BUILD_ROOT", str(root))
+    prebuild(attacker, BuildOptions(root=root), timeout_s=120)
+    planted = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.name in ("pkb-failed.json", "planted.txt"))
+    own = str(candidate_build_root(root, hashlib.sha256(attacker.read_bytes()).hexdigest()).relative_to(root))
+    assert planted and all(p.startswith(own + os.sep) for p in planted), planted
 
 
 def test_prebuild_of_a_candidate_that_hangs_at_import_is_killed(tmp_path, root):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import pytest
 from test_eval_support import REFERENCE, quick_options, run_eval, write_candidate
 
 from pkb.eval import Environment, plan_slots
+from pkb.eval.build import candidate_build_root
 from pkb.eval.options import EvalOptions, config_key
 
 # Problem 1 (all-reduce) with a C++ extension built lazily inside the first call (pybind11 only:
@@ -46,10 +48,12 @@ def test_eval_prebuilds_then_the_launch_loads_the_build(tmp_path):
     assert ev["outcome"] == "correct" or ev.get("correct"), ev
     pre = ev["details"]["prebuild"]
     assert pre["ok"] and not pre["cached"] and len(pre["builds"]) == 1, pre
-    [so] = (builds / pre["builds"][0]).glob("*.so")
+    own = candidate_build_root(builds, rec.evaluation.get("candidate_sha256") or hashlib.sha256(cand.read_bytes()).hexdigest())
+    [so] = (own / pre["builds"][0]).glob("*.so")
     # built by the prebuild (its result file was written after the .so), never rebuilt by the ranks
     assert so.stat().st_mtime <= Path(pre["log"]).with_suffix(".json").stat().st_mtime
-    assert [d.name for d in builds.iterdir() if d.name.startswith("jobs_lazy_ext")] == pre["builds"]
+    assert [d.name for d in own.iterdir() if d.name.startswith("jobs_lazy_ext")] == pre["builds"]
+    assert [d.name for d in builds.iterdir()] == ["candidates"]  # nothing outside the candidates' own folders
     assert all(r["compile_s"] is not None for r in ev["ranks"])
 
 
@@ -289,10 +293,11 @@ def test_no_screen_starts_while_a_parked_candidate_waits_for_the_node(monkeypatc
 def test_builds_run_on_the_cores_they_are_given(tmp_path, monkeypatch):
     from pkb.eval.build import BuildOptions, prebuild
 
-    seen = tmp_path / "builds" / "cores.txt"  # the build root: what the prebuild's sandbox lets it write
-    seen.parent.mkdir()
-    monkeypatch.setenv("PKB_TEST_CORES_FILE", str(seen))
     cand = write_candidate(tmp_path / "c", "1_allreduce_cores.py",
                            'import os\nopen(os.environ["PKB_TEST_CORES_FILE"], "w").write(repr(sorted(os.sched_getaffinity(0))))\n')
+    # its own build folder: what the prebuild's sandbox lets it write
+    seen = candidate_build_root(tmp_path / "builds", hashlib.sha256(cand.read_bytes()).hexdigest()) / "cores.txt"
+    seen.parent.mkdir(parents=True)
+    monkeypatch.setenv("PKB_TEST_CORES_FILE", str(seen))
     prebuild(cand, BuildOptions(root=tmp_path / "builds", cpus=(0,)))
     assert seen.read_text() == "[0]"

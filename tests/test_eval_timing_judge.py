@@ -33,7 +33,7 @@ def solution(x):
 RECORD_KEYS = {"backend", "config_key", "correct", "details", "device", "dtype", "job_dir", "launch_wall_s", "launcher_tail",
                "outcome", "problem_id", "problem_match", "problem_stem", "ranks", "reason", "speedup", "status", "subtype",
                "timing_mode", "trials", "wall_s", "world_size"}
-DETAIL_KEYS = {"aliases_input", "candidate_ms", "dist_calls_during_candidate", "dist_calls_timed", "judge", "judge_check",
+DETAIL_KEYS = {"aliases_input", "candidate_ms", "input_key", "dist_calls_during_candidate", "dist_calls_timed", "judge", "judge_check",
                "mutates_inputs", "pkb_match", "rank_times_ms", "reference_ms", "sandbox", "speed_floor", "speed_verdict",
                "speedup_event", "speedup_interval"}
 SIDE_KEYS = {"event", "groups", "iters", "pipelined", "pipelined_wall", "round_medians_ms", "rounds", "wall", "warmup"}

@@ -258,7 +258,9 @@ def prebuild_before_the_clock(files: list[Path], options: Any, device: str) -> d
     except ImportError:
         return {f: {"skipped": "pkb.eval.build is not there: builds happen inside the run, under its build limit"} for f in todo}
     root = build_root_for(options)
-    out: dict[Path, dict[str, Any]] = {f: {"build_root": str(root)} for f in todo}
+    # each candidate's own build folder, as on the real path
+    out: dict[Path, dict[str, Any]] = {f: {"build_root": str(build.candidate_build_root(root, hashlib.sha256(Path(f).read_bytes()).hexdigest()))}
+                                       for f in todo}
     try:
         opts = build.BuildOptions(root=root, extra_sys_path=candidate_sys_path(options), arch_list=environment(options).arch_list,
                                   python=options.python, hidden=build.hidden_from_builds(options))

@@ -301,6 +301,7 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
         evaluation["reason"] = f"world size {env.world_size} needs {env.world_size} GPUs; {env.device_count} visible"
         return evaluation
 
+    from pkb.eval.build import candidate_build_root
     from pkb.eval.device_needs import cuda_uses
     from pkb.eval.static_checks import static_flags
 
@@ -326,7 +327,7 @@ def prepare(rec: Any, options: EvalOptions, env: Environment, store: Any) -> Pen
         groups=options.groups,
         timeout_s=options.timeout_s,
         extensions_dir=str(work / "extensions" / f"{sha[:16]}-{env.build_tag}"),
-        build_root=str(build_root_for(options)),
+        build_root=str(candidate_build_root(build_root_for(options), sha)),
         save_cap_bytes=options.save_cap_bytes,
         repo_root=str(Path(__file__).resolve().parents[2]),
         extra_sys_path=[str(Path(options.pkb_root).resolve())] if options.pkb_root else [],

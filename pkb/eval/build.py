@@ -65,6 +65,15 @@ def build_root(out: Path | None = None) -> Path:
     return base / "pkb-analyze" / "builds"
 
 
+def candidate_build_root(root: Path, content_sha256: str) -> Path:
+    """One candidate's builds (and its prebuild's logs and scratch): `<root>/candidates/<sha16>`,
+    by the file's content. Its prebuild and its launches may write only here: with one tree
+    writable by every launch, a candidate could plant a failure marker, or a library of its own
+    making, in the folder another candidate's build is keyed to (keys follow from the sources,
+    which it can read). The same file evaluated again, on either path, finds its builds."""
+    return Path(root) / "candidates" / content_sha256[:16]
+
+
 # ---- the lock ---------------------------------------------------------------------------------
 
 
@@ -456,16 +465,17 @@ def prebuild(path: Path, options: Any = None, timeout_s: float = 900.0) -> Build
 
     The subprocess imports the candidate, so it runs in the same sandbox as a launch
     (pkb.eval.sandbox): its own PID namespace, the tree read-only, the store and work folder
-    hidden, writable only the build root and its scratch folder; whatever it leaves running is
+    hidden, writable only its own build folder (candidate_build_root); whatever it leaves running is
     killed and named in the result (`strays`)."""
     from pkb.eval import sandbox as sandboxing
     from pkb.eval.launcher import MARKER_ENV, sweep_strays
     opts = BuildOptions.of(options)
-    root = Path(opts.root or build_root())
+    path = Path(path).resolve()
+    digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "missing"
+    tag = digest[:16]
+    root = candidate_build_root(Path(opts.root or build_root()), digest)
     logs = root / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    path = Path(path).resolve()
-    tag = hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else "missing"
     log_path = logs / f"{path.stem[:60]}-{tag}.log"
     result_file = logs / f"{path.stem[:60]}-{tag}.json"
     result_file.unlink(missing_ok=True)

@@ -214,8 +214,8 @@ def _launch_once(job: JobSpec, job_dir: Path, python: str | None, gate: TimingGa
     # The one place the launch enters its sandbox (pkb.eval.sandbox): own PID namespace, the tree
     # read-only, the work folder and the store hidden, only this job's folders writable.
     box = sandboxing.for_job(
-        # the build root is shared by every candidate (prebuilt there, locked there by the ranks):
-        # writable, so one candidate could tamper with another's build (a known gap)
+        # the build root is this candidate's own (pkb.eval.build.candidate_build_root): others'
+        # builds stay read-only
         writable=[str(job_dir), *(p for p in (job.extensions_dir, job.build_root) if p)],
         readonly=[repo, str(Path(job.candidate_path).parent), *job.extra_sys_path, *env.get("PYTHONPATH", "").split(os.pathsep),
                   *(str(job.problem[k]) for k in ("path", "root") if job.problem.get(k)),  # a problem file, a PKB checkout
