@@ -94,7 +94,7 @@ class InputEdits:
         self.plans: list[tuple[Any, list[int], Any, Any] | None] = []
         n = max(1, calls_per_group)
         for group in groups:
-            floats = [t for t in tensors_of(group) if t.is_floating_point() and t.numel() > 0 and t.is_contiguous()]
+            floats = [t for t in tensors_of(group) if t.layout == torch.strided and t.is_floating_point() and t.numel() > 0 and t.is_contiguous()]
             if not floats:
                 self.plans.append(None)
                 continue
