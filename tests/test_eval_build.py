@@ -334,7 +334,7 @@ def test_prebuild_of_a_broken_import_is_not_a_crash(tmp_path, root):
     assert r.ok and r.builds == [] and "no_such_module_here" in r.import_error
 
 
-def test_a_prebuilds_import_runs_in_the_launch_sandbox_and_leaves_nothing_running(tmp_path, root):
+def test_a_prebuilds_import_runs_in_the_launch_sandbox_and_leaves_nothing_running(tmp_path, root, monkeypatch):
     from pkb.eval import sandbox
 
     store = tmp_path / "store.sqlite"
@@ -347,7 +347,7 @@ def test_a_prebuilds_import_runs_in_the_launch_sandbox_and_leaves_nothing_runnin
             seen = open({str(store)!r}, "rb").read()[:15]
         except OSError:
             seen = b"unreadable"
-        open(os.path.join({str(root)!r}, "seen-{tmp_path.name}"), "wb").write(seen)
+        open(os.environ["PKB_TEST_SEEN"], "wb").write(seen)  # in its own build folder, the one it may write
         if os.fork() == 0:  # a detached daemon that would write outside after the build
             os.setsid()
             if os.fork() == 0:
@@ -359,6 +359,8 @@ def test_a_prebuilds_import_runs_in_the_launch_sandbox_and_leaves_nothing_runnin
         def solution(x):
             return x
         '''))
+    seen_path = candidate_build_root(root, hashlib.sha256(hostile.read_bytes()).hexdigest()) / "seen.bin"
+    monkeypatch.setenv("PKB_TEST_SEEN", str(seen_path))
     r = prebuild(hostile, BuildOptions(root=root, hidden=[str(store)]), timeout_s=60)
     assert r.ok and r.import_error == "", r
     kind = r.sandbox["kind"]
@@ -367,5 +369,5 @@ def test_a_prebuilds_import_runs_in_the_launch_sandbox_and_leaves_nothing_runnin
     assert not outside.exists(), "a process of the build's import outlived it"
     assert r.sandbox.get("strays"), "the daemon the import left running is named"
     if kind == "bwrap":
-        seen = (root / f"seen-{tmp_path.name}").read_bytes()
+        seen = seen_path.read_bytes()
         assert seen in (b"", b"unreadable"), f"the store was readable from the build's import: {seen!r}"
