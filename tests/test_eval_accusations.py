@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from test_eval_support import quick_options, run_eval, write_candidate
 from test_eval_units import _launch, _ok_rank
 
@@ -85,3 +87,28 @@ def test_wrong_at_return_is_still_cached_output():
     cached = _ok_rank(0.5, timed_checks=[{"matched": False, "kind": "at_return", "trial": 1}])
     ev = decide(_launch([cached, _ok_rank(0.5)]))
     assert (ev["outcome"], ev["subtype"]) == ("suspect", "cached_output")
+
+
+def _cuda_timing(ref_event, ref_b2b, cand_event, cand_b2b):
+    from pkb.eval.timing import summarize
+
+    def side(event, b2b):
+        return {"event": summarize([event] * 5), "wall": summarize([event * 1.1] * 5), "pipelined": summarize([b2b] * 5),
+                "pipelined_wall": summarize([b2b] * 5)}
+
+    return {"reference": side(ref_event, ref_b2b), "candidate": side(cand_event, cand_b2b)}
+
+
+def test_back_to_back_calls_far_below_their_isolated_time_are_skipped_work():
+    """The charged back-to-back pass, whose outputs no one reads, against the isolated pass: a
+    candidate whose back-to-back calls take 5% of its isolated ones, where the reference's take
+    90%, skips work there (cached_output); one that pipelines well (60% against the reference's
+    90%), or whose calls are all tiny, is left alone."""
+    skipping = [_ok_rank(0.5, timing=_cuda_timing(1.0, 0.9, 1.0, 0.05)) for _ in range(2)]
+    ev = decide(_launch(skipping))
+    assert (ev["outcome"], ev["subtype"]) == ("suspect", "cached_output"), ev["reason"]
+    assert ev["details"]["back_to_back_skips"]["candidate_share"] == pytest.approx(0.05)
+    pipelining = [_ok_rank(0.5, timing=_cuda_timing(1.0, 0.9, 1.0, 0.6)) for _ in range(2)]
+    assert decide(_launch(pipelining))["outcome"] in ("faster", "slower")
+    tiny = [_ok_rank(0.5, timing=_cuda_timing(0.01, 0.009, 0.01, 0.001)) for _ in range(2)]
+    assert decide(_launch(tiny))["outcome"] in ("faster", "slower")

@@ -57,6 +57,10 @@ _ERROR_PRIORITY = ("compile_error", "load_error", "runtime_error")
 
 SIDE_STREAM_RATIO = 3.0
 SIDE_STREAM_MIN_MS = 0.05
+# Back-to-back calls below this share of the isolated ones (and of the reference's own share), by
+# more than this many ms: work skipped where no output is read (_back_to_back_skips).
+BACK_TO_BACK_SHARE = 0.3
+BACK_TO_BACK_MIN_MS = 0.02
 SPEED_OF_LIGHT_MARGIN = 2.0
 
 
@@ -599,6 +603,13 @@ def _suspect(ranks: list[Any], details: dict[str, Any], job: Any = None) -> tupl
         return "side_stream_timing", (
             f"work outside the timed call: {unwaited} timed calls returned while a collective they started was still running "
             "(async_op never waited), which the untimed calls did not; the harness waited for it inside the call")
+    skips = _back_to_back_skips(results)
+    if skips:
+        details["back_to_back_skips"] = skips
+        return "cached_output", (
+            f"its back-to-back timed calls took {skips['candidate_back_to_back_ms']:.3g} ms each, {skips['candidate_share']:.0%} of its "
+            f"isolated calls' {skips['candidate_event_ms']:.3g} ms (the reference's: {skips['reference_share']:.0%}): calls that skip "
+            "their work where no output is read")
     side = _side_stream(results)
     if side:
         details["side_stream"] = side
@@ -655,6 +666,25 @@ def _side_stream(results: list[dict[str, Any]]) -> dict[str, Any] | None:
         ref_ratio = (rw / re_) if (re_ and rw) else 1.0
         if ratio > SIDE_STREAM_RATIO and cw - ce > SIDE_STREAM_MIN_MS and ratio > 2 * ref_ratio:
             return {"rank": res.get("rank"), "candidate_event_ms": ce, "candidate_wall_ms": cw, "candidate_ratio": ratio, "reference_ratio": ref_ratio}
+    return None
+
+
+def _back_to_back_skips(results: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A rank whose back-to-back calls (the charged pass, whose outputs no one reads) took a small
+    share of its isolated calls' event time, where the reference's took far more of its own: calls
+    that skip their work when timed back to back. Back to back, an honest call loses at most its
+    launch latency to the isolated one (the host runs ahead only where the GPU is the slower)."""
+    for res in results:
+        timing = res.get("timing") or {}
+        cand, ref = timing.get("candidate") or {}, timing.get("reference") or {}
+        ce, cp = (cand.get("event") or {}).get("median_ms"), (cand.get("pipelined") or {}).get("median_ms")
+        re_, rp = (ref.get("event") or {}).get("median_ms"), (ref.get("pipelined") or {}).get("median_ms")
+        if not (ce and cp and re_ and rp) or ce - cp < BACK_TO_BACK_MIN_MS:
+            continue
+        share, ref_share = cp / ce, rp / re_
+        if share < BACK_TO_BACK_SHARE and share < BACK_TO_BACK_SHARE * ref_share:
+            return {"rank": res.get("rank"), "candidate_event_ms": ce, "candidate_back_to_back_ms": cp, "candidate_share": share,
+                    "reference_share": ref_share}
     return None
 
 
