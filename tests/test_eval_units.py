@@ -397,35 +397,46 @@ def test_bitwise_equal_takes_sparse_inputs():
     assert not bitwise_equal((a,), (dense,))  # a layout change is a change
 
 
-def test_timed_calls_see_inputs_no_earlier_call_saw_but_the_checked_last_ones():
+def test_timed_calls_see_inputs_no_earlier_call_saw_but_the_checked_ones():
     """InputEdits through time_interleaved on CPU: every call of either side (warm-up included)
-    sees content no earlier call saw, except each group's last isolated call per side, which sees
-    the inputs as drawn; afterwards the groups are as drawn. An answer kept by address is then
-    stale on the checked call, and one kept by content never meets it."""
+    sees content no earlier call saw, except the plain isolated calls (one drawn per group, and
+    the last), which see the inputs as drawn; the output kept of each group is its drawn call's;
+    afterwards the groups are as drawn. An answer kept by address is then stale on a checked
+    call the candidate cannot foresee, and one kept by content never meets it."""
+    from pkb.eval import timing
     from pkb.eval.timing import InputEdits, calls_per_group, time_interleaved
 
     groups = [(torch.randn(64, 8),), (torch.randn(64, 8),)]
     drawn = [g[0].clone() for g in groups]
+    originals = {g: drawn[g].numpy().tobytes() for g in range(2)}
     seen: dict[str, list[tuple[int, bytes]]] = {"reference": [], "candidate": []}
 
     def recorder(side):
         def fn(x):
             g = next(i for i, grp in enumerate(groups) if grp[0] is x)
             seen[side].append((g, x.numpy().tobytes()))
-            return x * 2
+            return x * 2 + len(seen[side])  # each call's answer its own
         return fn
 
     warmup, iters = 2, 7
     edits = InputEdits(groups, calls_per_group(len(groups), warmup, iters, 2, cuda=False))
+    plain, checked = timing.plain_calls(len(groups), iters)
     out = time_interleaved({"reference": recorder("reference"), "candidate": recorder("candidate")}, groups,
-                           warmup=warmup, iters=iters, rounds=3, device=torch.device("cpu"), edits=edits)
-    originals = {g: drawn[g].numpy().tobytes() for g in range(2)}
+                           warmup=warmup, iters=iters, rounds=3, device=torch.device("cpu"), edits=edits, plain=(plain, checked))
+    assert iters - 1 in plain and len(checked) == 2 and {i % 2 for i in checked} == {0, 1} and checked <= plain
     for side, calls in seen.items():
         assert len(calls) == warmup + iters
-        *edited, last_a, last_b = calls
-        assert {last_a, last_b} == set(originals.items()), side  # the checked calls: as drawn
-        assert all(content not in originals.values() for _, content in edited), side
+        isolated = calls[warmup:]
+        for i, (g, content) in enumerate(isolated):
+            assert (content == originals[g]) == (i in plain), (side, i)
+        assert all(content not in originals.values() for _, content in calls[:warmup])
+    for g, o in out["candidate"][1].items():  # the drawn call's answer: 2x + its call count
+        (i,) = [i for i in checked if i % 2 == g]
+        assert torch.equal(o, drawn[g] * 2 + (warmup + i + 1)), (g, i, sorted(checked))
     everything = [c for calls in seen.values() for _, c in calls if c not in originals.values()]
     assert len(everything) == len(set(everything))  # no edited content twice, across both sides
     assert all(torch.equal(g[0], d) for g, d in zip(groups, drawn))
-    assert all(torch.equal(o, drawn[g] * 2) for g, o in out["candidate"][1].items())
+    # the ranks' picks give the same calls on every rank; each group's checked call is one of its own
+    assert timing.plain_calls(3, 10, [7, 7, 7]) == timing.plain_calls(3, 10, [7, 7, 7])
+    p, c = timing.plain_calls(3, 10, [0, 1, 5])
+    assert c == {0, 4, 8} and p == {0, 4, 8, 9}

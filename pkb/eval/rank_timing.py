@@ -143,6 +143,17 @@ class RankTiming:
         dist.all_reduce(n, op=dist.ReduceOp.MIN)
         return [int(v) for v in n.tolist()]
 
+    def _agreed_picks(self, n: int) -> list[int]:
+        """`n` random numbers, rank 0's, the same on every rank (timing.plain_calls)."""
+        import secrets
+
+        import torch
+        import torch.distributed as dist
+
+        picks = torch.tensor([secrets.randbelow(1 << 30) for _ in range(n)], dtype=torch.int64, device=self.device)
+        dist.broadcast(picks, src=0)
+        return [int(v) for v in picks.tolist()]
+
     def send_group_references(self, n_groups: int) -> None:
         """The reference's output on the first RECHECKED_GROUPS timing groups' fresh inputs (and
         the group the last timed call is likely to use), sent to the harness before the candidate
@@ -175,7 +186,7 @@ class RankTiming:
         import torch.distributed as dist
 
         from pkb.eval.poison import poison_allocator
-        from pkb.eval.timing import InputEdits, calls_per_group, input_bytes, time_interleaved
+        from pkb.eval.timing import InputEdits, calls_per_group, input_bytes, plain_calls, time_interleaved
         from pkb.eval.verdict_channel import DEFAULT_CAP_BYTES, save_output
 
         rep, job = self.reporter, self.job
@@ -183,7 +194,7 @@ class RankTiming:
         for g in groups:
             self.hand(g)
         pristine = [clone_tree(g) for g in groups]  # the reference's inputs, after the timing
-        # every timed call on inputs no earlier call saw, but each group's last one (checked)
+        # every timed call on inputs no earlier call saw, but the checked ones (timing.plain_calls)
         edits = InputEdits(groups, calls_per_group(len(groups), job.warmup, job.iters, 2, self.device.type == "cuda"))
         self.note_speed_floor(groups[0])
         counter = self.counter
@@ -235,6 +246,7 @@ class RankTiming:
                     {"reference": guarded(self.source.reference, "reference"), "candidate": guarded(self.solution, "candidate")},  # type: ignore[arg-type]
                     groups, warmup=job.warmup, iters=job.iters, rounds=TIMING_ROUNDS, device=self.device, barrier=barrier,
                     keep={"candidate"}, before=before, on_round=on_round, mark=mark, edits=edits,
+                    plain=plain_calls(len(groups), job.iters, self._agreed_picks(len(groups))),
                 )
                 close_round()
         except BaseException as exc:

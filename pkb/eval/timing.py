@@ -77,10 +77,10 @@ class InputEdits:
     """Every timed call sees inputs no earlier call saw. Before a call, one element of its group's
     largest floating-point input is rewritten (x -> x + (1 + |x|) / 2: the sign kept, the value
     moved past any tolerance), at a position drawn from a secret generator; after the call it is
-    put back. A group's last isolated call (`final`) runs on the untouched inputs: its output is
-    the one the rank and the harness check against the reference (drawn on those inputs), so an
-    answer kept from an earlier call on the same buffers is stale there, and an answer kept by
-    content never meets that content before. Groups without a floating input are left alone.
+    put back. A few isolated calls (plain_calls: one at random per group, and the last) run on
+    the untouched inputs: their outputs are the ones the rank and the harness check against the
+    reference (drawn on those inputs), so an answer kept from an earlier call on the same buffers
+    is stale there, and an answer kept by content never meets that content before. Groups without a floating input are left alone.
     Each edit and each undo is one small copy on the current stream; the rank subtracts their host
     time from the back-to-back loop's clock, and the events exclude them."""
 
@@ -132,6 +132,25 @@ def calls_per_group(groups: int, warmup: int, iters: int, sides: int, cuda: bool
     return sides * (per_side // max(1, groups) + 1)
 
 
+def plain_calls(groups: int, iters: int, picks: list[int] | None = None) -> tuple[set[int], set[int]]:
+    """(the isolated calls that see the inputs as drawn, the checked ones among them), by their
+    number in the walk over the groups. Each group's checked call is drawn at random among its
+    isolated calls (from the OS's generator, or from `picks`, one number per group, which the
+    ranks agree on: a collective's answer is the reference's only where every rank's inputs are
+    as drawn), so a candidate that counts its calls cannot tell which output will be compared
+    (answering from a kept result on the others); the last call is plain too, so one buffer
+    returned by every call ends holding an answer on the drawn inputs."""
+    import random
+
+    if picks is None:
+        picks = [random.SystemRandom().randrange(1 << 30) for _ in range(groups)]
+    checked = set()
+    for g in range(min(groups, iters)):
+        choices = range(g, iters, groups)
+        checked.add(choices[picks[g] % len(choices)])
+    return checked | ({iters - 1} if iters else set()), checked
+
+
 def summarize(samples_ms: list[float]) -> dict[str, float] | None:
     if not samples_ms:
         return None
@@ -168,17 +187,18 @@ def time_calls(
     keep_last: bool = True,
     mark: Callable[[str, str], None] | None = None,
     edits: InputEdits | None = None,
-    final_from: int | None = None,
+    plain: set[int] | None = None,
+    kept: set[int] | None = None,
 ) -> tuple[dict[str, Any], dict[int, Any]]:
     """(stats, last output of each group). Calls fn(*groups[i % G]); raw=True gives the raw
     measurements instead of stats (`raw_samples`). keep_last=False keeps no output (the
     reference's answers must not outlive its own calls). mark(pass, 'start' | 'end') is called
     right before and after each timed loop (after its barrier), for a clock outside the rank.
     edits: each call's inputs changed before it and put back after it (InputEdits), except the
-    isolated calls whose number in the walk over the groups (start + i) is final_from or more,
-    which see the inputs as drawn. On CUDA fn is called 2 * iters times: the back-to-back pass, then the isolated one."""
+    isolated calls whose number in the walk over the groups (start + i) is in `plain`, which see
+    the inputs as drawn. kept: the isolated calls (by that number) whose outputs are kept (None:
+    every call's, so the last of each group). On CUDA fn is called 2 * iters times: the back-to-back pass, then the isolated one."""
     cuda = device.type == "cuda"
-    last_edited = (start + iters) if final_from is None else final_from
 
     def edit(g: int) -> Callable[[], None] | None:
         return edits.edit(g) if edits is not None else None
@@ -211,7 +231,7 @@ def time_calls(
     at("isolated", "start")
     for i in range(iters):
         g = (start + i) % len(groups)
-        undo = edit(g) if start + i < last_edited else None
+        undo = edit(g) if plain is None or start + i not in plain else None
         if cuda:
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             t0 = time.perf_counter_ns()
@@ -227,7 +247,7 @@ def time_calls(
             measured["wall_ns"].append(time.perf_counter_ns() - t0)
         if undo is not None:
             undo()
-        if keep_last:
+        if keep_last and (kept is None or start + i in kept):
             last[g] = out
         del out
     at("isolated", "end")
@@ -313,6 +333,7 @@ def time_interleaved(
     on_round: Callable[[str, int, dict[str, Any]], None] | None = None,
     mark: Callable[[str, int, str, str], None] | None = None,
     edits: InputEdits | None = None,
+    plain: tuple[set[int], set[int]] | None = None,
 ) -> dict[str, tuple[dict[str, Any], dict[int, Any]]]:
     """Time several callables in alternating rounds (A B, B A, ...), so clock ramps, thermal drift
     and cache state do not favour whichever side happens to run second.
@@ -323,8 +344,9 @@ def time_interleaved(
     on_round(name, round, measured) gets each round's raw measurements as soon as the round ends,
     and mark(name, round, pass, 'start' | 'end') each timed loop's edges (the rank sends both to
     the harness, which computes the figures and checks them against its own clock).
-    edits (InputEdits): every call's inputs changed and put back, except each group's last
-    isolated call of each side, which sees the inputs as drawn.
+    edits (InputEdits): every call's inputs changed and put back, except the isolated calls of
+    `plain` (plain_calls: those on the inputs as drawn, and the checked ones among them, the same
+    on every rank and for each side); the output kept of each group is then its checked call's.
     """
     keep = set(fns) if keep is None else keep
     rounds = max(1, min(rounds, iters)) if iters else 1
@@ -335,7 +357,7 @@ def time_interleaved(
             before(name)
         time_calls(fn, groups, warmup=warmup, iters=0, device=device, edits=edits)
     names = list(fns)
-    final_from = iters - len(groups)  # from here on, each group's last isolated call
+    unedited, checked = plain if plain is not None else (None, None)
     done = 0  # calls so far per side: the next round continues the walk over the groups
     for r in range(rounds):
         chunk = iters // rounds + (1 if r < iters % rounds else 0)
@@ -346,7 +368,7 @@ def time_interleaved(
                 before(name)
             edges = (lambda p, w, n=name, rr=r: mark(n, rr, p, w)) if mark is not None else None
             one, out = time_calls(fn, groups, warmup=0, iters=chunk, device=device, barrier=barrier, raw=True, start=done,
-                                  keep_last=name in keep, mark=edges, edits=edits, final_from=final_from)
+                                  keep_last=name in keep, mark=edges, edits=edits, plain=unedited, kept=checked)
             if on_round is not None:
                 on_round(name, r, one)
             measured[name].append(one)
