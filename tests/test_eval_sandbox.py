@@ -258,3 +258,12 @@ def test_the_walls_stay_where_the_probe_fails_outside_them_too(tmp_path, unshare
     box = sandbox.for_job(writable=[str(tmp_path)], readonly=[str(REPO)], hidden=[], name="walls-kept")
     _, report = _launch_in(box, [sys.executable, "-c", "print('{}')"], str(REPO))
     assert "walls_off" not in report and report["isolates"] == sandbox.ENCLOSED_UNSHARE[0]
+
+
+def test_a_writable_folder_exists_before_the_walls_go_up(tmp_path):
+    """unshare's init binds writable only what exists; a candidate's own build folder that no
+    prebuild made yet (a candidate without extensions) was read-only inside on the GPU machine,
+    and every such launch failed in its load (2026-12-07). for_job makes them first."""
+    own = tmp_path / "builds" / "candidates" / "0123456789abcdef"
+    sandbox.for_job(writable=[str(own)], readonly=[], hidden=[], name="mkdirs")
+    assert own.is_dir()

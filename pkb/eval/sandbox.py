@@ -305,6 +305,8 @@ class Sandbox:
 
 def for_job(writable: list[str], readonly: list[str], hidden: list[str], name: str) -> Sandbox:
     kind, reason = choose()
+    for p in writable:  # a folder made writable must exist before the walls go up (unshare's
+        os.makedirs(p, exist_ok=True)  # init binds only what is there; inside, the tree is read-only)
     return Sandbox(kind, reason, [str(Path(p).resolve()) for p in writable], [str(Path(p).resolve()) for p in readonly],
                    [str(Path(p).resolve()) for p in hidden], LaunchCgroup.create(name))
 
