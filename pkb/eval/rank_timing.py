@@ -124,7 +124,7 @@ class RankTiming:
                 if side == "candidate":
                     counter.active = False
                     if counter.finish_pending() and host_backend:
-                        self.timed_unwaited_calls = getattr(self, "timed_unwaited_calls", 0) + 1
+                        self.timed_unwaited_calls += 1
                 return out
             finally:
                 if counter is not None:
@@ -267,7 +267,7 @@ class RankTiming:
         # Measurements only: the harness computes the figures and checks them (pkb.eval.timing_judge).
         if not sent:
             rep.result["timing_raw"] = raw
-        rep.result["timed_unwaited_calls"] = getattr(self, "timed_unwaited_calls", 0)
+        rep.result["timed_unwaited_calls"] = self.timed_unwaited_calls
         rep.result["timed_inputs_mutated"] = any(not bitwise_equal(a, b) for a, b in zip(groups, pristine)) and not getattr(self, "reference_mutates", False)
         # The timed calls' own outputs: a candidate that answers from a cache would pass the
         # correctness trials and still be wrong here. An output sharing storage with another

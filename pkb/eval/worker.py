@@ -60,6 +60,8 @@ class Rank(RankTiming):
         self.solution: Callable[..., Any] | None = None
         self.handed: list[Any] = []  # every input the candidate was handed (see `hand`)
         self.handed_bytes = 0
+        self.input_key: bytes | None = None  # the launch's secret for drawing inputs (agree_input_key)
+        self.timed_unwaited_calls = 0  # timed calls that left a collective running (RankTiming._timed_call)
 
     def hand(self, inputs: Any) -> None:
         """Keep what the candidate is handed alive until the rank ends, so that no later input
@@ -158,7 +160,7 @@ class Rank(RankTiming):
         finally:
             if self.counter is not None:
                 rep.result["dist_calls"] = dict(self.dist_calls)
-            if getattr(self, "input_key", None) is not None:  # every draw is done: for the diagnosis
+            if self.input_key is not None:  # every draw is done: for the diagnosis
                 rep.result["input_key"] = self.input_key.hex()
         rep.phase("done")
         rep.result["finished"] = True
