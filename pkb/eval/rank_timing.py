@@ -37,6 +37,17 @@ AT_RETURN_GROUPS = 4
 NVLINK_BYTES_PER_S = 450e9
 
 
+def functional_works() -> int:
+    """Functional collectives started and not yet waited (c10d's work registry), 0 where this torch
+    does not say."""
+    try:
+        from torch._C._distributed_c10d import _get_work_registry_size
+
+        return int(_get_work_registry_size())
+    except Exception:
+        return 0
+
+
 class RankTiming:
     """Timing and its checks; the rest of the rank is pkb.eval.worker.Rank."""
 
@@ -119,11 +130,15 @@ class RankTiming:
             if side == "candidate":
                 counter.pending.clear()
                 counter.active = True
+                registered = functional_works()
             try:
                 out = fn(*args)
                 if side == "candidate":
                     counter.active = False
-                    if counter.finish_pending() and host_backend:
+                    unfinished = counter.finish_pending()
+                    # a functional collective (torch.ops._c10d_functional) hands back a tensor,
+                    # no Work: one left unwaited stays in c10d's registry past the call
+                    if (unfinished or functional_works() > registered) and host_backend:
                         self.timed_unwaited_calls += 1
                 return out
             finally:

@@ -75,9 +75,10 @@ def group_count(requested: int | None, bytes_per_group: int, device: torch.devic
 
 class InputEdits:
     """Every timed call sees inputs no earlier call saw. Before a call, one element of its group's
-    largest floating-point input is rewritten (x -> x + (1 + |x|) / 2: the sign kept, the value
-    moved past any tolerance), at a position drawn from a secret generator; after the call it is
-    put back. A few isolated calls (plain_calls: one at random per group, and the last) run on
+    largest floating-point input is rewritten (x -> x +- (1 + |x|) / 2, the sign drawn: the value
+    moved past any tolerance, up or down, so no elementwise minimum or maximum of two versions
+    gives the drawn input back), at a position drawn from a secret generator; after the call it
+    is put back. A few isolated calls (plain_calls: one at random per group, and the last) run on
     the untouched inputs: their outputs are the ones the rank and the harness check against the
     reference (drawn on those inputs), so an answer kept from an earlier call on the same buffers
     is stale there, and an answer kept by content never meets that content before. Groups without a floating input are left alone.
@@ -101,9 +102,10 @@ class InputEdits:
             target = max(floats, key=lambda t: t.numel())
             flat = target.view(-1)
             positions = draw.sample(range(flat.numel()), min(n, flat.numel()))  # distinct: no content twice
+            signs = torch.tensor([draw.choice((-1.0, 1.0)) for _ in positions], device=flat.device)
             with torch.no_grad():
                 orig = flat[torch.tensor(positions, device=flat.device)].clone()
-                alt = (orig.float() + (1 + orig.float().abs()) / 2).to(orig.dtype)
+                alt = (orig.float() + signs * (1 + orig.float().abs()) / 2).to(orig.dtype)
             self.plans.append((flat, positions, orig, alt))
 
     def edit(self, g: int) -> Callable[[], None] | None:
