@@ -75,15 +75,17 @@ def group_count(requested: int | None, bytes_per_group: int, device: torch.devic
 
 class InputEdits:
     """Every timed call sees inputs no earlier call saw. Before a call, one element of its group's
-    largest floating-point input is rewritten (x -> x +- (1 + |x|) / 2, the sign drawn: the value
-    moved past any tolerance, up or down, so no elementwise minimum or maximum of two versions
-    gives the drawn input back), at a position drawn from a secret generator; after the call it
-    is put back. A few isolated calls (plain_calls: one at random per group, and the last) run on
-    the untouched inputs: their outputs are the ones the rank and the harness check against the
+    largest floating-point input is rewritten (x -> x +- (1 + |x|) / 2, the sign drawn: moved past
+    any tolerance, up or down), at a position drawn from a secret generator; after the call it is
+    put back. A few isolated calls (plain_calls: one at random per group, and the last) run on the
+    untouched inputs: their outputs are the ones the rank and the harness check against the
     reference (drawn on those inputs), so an answer kept from an earlier call on the same buffers
-    is stale there, and an answer kept by content never meets that content before. Groups without a floating input are left alone.
-    Each edit and each undo is one small copy on the current stream; the rank subtracts their host
-    time from the back-to-back loop's clock, and the events exclude them."""
+    is stale there, and one kept by content never meets that content before. Groups without a
+    floating input are left alone. Each edit and each undo is one small copy on the current
+    stream; the rank takes their host time off the back-to-back loop's clock, and the events
+    leave them out. This raises the price of a cache, it does not close it: the elementwise
+    median of three versions of a buffer gives the drawn input back, and code in the rank's
+    process can read the plan (both seen in a red-team round, 2026-12-07)."""
 
     def __init__(self, groups: list[tuple], calls_per_group: int) -> None:
         import random
