@@ -440,3 +440,31 @@ def test_timed_calls_see_inputs_no_earlier_call_saw_but_the_checked_ones():
     assert timing.plain_calls(3, 10, [7, 7, 7]) == timing.plain_calls(3, 10, [7, 7, 7])
     p, c = timing.plain_calls(3, 10, [0, 1, 5])
     assert c == {0, 4, 8} and p == {0, 4, 8, 9}
+
+
+def test_the_plain_calls_outputs_are_copied_as_they_return():
+    """time_interleaved's `returned`: a copy of each plain call's output taken at its return, so
+    work a candidate finishes later (here: the next call writes into the previous output, as a
+    thread or a finalizer would) is not in what the rank and the harness check."""
+    from pkb.eval import timing
+    from pkb.eval.timing import InputEdits, calls_per_group, time_interleaved
+
+    groups = [(torch.zeros(16),), (torch.ones(16),)]
+    handed: list[torch.Tensor] = []
+
+    def late(x):
+        if handed:
+            handed[-1].add_(100.0)  # finishes the previous call's answer after it returned
+        out = x * 2
+        handed.append(out)
+        return out
+
+    plain, checked = timing.plain_calls(2, 6, [1, 1])
+    returned: dict[str, dict[int, torch.Tensor]] = {}
+    out = time_interleaved({"candidate": late}, groups, warmup=1, iters=6, rounds=2, device=torch.device("cpu"),
+                           edits=InputEdits(groups, calls_per_group(2, 1, 6, 1, cuda=False)), plain=(plain, checked), returned=returned)
+    assert set(returned["candidate"]) == plain == {2, 3, 5} and checked == {2, 3}
+    for i in plain:  # as returned: 2x the drawn input, none of the later +100
+        assert torch.equal(returned["candidate"][i], groups[i % 2][0] * 2)
+    kept = out["candidate"][1]  # the checked calls' outputs themselves: finished by the next call
+    assert torch.equal(kept[0], groups[0][0] * 2 + 100) and torch.equal(kept[1], groups[1][0] * 2 + 100)

@@ -255,13 +255,16 @@ class RankTiming:
             if sent:  # the harness stamps it with its own clock as it arrives
                 channel.send({"kind": "timing_mark", "side": side, "round": r, "pass": loop, "at": at})
 
+        plain = plain_calls(len(groups), job.iters, self._agreed_picks(len(groups)))
+        # each plain call's output as it returned: work finished later (a thread of the
+        # candidate's, a finalizer) is not in it
+        returned: dict[str, dict[int, Any]] = {}
         try:
             with self._dispatcher_suspended():
                 timed = time_interleaved(
                     {"reference": guarded(self.source.reference, "reference"), "candidate": guarded(self.solution, "candidate")},  # type: ignore[arg-type]
                     groups, warmup=job.warmup, iters=job.iters, rounds=TIMING_ROUNDS, device=self.device, barrier=barrier,
-                    keep={"candidate"}, before=before, on_round=on_round, mark=mark, edits=edits,
-                    plain=plain_calls(len(groups), job.iters, self._agreed_picks(len(groups))),
+                    keep={"candidate"}, before=before, on_round=on_round, mark=mark, edits=edits, plain=plain, returned=returned,
                 )
                 close_round()
         except BaseException as exc:
@@ -279,6 +282,8 @@ class RankTiming:
         last = timed["candidate"][1]
         for g, out in last.items():
             self.check_output_type(out)
+        at_return = returned.get("candidate", {})
+        checked_call = {i % len(groups): i for i in plain[1]}
         # Measurements only: the harness computes the figures and checks them (pkb.eval.timing_judge).
         if not sent:
             rep.result["timing_raw"] = raw
@@ -296,23 +301,25 @@ class RankTiming:
             # (iters - 1) % G): saved for the harness, which compares it with that group's reference
             final = (job.iters - 1) % len(groups)
             if final in last and final in sent:
-                save_output(job.job_dir, self.rank, GROUP_TRIAL_BASE + final, last[final], job.judge_cap_bytes or DEFAULT_CAP_BYTES)
+                held = at_return.get(job.iters - 1, last[final])  # as the last call returned it
+                save_output(job.job_dir, self.rank, GROUP_TRIAL_BASE + final, held, job.judge_cap_bytes or DEFAULT_CAP_BYTES)
         for g, out in sorted(last.items()):
             if g in shared:
                 continue
+            held = at_return.get(checked_call.get(g, -1), out)  # as its checked call returned it
             # on the host for the harness's own comparison, before the rank's (pkb.eval.judge)
-            saved = (save_output(job.job_dir, self.rank, GROUP_TRIAL_BASE + g, out, job.judge_cap_bytes or DEFAULT_CAP_BYTES)
+            saved = (save_output(job.job_dir, self.rank, GROUP_TRIAL_BASE + g, held, job.judge_cap_bytes or DEFAULT_CAP_BYTES)
                      if g in sent else "not one of the groups the harness rechecks")
             want = self.call_reference(clone_tree(pristine[g]))
-            cmp = self.compare(want, out)
+            cmp = self.compare(want, held)
             cmp.update(kind="timed", trial=g, output_saved=saved)
             cmp["aliases_input"] = overlaps_any(out, groups) and not getattr(self, "reference_aliases", False)
             if not cmp["matched"]:
-                cmp["saved"] = self.save_tensors(f"timed{g}", pristine[g], want, out)
+                cmp["saved"] = self.save_tensors(f"timed{g}", pristine[g], want, held)
             rep.result["timed_checks"].append(cmp)
-            del want
+            del want, held
         self.check_at_return(groups, pristine, sorted(last) if shared else sorted(last)[:AT_RETURN_GROUPS], shared)
-        del last, timed
+        del last, timed, returned, at_return
         rep.save()
         # New values at the old addresses: a cache keyed on pointers answers with stale data.
         fresh = self._inputs(REFRESH_TRIAL)

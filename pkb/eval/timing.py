@@ -25,6 +25,8 @@ from typing import Any, Callable
 
 import torch
 
+from pkb.eval.tensors import clone_tree, tensors_of
+
 # PKB's convention (utils/performance.py): enough groups that their inputs span 3x the L2.
 _L2_FALLBACK_BYTES = 60 * 1024 * 1024  # an H200's L2
 _MAX_GROUPS = 128
@@ -89,8 +91,6 @@ class InputEdits:
 
     def __init__(self, groups: list[tuple], calls_per_group: int) -> None:
         import random
-
-        from pkb.eval.tensors import tensors_of
 
         draw = random.Random(int.from_bytes(os.urandom(8), "little"))  # positions no candidate can foresee
         self.k = [0] * len(groups)
@@ -193,6 +193,7 @@ def time_calls(
     edits: InputEdits | None = None,
     plain: set[int] | None = None,
     kept: set[int] | None = None,
+    returned: dict[int, Any] | None = None,
 ) -> tuple[dict[str, Any], dict[int, Any]]:
     """(stats, last output of each group). Calls fn(*groups[i % G]); raw=True gives the raw
     measurements instead of stats (`raw_samples`). keep_last=False keeps no output (the
@@ -201,7 +202,9 @@ def time_calls(
     edits: each call's inputs changed before it and put back after it (InputEdits), except the
     isolated calls whose number in the walk over the groups (start + i) is in `plain`, which see
     the inputs as drawn. kept: the isolated calls (by that number) whose outputs are kept (None:
-    every call's, so the last of each group). On CUDA fn is called 2 * iters times: the back-to-back pass, then the isolated one."""
+    every call's, so the last of each group). returned: a copy of each plain call's output, taken
+    as the call returns (by its number): what it held then, before any later code of the
+    candidate (a thread, a finalizer, the next call) could finish it. On CUDA fn is called 2 * iters times: the back-to-back pass, then the isolated one."""
     cuda = device.type == "cuda"
 
     def edit(g: int) -> Callable[[], None] | None:
@@ -251,6 +254,8 @@ def time_calls(
             measured["wall_ns"].append(time.perf_counter_ns() - t0)
         if undo is not None:
             undo()
+        if returned is not None and plain is not None and start + i in plain:
+            returned[start + i] = clone_tree(out)
         if keep_last and (kept is None or start + i in kept):
             last[g] = out
         del out
@@ -338,6 +343,7 @@ def time_interleaved(
     mark: Callable[[str, int, str, str], None] | None = None,
     edits: InputEdits | None = None,
     plain: tuple[set[int], set[int]] | None = None,
+    returned: dict[str, dict[int, Any]] | None = None,
 ) -> dict[str, tuple[dict[str, Any], dict[int, Any]]]:
     """Time several callables in alternating rounds (A B, B A, ...), so clock ramps, thermal drift
     and cache state do not favour whichever side happens to run second.
@@ -351,6 +357,8 @@ def time_interleaved(
     edits (InputEdits): every call's inputs changed and put back, except the isolated calls of
     `plain` (plain_calls: those on the inputs as drawn, and the checked ones among them, the same
     on every rank and for each side); the output kept of each group is then its checked call's.
+    returned: filled per side in `keep` with a copy of each plain call's output taken as it
+    returned (time_calls), by the call's number.
     """
     keep = set(fns) if keep is None else keep
     rounds = max(1, min(rounds, iters)) if iters else 1
@@ -372,7 +380,8 @@ def time_interleaved(
                 before(name)
             edges = (lambda p, w, n=name, rr=r: mark(n, rr, p, w)) if mark is not None else None
             one, out = time_calls(fn, groups, warmup=0, iters=chunk, device=device, barrier=barrier, raw=True, start=done,
-                                  keep_last=name in keep, mark=edges, edits=edits, plain=unedited, kept=checked)
+                                  keep_last=name in keep, mark=edges, edits=edits, plain=unedited, kept=checked,
+                                  returned=returned.setdefault(name, {}) if returned is not None and name in keep else None)
             if on_round is not None:
                 on_round(name, r, one)
             measured[name].append(one)
