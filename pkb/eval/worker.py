@@ -155,6 +155,11 @@ class Rank(RankTiming):
                 # own files in the job folder (a directory at verdict_rank0.json)
                 rep.fail(exc, "suspect", "harness_tamper", "candidate")
                 return 1
+            if self.solution is not None and isinstance(exc, OSError) and exc.errno == errno.EMFILE:
+                # the process's descriptors ran out after the load: the candidate holds them (the
+                # harness keeps none open between its writes), as when its own call hits the limit
+                rep.fail(exc, "runtime_error", "python_exception", "candidate")
+                return 1
             rep.fail(exc, "", "", "harness")
             return 1
         finally:
