@@ -574,6 +574,14 @@ def _suspect(ranks: list[Any], details: dict[str, Any], job: Any = None) -> tupl
         return "calls_reference", f"builds custom kernels but {by_itself}: its transfers can go through the library, where no counter sees them"
     if any(c.get("aliases_input") for c in trials) or any(c.get("aliases_input") for res in results for c in res.get("timed_checks") or []):
         return "aliases_input", "the output shares storage with an input"
+    # before the timed checks: an output a collective was still filling when its call returned is
+    # wrong there too, and this says why
+    unwaited = sum(int(res.get("timed_unwaited_calls") or 0) for res in results)
+    if unwaited:
+        details["timed_unwaited_calls"] = unwaited
+        return "side_stream_timing", (
+            f"work outside the timed call: {unwaited} timed calls returned while a collective they started was still running "
+            "(left unwaited), which the untimed calls did not; the harness waited for those it had a handle for")
     timed_bad = [(r.rank, c) for r in ranks for c in (r.result.get("timed_checks") or []) if not c.get("matched")]
     if details.get("mutates_inputs") or any(res.get("timed_inputs_mutated") for res in results):
         if timed_bad:
@@ -597,12 +605,6 @@ def _suspect(ranks: list[Any], details: dict[str, Any], job: Any = None) -> tupl
         details["deferred_work_trials"] = sorted(set(late + threads))
         why = "the output was completed after the call returned" if late else "a call left a thread of its own running after it returned"
         return "side_stream_timing", f"work outside the timed call: {why}"
-    unwaited = sum(int(res.get("timed_unwaited_calls") or 0) for res in results)
-    if unwaited:
-        details["timed_unwaited_calls"] = unwaited
-        return "side_stream_timing", (
-            f"work outside the timed call: {unwaited} timed calls returned while a collective they started was still running "
-            "(async_op never waited), which the untimed calls did not; the harness waited for it inside the call")
     skips = _back_to_back_skips(results)
     if skips:
         details["back_to_back_skips"] = skips
