@@ -1,7 +1,8 @@
 """The rank's timing and the checks that ride on it: interleaved timed rounds over fresh input groups
 (measured only: each round's raw measurements and its loops' edges go to the harness through the
 rank's channel, and the harness computes the figures, pkb.eval.timing_judge),
-each timed output checked against the reference afterwards, outputs read again at return, the two
+each checked timed output (copied as it returned) compared with the reference afterwards, outputs
+read again at return, the two
 cache probes (new values at old addresses; an earlier input on even ranks only), and the NVLink
 speed floor. A mixin of pkb.eval.worker.Rank: it reads the rank's job, reporter, source, solution,
 watchdog and counter."""
@@ -119,9 +120,10 @@ class RankTiming:
     def _timed_call(self, fn: Callable[..., Any], side: str) -> Callable[..., Any]:
         """`fn` under the watchdog's per-call limit, the collective counter on while the candidate
         runs (before the load there is no counter yet). A candidate's call is over when the
-        collectives it started are (DistCounter.finish_pending): those it left running are
-        waited for inside the call, and on the CPU, where a finished gloo work says so at once,
-        the calls that left one are counted in `timed_unwaited_calls`."""
+        collectives it started are (DistCounter.finish_pending): those it left running with a
+        Work handle are waited for inside the call. On the CPU, where a finished gloo work says so
+        at once, the calls that left one, or left a functional collective in c10d's registry (no
+        handle to wait on), are counted in `timed_unwaited_calls`."""
         wd, counter, limit = self.watchdog, getattr(self, "counter", None), self.job.call_timeout_s
         host_backend = self.device.type != "cuda"
 
@@ -192,9 +194,10 @@ class RankTiming:
             del out
 
     def timing(self, n_groups: int) -> None:
-        """Interleaved timed rounds over fresh input groups (new contents at new addresses), then
-        every group's last timed output checked against the reference computed only afterwards
-        on pristine copies, then two cache probes: new values at the old addresses (a cache on
+        """Interleaved timed rounds over fresh input groups (new contents at new addresses; every
+        call's inputs edited but the plain calls', pkb.eval.timing.InputEdits), then each group's
+        checked call's output, as copied when it returned, compared with the reference computed
+        only afterwards on pristine copies (and saved for the harness), then two cache probes: new values at the old addresses (a cache on
         the pointer or id) and, on problems whose ranks' inputs are independent, an earlier
         input at a new address on even ranks with new inputs on odd ranks (a cache on the local
         input's content answers with the old sum)."""
