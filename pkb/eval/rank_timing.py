@@ -1,11 +1,10 @@
 """The rank's timing and the checks that ride on it: interleaved timed rounds over fresh input groups
 (measured only: each round's raw measurements and its loops' edges go to the harness through the
-rank's channel, and the harness computes the figures, pkb.eval.timing_judge),
-each checked timed output (copied as it returned) compared with the reference afterwards, outputs
-read again at return, the two
-cache probes (new values at old addresses; an earlier input on even ranks only), and the NVLink
-speed floor. A mixin of pkb.eval.worker.Rank: it reads the rank's job, reporter, source, solution,
-watchdog and counter."""
+rank's channel, and the harness computes the figures, pkb.eval.timing_judge), each checked timed
+output (copied as it returned) compared with the reference afterwards, outputs read again at
+return, the two cache probes (new values at old addresses; an earlier input on even ranks only),
+and the NVLink speed floor. A mixin of pkb.eval.worker.Rank: it reads the rank's job, reporter,
+source, solution, watchdog and counter."""
 
 from __future__ import annotations
 
