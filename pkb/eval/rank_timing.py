@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 from typing import Any, Callable, Iterator
 
 from pkb.eval.guard import dispatcher_hook_lines
@@ -37,15 +38,14 @@ AT_RETURN_GROUPS = 4
 NVLINK_BYTES_PER_S = 450e9
 
 
-def functional_works() -> int:
-    """Functional collectives started and not yet waited (c10d's work registry), 0 where this torch
-    does not say."""
+def functional_works_counter() -> Callable[[], int] | None:
+    """c10d's count of functional collectives started and not yet waited (its work registry), None
+    where this torch does not keep one. Looked up once: it is read inside the timed calls."""
     try:
         from torch._C._distributed_c10d import _get_work_registry_size
-
-        return int(_get_work_registry_size())
-    except Exception:
-        return 0
+    except ImportError:
+        return None
+    return _get_work_registry_size
 
 
 class RankTiming:
@@ -91,7 +91,7 @@ class RankTiming:
         # reference's inputs are no warmer in the cache here than there; every rank takes part
         # (the reference is collective) or none does, where a rank's channel is not open
         first = self._inputs(GROUP_TRIAL_BASE)
-        opened, n_groups = self._agreed_minimum([int(channel is not None and channel.open),
+        opened, n_groups = self._agreed([int(channel is not None and channel.open),
                                                  group_count(job.groups, input_bytes(first), self.device)])
         if not opened:
             return
@@ -125,13 +125,16 @@ class RankTiming:
         handle to wait on), are counted in `timed_unwaited_calls`."""
         wd, counter, limit = self.watchdog, getattr(self, "counter", None), self.job.call_timeout_s
         host_backend = self.device.type != "cuda"
+        # only the CPU's count is read (a waited NCCL work is not complete on the device yet), so
+        # only there is the registry read inside the candidate's timed calls
+        registry = functional_works_counter() if host_backend and side == "candidate" else None
 
         def call(*args: Any) -> Any:
             wd.call_start(side, limit)
             if side == "candidate":
                 counter.pending.clear()
                 counter.active = True
-                registered = functional_works()
+                registered = registry() if registry is not None else 0
             try:
                 out = fn(*args)
                 if side == "candidate":
@@ -139,7 +142,7 @@ class RankTiming:
                     unfinished = counter.finish_pending()
                     # a functional collective (torch.ops._c10d_functional) hands back a tensor,
                     # no Work: one left unwaited stays in c10d's registry past the call
-                    if (unfinished or functional_works() > registered) and host_backend:
+                    if host_backend and (unfinished or (registry is not None and registry() > registered)):
                         self.timed_unwaited_calls += 1
                 return out
             finally:
@@ -149,26 +152,19 @@ class RankTiming:
 
         return call
 
-    def _agreed_minimum(self, mine: list[int]) -> list[int]:
-        """Each value's minimum over the ranks (whether every channel is open, the fewest input
-        groups any rank can hold): every rank then makes the same collective reference calls."""
+    def _agreed(self, mine: list[int], rank0s: bool = False) -> list[int]:
+        """The same integers on every rank: each value's minimum over the ranks (whether every
+        channel is open, the fewest input groups any rank can hold), or with `rank0s` rank 0's
+        (its random picks, timing.plain_calls), so every rank makes the same collective calls."""
         import torch
         import torch.distributed as dist
 
         n = torch.tensor(mine, dtype=torch.int64, device=self.device)
-        dist.all_reduce(n, op=dist.ReduceOp.MIN)
+        if rank0s:
+            dist.broadcast(n, src=0)
+        else:
+            dist.all_reduce(n, op=dist.ReduceOp.MIN)
         return [int(v) for v in n.tolist()]
-
-    def _agreed_picks(self, n: int) -> list[int]:
-        """`n` random numbers, rank 0's, the same on every rank (timing.plain_calls)."""
-        import secrets
-
-        import torch
-        import torch.distributed as dist
-
-        picks = torch.tensor([secrets.randbelow(1 << 30) for _ in range(n)], dtype=torch.int64, device=self.device)
-        dist.broadcast(picks, src=0)
-        return [int(v) for v in picks.tolist()]
 
     def send_group_references(self, n_groups: int) -> None:
         """The reference's output on the first RECHECKED_GROUPS timing groups' fresh inputs (and
@@ -196,10 +192,10 @@ class RankTiming:
         """Interleaved timed rounds over fresh input groups (new contents at new addresses; every
         call's inputs edited but the plain calls', pkb.eval.timing.InputEdits), then each group's
         checked call's output, as copied when it returned, compared with the reference computed
-        only afterwards on pristine copies (and saved for the harness), then two cache probes: new values at the old addresses (a cache on
-        the pointer or id) and, on problems whose ranks' inputs are independent, an earlier
-        input at a new address on even ranks with new inputs on odd ranks (a cache on the local
-        input's content answers with the old sum)."""
+        only afterwards on pristine copies (and saved for the harness), then two cache probes:
+        new values at the old addresses (a cache on the pointer or id) and, on problems whose
+        ranks' inputs are independent, an earlier input at a new address on even ranks with new
+        inputs on odd ranks (a cache on the local input's content answers with the old sum)."""
         import torch.distributed as dist
 
         from pkb.eval.poison import poison_allocator
@@ -257,7 +253,8 @@ class RankTiming:
             if sent:  # the harness stamps it with its own clock as it arrives
                 channel.send({"kind": "timing_mark", "side": side, "round": r, "pass": loop, "at": at})
 
-        plain = plain_calls(len(groups), job.iters, self._agreed_picks(len(groups)))
+        picks = self._agreed([secrets.randbelow(1 << 30) for _ in groups], rank0s=True)
+        plain = plain_calls(len(groups), job.iters, picks)
         # each plain call's output as it returned: work finished later (a thread of the
         # candidate's, a finalizer) is not in it
         returned: dict[str, dict[int, Any]] = {}

@@ -204,7 +204,8 @@ def time_calls(
     the inputs as drawn. kept: the isolated calls (by that number) whose outputs are kept (None:
     every call's, so the last of each group). returned: a copy of each plain call's output, taken
     as the call returns (by its number): what it held then, before any later code of the
-    candidate (a thread, a finalizer, the next call) could finish it. On CUDA fn is called 2 * iters times: the back-to-back pass, then the isolated one."""
+    candidate (a thread, a finalizer, the next call) could finish it. On CUDA fn is called
+    2 * iters times: the back-to-back pass, then the isolated one."""
     cuda = device.type == "cuda"
 
     def edit(g: int) -> Callable[[], None] | None:
