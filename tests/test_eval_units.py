@@ -332,6 +332,41 @@ def test_timing_on_cuda_runs_a_back_to_back_pass_and_an_isolated_pass(monkeypatc
     assert timing.event_time_ms(stats) == stats["pipelined"]["median_ms"]
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_finalizer_on_a_timed_output_runs_on_a_timed_clock(monkeypatch, device):
+    """An output's finalizer (which could do the next call's work) runs while a clock runs: each
+    isolated call's output is let go inside the next call's clock, the last one's on a clock
+    added to its own call; kept outputs that later ones replace are let go only after the loop."""
+    import time
+    import weakref
+
+    from pkb.eval import timing
+
+    if device == "cuda":
+        monkeypatch.setattr(torch.cuda, "Event", _HostEvent)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    finalized: list[int] = []
+
+    def fn(x):
+        out = x.clone()
+        weakref.finalize(out, lambda: (time.sleep(0.01), finalized.append(1)))
+        return out
+
+    groups = [(torch.zeros(4),)]
+    measured, _ = timing.time_calls(fn, groups, warmup=0, iters=3, device=torch.device(device), raw=True, keep_last=False)
+    isolated = measured["wall_ns"]
+    assert len(finalized) == 3 + (3 if device == "cuda" else 0)  # the back-to-back pass drops each output in its interval
+    assert isolated[0] < 10e6 <= isolated[1] and isolated[2] >= 20e6, isolated  # the last: the one before it and its own
+    if device == "cuda":
+        assert measured["event_ms"][2] >= 20 and min(measured["pipelined_ms"]) >= 10
+    finalized.clear()
+    retired: list = []
+    _, last = timing.time_calls(fn, groups, warmup=0, iters=3, device=torch.device("cpu"), raw=True, retired=retired)
+    assert len(retired) == 2 and finalized == []  # replaced kept outputs outlive the loop
+    retired.clear()
+    assert len(finalized) == 2 and list(last) == [0]
+
+
 def test_rank_time_charges_the_back_to_back_pass_and_falls_back_to_the_isolated_clocks():
     from pkb.eval.timing import event_time_ms, rank_time_ms, summarize
 

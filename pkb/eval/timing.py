@@ -194,6 +194,7 @@ def time_calls(
     plain: set[int] | None = None,
     kept: set[int] | None = None,
     returned: dict[int, Any] | None = None,
+    retired: list[Any] | None = None,
 ) -> tuple[dict[str, Any], dict[int, Any]]:
     """(stats, last output of each group). Calls fn(*groups[i % G]); raw=True gives the raw
     measurements instead of stats (`raw_samples`). keep_last=False keeps no output (the
@@ -204,8 +205,9 @@ def time_calls(
     the inputs as drawn. kept: the isolated calls (by that number) whose outputs are kept (None:
     every call's, so the last of each group). returned: a copy of each plain call's output, taken
     as the call returns (by its number): what it held then, before any later code of the
-    candidate (a thread, a finalizer, the next call) could finish it. On CUDA fn is called
-    2 * iters times: the back-to-back pass, then the isolated one."""
+    candidate (a thread, a finalizer, the next call) could finish it. retired: where a kept output
+    that a later call of its group replaces goes, for the caller to let go once no timed call is
+    left. On CUDA fn is called 2 * iters times: the back-to-back pass, then the isolated one."""
     cuda = device.type == "cuda"
 
     def edit(g: int) -> Callable[[], None] | None:
@@ -237,6 +239,10 @@ def time_calls(
     if barrier is not None:
         barrier()  # ranks start the timed loop together
     at("isolated", "start")
+    # Each call's output is let go inside the next call's clock, the last one's inside a clock of
+    # its own added to that call: a finalizer the candidate hangs on an output (weakref.finalize,
+    # __del__) runs on the clock, where it cannot do the next call's work unseen.
+    previous: Any = None
     for i in range(iters):
         g = (start + i) % len(groups)
         undo = edit(g) if plain is None or start + i not in plain else None
@@ -244,6 +250,7 @@ def time_calls(
             begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             t0 = time.perf_counter_ns()
             begin.record()
+            previous = None
             out = fn(*groups[g])
             end.record()
             torch.cuda.synchronize(device)  # device-wide: side streams included
@@ -251,6 +258,7 @@ def time_calls(
             measured["event_ms"].append(begin.elapsed_time(end))
         else:
             t0 = time.perf_counter_ns()
+            previous = None
             out = fn(*groups[g])
             measured["wall_ns"].append(time.perf_counter_ns() - t0)
         if undo is not None:
@@ -258,8 +266,14 @@ def time_calls(
         if returned is not None and plain is not None and start + i in plain:
             returned[start + i] = clone_tree(out)
         if keep_last and (kept is None or start + i in kept):
+            if g in last and retired is not None:
+                retired.append(last[g])  # let go after every timed loop, not between two
             last[g] = out
+        previous = out
         del out
+    if iters:
+        holder, previous = [previous], None
+        _release_timed(holder, measured, device)
     at("isolated", "end")
     if raw:
         return measured, last
@@ -301,6 +315,22 @@ def stats_from_rounds(rounds_measured: list[dict[str, Any]], *, iters: int, warm
         "rounds": rounds,
         "groups": groups,
     }
+
+
+def _release_timed(holder: list[Any], measured: dict[str, Any], device: torch.device) -> None:
+    """Let go of the last isolated call's output (the only reference left, in `holder`) on a clock
+    added to that call's samples."""
+    t0 = time.perf_counter_ns()
+    if device.type == "cuda":
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        holder.clear()
+        end.record()
+        torch.cuda.synchronize(device)
+        measured["event_ms"][-1] += begin.elapsed_time(end)
+    else:
+        holder.clear()
+    measured["wall_ns"][-1] += time.perf_counter_ns() - t0
 
 
 def _back_to_back(fn: Callable[..., Any], groups: list[tuple], start: int, iters: int, device: torch.device,
@@ -371,6 +401,7 @@ def time_interleaved(
         time_calls(fn, groups, warmup=warmup, iters=0, device=device, edits=edits)
     names = list(fns)
     unedited, checked = plain if plain is not None else (None, None)
+    retired: list[Any] = []  # kept outputs replaced by later ones, let go once every round is over
     done = 0  # calls so far per side: the next round continues the walk over the groups
     for r in range(rounds):
         chunk = iters // rounds + (1 if r < iters % rounds else 0)
@@ -382,10 +413,12 @@ def time_interleaved(
             edges = (lambda p, w, n=name, rr=r: mark(n, rr, p, w)) if mark is not None else None
             one, out = time_calls(fn, groups, warmup=0, iters=chunk, device=device, barrier=barrier, raw=True, start=done,
                                   keep_last=name in keep, mark=edges, edits=edits, plain=unedited, kept=checked,
-                                  returned=returned.setdefault(name, {}) if returned is not None and name in keep else None)
+                                  returned=returned.setdefault(name, {}) if returned is not None and name in keep else None,
+                                  retired=retired)
             if on_round is not None:
                 on_round(name, r, one)
             measured[name].append(one)
+            retired.extend(last[name][g] for g in out if g in last[name])
             last[name].update(out)
         done += chunk
     return {
