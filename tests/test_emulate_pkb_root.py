@@ -317,3 +317,37 @@ def test_a_build_router_installed_before_the_run_stays_in_the_chain(monkeypatch)
     assert [r.value for r in out.results] == ["built", "built"]
     assert sorted(routed_calls) == ["ext0", "ext1"]
     assert cpp_extension.load_inline is routed
+
+
+def test_each_virtual_rank_has_its_own_reference_module(tmp_path):
+    """Module-level state of a reference is per rank, as on real ranks (a process each): PKB's
+    moe_ep_narrow caches its subgroups at module level, each rank its own list."""
+    root = _pkb_root(tmp_path)
+    (root / "reference" / "901_doubled_sum.py").write_text(textwrap.dedent('''
+        import torch
+        import torch.distributed as dist
+
+        _FIRST_RANK = {}  # per world size: the rank that called first (in this module)
+
+
+        def solution(tensor):
+            mine = _FIRST_RANK.setdefault(dist.get_world_size(), dist.get_rank())
+            out = tensor.clone()
+            dist.all_reduce(out)
+            return out + mine
+    '''))
+    cand = tmp_path / "901_doubled_sum_cuda.py"
+    cand.write_text(textwrap.dedent('''
+        import torch.distributed as dist
+
+
+        def solution(tensor):
+            out = tensor.clone()
+            dist.all_reduce(out)
+            return out + dist.get_rank()
+    '''))
+    options = EvalOptions(trials=1, dtype="float32", pkb_root=str(root), store_path=str(tmp_path / "s.sqlite"),
+                          work_dir=str(tmp_path / "w"))
+    rec = EmulatedCandidate(cand, 901, "doubled_sum")
+    emulate_records([rec], 4, options, device="cpu")
+    assert rec.evaluation["status"] == "ran" and rec.evaluation["correct"], rec.evaluation

@@ -71,6 +71,21 @@ def _problem_source(problem: Any, dtype: str | None, scale: str, tolerance: tupl
     return src, spec, dtype_name
 
 
+def rank_reference(src: Any, module_name: str) -> Any:
+    """The reference as one virtual rank's own: its module imported again under `module_name`,
+    so module-level state is per rank as it is on real ranks (one process each). PKB's
+    moe_ep_narrow caches its subgroups per world size at module level, each rank's list holding
+    its own group and NON_GROUP_MEMBER for the others: shared, the first rank's list served every
+    rank. The shared reference where it is not its module's `solution`."""
+    from pkb.eval.problem_source import _import_file
+
+    mod = getattr(src, "module", None)
+    path = getattr(mod, "__file__", None)
+    if not path or getattr(mod, "solution", None) is not src.reference:
+        return src.reference
+    return _import_file(path, module_name).solution
+
+
 def cpu_blockers(source: str) -> list[str]:
     """What keeps a candidate from running on the CPU world (symmetric memory does not: it is faked)."""
     from pkb.eval.device_needs import cuda_uses
@@ -235,6 +250,7 @@ class _Run:
             torch.set_num_threads(threads)
             for name in self.module_names:
                 sys.modules.pop(name, None)
+                sys.modules.pop(f"{name}_reference", None)
 
     progress_path: str | None = None
     build_timeout_s = 900.0
@@ -358,8 +374,11 @@ class _Run:
 
         from pkb.eval.tensors import clone_tree
 
+        reference = ctx.state.get("reference")
+        if reference is None:
+            reference = ctx.state["reference"] = rank_reference(self.src, f"{self.module_names[ctx.rank]}_reference")
         with torch.no_grad() if self.no_grad else contextlib.nullcontext():
-            return self.src.reference(*clone_tree(inputs))
+            return reference(*clone_tree(inputs))
 
     def _poison(self, ctx: Any, nbytes: int) -> int:
         from pkb.eval.poison import poison_allocator
