@@ -112,3 +112,21 @@ def test_back_to_back_calls_far_below_their_isolated_time_are_skipped_work():
     assert decide(_launch(pipelining))["outcome"] in ("faster", "slower")
     tiny = [_ok_rank(0.5, timing=_cuda_timing(0.01, 0.009, 0.01, 0.001)) for _ in range(2)]
     assert decide(_launch(tiny))["outcome"] in ("faster", "slower")
+
+
+def test_right_with_no_communication_in_its_timed_calls_is_suspect_on_the_cpu():
+    """On the CPU ranks share no memory: timed calls right with no collective any counter saw,
+    where the reference's call ran collectives, got the peers' data some other way. Not where the
+    reference ran none, where the candidate communicates, or where a rank did not count the
+    reference's (on CUDA, where peers' memory is reachable, ranks do not)."""
+    quiet = {"trials": 4, "timed": 0, "checks": 3, "names": {"all_reduce": 7}, "host_syncs": {}}
+    silent = [_ok_rank(0.5, dist_calls=quiet, reference_collectives=1) for _ in range(2)]
+    ev = decide(_launch(silent))
+    assert (ev["outcome"], ev["subtype"]) == ("suspect", "harness_tamper"), ev["reason"]
+    assert ev["details"]["reference_collectives"] == 2 and "no communication in its timed calls" in ev["reason"]
+    alone = [_ok_rank(0.5, dist_calls=quiet, reference_collectives=0) for _ in range(2)]
+    assert decide(_launch(alone))["outcome"] in ("faster", "slower")
+    talking = {**quiet, "timed": 40}
+    assert decide(_launch([_ok_rank(0.5, dist_calls=talking, reference_collectives=1) for _ in range(2)]))["outcome"] in ("faster", "slower")
+    cuda = [_ok_rank(0.5, dist_calls=quiet) for _ in range(2)]
+    assert decide(_launch(cuda))["outcome"] in ("faster", "slower")

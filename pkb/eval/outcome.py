@@ -622,7 +622,27 @@ def _suspect(ranks: list[Any], details: dict[str, Any], job: Any = None) -> tupl
     floor = _speed_floor(results, details)
     if floor:
         return "speed_of_light", floor
+    silent = _silent_peers(results, timed_calls)
+    if silent:
+        details["reference_collectives"] = silent
+        return "harness_tamper", (
+            f"right at world size {len(results)} with no communication in its timed calls: the reference's first call ran "
+            f"{silent} collectives, the candidate's timed calls none that any counter or the backends' sequence numbers saw "
+            f"({during_calls} in its other calls), and on the CPU ranks share no memory: its peers' data came by another route "
+            "(the harness's own state, a file, another process)")
     return None
+
+
+def _silent_peers(results: list[dict[str, Any]], timed_calls: int) -> int:
+    """The reference's collectives in trial 0 (summed over ranks) where the candidate's timed calls
+    moved no data between ranks that any counter saw, on the CPU (only there do ranks record the
+    reference's count: there is no peer memory, data between ranks goes through the backend);
+    0 where that is not the case. Each timed call sees inputs no call saw before, so a right
+    answer there needs the peers' data of that call."""
+    counts = [int(res["reference_collectives"]) for res in results if "reference_collectives" in res]
+    if timed_calls or len(results) < 2 or len(counts) < len(results):
+        return 0
+    return sum(counts)
 
 
 def _collective_libraries(results: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -458,7 +458,7 @@ class Rank(RankTiming):
         look into the caller's frame) can hand it over; it is dropped before the next trial's
         candidate call, except the previous trial's answer the diagnosis keeps (a wrong answer
         for any other inputs)."""
-        from pkb.eval.guard import ReferenceWatch, live_threads, new_live_threads, overlaps, started_threads
+        from pkb.eval.guard import ReferenceWatch, backend_sequence_numbers, live_threads, new_live_threads, overlaps, started_threads
         from pkb.eval.poison import poison_allocator
         from pkb.eval.timing import input_bytes
         from pkb.eval.verdict_channel import DEFAULT_CAP_BYTES, save_output
@@ -498,7 +498,14 @@ class Rank(RankTiming):
                 if not repeat["equal"]:
                     extra["repeat_got"] = again
             rep.phase(f"trial {t} reference", job.call_timeout_s)
+            # On the CPU peers share no memory: data between ranks moves through the backend,
+            # whose sequence numbers count the reference's collectives (pkb.eval.outcome, a
+            # candidate right with none of its own)
+            issued = backend_sequence_numbers() if t == 0 and self.device.type != "cuda" else None
             expected = self.call_reference(clone_tree(inputs))
+            if issued is not None:
+                after = backend_sequence_numbers()
+                rep.result["reference_collectives"] = sum(max(0, n - issued.get(g, n)) for g, n in after.items())
             cmp = self.compare(expected, at_return)
             cmp["trial"] = t
             cmp["kind"] = "trial"
