@@ -4,6 +4,8 @@ against its own clock and the job's call count (pkb.eval.timing_judge). CPU, glo
 
 from __future__ import annotations
 
+import copy
+import json
 import time
 from pathlib import Path
 
@@ -44,6 +46,10 @@ def _timed_in_process(iters: int = 7, rounds: int = 3):
     as the harness stamps them."""
     rounds_sent, marks = [], []
     fns = {"reference": lambda x: x + 1, "candidate": lambda x: x * 2}
+    samples = []
+
+    def sample(side, r, loop, values):
+        samples.append(json.loads(json.dumps({"kind": "timing_sample", "side": side, "round": r, "pass": loop, **values})))
 
     def on_round(side, r, measured):
         rounds_sent.append({"kind": "timing_round", "side": side, "round": r, "iters": iters, "warmup": 1,
@@ -53,7 +59,8 @@ def _timed_in_process(iters: int = 7, rounds: int = 3):
         marks.append({"kind": "timing_mark", "side": side, "round": r, "pass": loop, "at": at, "arrived_ns": time.monotonic_ns()})
 
     out = time_interleaved(fns, [(torch.ones(64),), (torch.zeros(64),)], warmup=1, iters=iters, rounds=rounds,
-                           device=torch.device("cpu"), on_round=on_round, mark=mark)
+                           device=torch.device("cpu"), on_round=on_round, mark=mark, sample=sample)
+    _timed_in_process.samples = samples  # type: ignore[attr-defined]  (the tests below that need them)
     return out, rounds_sent, marks
 
 
@@ -86,6 +93,26 @@ def test_a_dropped_sample_or_a_missing_round_is_counted():
     fewer = [m for m in rounds_sent if not (m["side"] == "candidate" and m["round"] == 1)]
     _, check = judge_timing(fewer, marks, 7, "channel")
     assert any("the job asked for 7" in p for p in check["problems"]), check
+
+
+def test_measurements_edited_after_they_were_taken_are_named_and_not_used():
+    """Each measurement leaves the rank as it is taken; a round message that says otherwise (a
+    candidate shrank the rank's list of host times in its process) is named, and the figures are
+    the samples'."""
+    out, rounds_sent, marks = _timed_in_process()
+    samples = _timed_in_process.samples  # type: ignore[attr-defined]
+    stats, check = judge_timing(rounds_sent, marks, 7, "channel", samples)
+    assert check["problems"] == [] and all(stats[side] == out[side][0] for side in ("reference", "candidate")), check
+    edited = copy.deepcopy(rounds_sent)
+    for m in edited:
+        if m["side"] == "candidate":
+            m["measured"]["wall_ns"] = [max(1, v // 10) for v in m["measured"]["wall_ns"]]
+    stats, check = judge_timing(edited, marks, 7, "channel", samples)
+    assert sum("differ from those it sent as each call ended" in p for p in check["problems"]) == 3, check
+    assert stats["candidate"] == out["candidate"][0]  # the samples' figures, not the edited ones
+    missing = [x for x in samples if not (x["side"] == "candidate" and x["round"] == 2 and x["call"] == 0)]
+    _, check = judge_timing(rounds_sent, marks, 7, "channel", missing)
+    assert any("candidate round 2" in p and "reached the harness as they were taken" in p for p in check["problems"]), check
 
 
 def _options(tmp: Path) -> EvalOptions:

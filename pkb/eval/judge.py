@@ -51,6 +51,7 @@ class ChannelReader(threading.Thread):
         self.references_done = False  # the rank's mark before the candidate loaded
         self.timing_rounds: list[dict[str, Any]] = []  # each with arrived_ns, this process's clock
         self.timing_marks: list[dict[str, Any]] = []
+        self.timing_samples: list[dict[str, Any]] = []  # each measurement as the rank took it
         self.late: list[str] = []  # what came after references_end that the harness did not take
         self.done = False
         self.error = ""
@@ -112,6 +113,8 @@ class ChannelReader(threading.Thread):
             self.timing_rounds.append({**header, "arrived_ns": arrived_ns})
         elif kind == "timing_mark":
             self.timing_marks.append({**header, "arrived_ns": arrived_ns})
+        elif kind == "timing_sample":
+            self.timing_samples.append(header)
         elif kind == "done":
             self.done = True
         else:

@@ -372,7 +372,7 @@ def judge_rank_timing(readers: list[judging.ChannelReader], ranks: list[RankRepo
         if not any(m.get("side") != judging.REFERENCE_ALONE for m in rounds):
             continue  # nothing timed beside the candidate (a screen that failed, say): nothing to judge
         try:
-            stats, check = judge_timing(rounds, marks, iters, source)
+            stats, check = judge_timing(rounds, marks, iters, source, reader.timing_samples if source == "channel" else None)
         except (TypeError, ValueError, KeyError, AttributeError) as exc:  # the candidate's process wrote them
             stats, check = None, {"source": source, "problems": [f"measurements that cannot be read ({type(exc).__name__}: {str(exc)[:200]})"]}
         if stats is not None:

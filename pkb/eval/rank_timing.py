@@ -253,6 +253,12 @@ class RankTiming:
             if sent:  # the harness stamps it with its own clock as it arrives
                 channel.send({"kind": "timing_mark", "side": side, "round": r, "pass": loop, "at": at})
 
+        def sample(side: str, r: int, loop: str, values: dict[str, Any]) -> None:
+            # each measurement leaves the process before the candidate's code runs again; the
+            # harness compares them with the round's (pkb.eval.timing_judge)
+            if sent:
+                channel.send({"kind": "timing_sample", "side": side, "round": r, "pass": loop, **values})
+
         picks = self._agreed([secrets.randbelow(1 << 30) for _ in groups], rank0s=True)
         plain = plain_calls(len(groups), job.iters, picks)
         # each plain call's output as it returned: work finished later (a thread of the
@@ -264,6 +270,7 @@ class RankTiming:
                     {"reference": guarded(self.source.reference, "reference"), "candidate": guarded(self.solution, "candidate")},  # type: ignore[arg-type]
                     groups, warmup=job.warmup, iters=job.iters, rounds=TIMING_ROUNDS, device=self.device, barrier=barrier,
                     keep={"candidate"}, before=before, on_round=on_round, mark=mark, edits=edits, plain=plain, returned=returned,
+                    sample=sample,
                 )
                 close_round()
         except BaseException as exc:

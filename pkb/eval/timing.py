@@ -195,6 +195,7 @@ def time_calls(
     kept: set[int] | None = None,
     returned: dict[int, Any] | None = None,
     retired: list[Any] | None = None,
+    sample: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> tuple[dict[str, Any], dict[int, Any]]:
     """(stats, last output of each group). Calls fn(*groups[i % G]); raw=True gives the raw
     measurements instead of stats (`raw_samples`). keep_last=False keeps no output (the
@@ -207,7 +208,10 @@ def time_calls(
     as the call returns (by its number): what it held then, before any later code of the
     candidate (a thread, a finalizer, the next call) could finish it. retired: where a kept output
     that a later call of its group replaces goes, for the caller to let go once no timed call is
-    left. On CUDA fn is called 2 * iters times: the back-to-back pass, then the isolated one."""
+    left. sample(pass, values) gets each measurement as it is taken, before any code of the
+    candidate's runs again: the back-to-back pass's as it ends, each isolated call's as it returns
+    (the last one's once its output is let go). On CUDA fn is called 2 * iters times: the
+    back-to-back pass, then the isolated one."""
     cuda = device.type == "cuda"
 
     def edit(g: int) -> Callable[[], None] | None:
@@ -235,6 +239,8 @@ def time_calls(
             barrier()
         at("pipelined", "start")
         measured["pipelined_ms"], measured["pipelined_loop_ns"] = _back_to_back(fn, groups, start, iters, device, edit)
+        if sample is not None:
+            sample("pipelined", {"pipelined_ms": list(measured["pipelined_ms"]), "pipelined_loop_ns": measured["pipelined_loop_ns"]})
         at("pipelined", "end")
     if barrier is not None:
         barrier()  # ranks start the timed loop together
@@ -254,13 +260,16 @@ def time_calls(
             out = fn(*groups[g])
             end.record()
             torch.cuda.synchronize(device)  # device-wide: side streams included
-            measured["wall_ns"].append(time.perf_counter_ns() - t0)
-            measured["event_ms"].append(begin.elapsed_time(end))
+            wall_ns, event_ms = time.perf_counter_ns() - t0, begin.elapsed_time(end)
+            measured["event_ms"].append(event_ms)
         else:
             t0 = time.perf_counter_ns()
             previous = None
             out = fn(*groups[g])
-            measured["wall_ns"].append(time.perf_counter_ns() - t0)
+            wall_ns, event_ms = time.perf_counter_ns() - t0, None
+        measured["wall_ns"].append(wall_ns)
+        if sample is not None and i + 1 < iters:  # the last call's after its output is let go, below
+            sample("isolated", {"call": i, "wall_ns": wall_ns, "event_ms": event_ms})
         if undo is not None:
             undo()
         if returned is not None and plain is not None and start + i in plain:
@@ -273,7 +282,12 @@ def time_calls(
         del out
     if iters:
         holder, previous = [previous], None
-        _release_timed(holder, measured, device)
+        more_ns, more_ms = _release_timed(holder, device)
+        measured["wall_ns"][-1] += more_ns
+        if cuda:
+            measured["event_ms"][-1] += more_ms
+        if sample is not None:
+            sample("isolated", {"call": iters - 1, "wall_ns": wall_ns + more_ns, "event_ms": None if event_ms is None else event_ms + more_ms})
     at("isolated", "end")
     if raw:
         return measured, last
@@ -317,9 +331,9 @@ def stats_from_rounds(rounds_measured: list[dict[str, Any]], *, iters: int, warm
     }
 
 
-def _release_timed(holder: list[Any], measured: dict[str, Any], device: torch.device) -> None:
-    """Let go of the last isolated call's output (the only reference left, in `holder`) on a clock
-    added to that call's samples."""
+def _release_timed(holder: list[Any], device: torch.device) -> tuple[int, float]:
+    """Let go of the last isolated call's output (the only reference left, in `holder`) on a clock:
+    (host ns, event ms; 0 off CUDA) to add to that call's samples."""
     t0 = time.perf_counter_ns()
     if device.type == "cuda":
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -327,10 +341,9 @@ def _release_timed(holder: list[Any], measured: dict[str, Any], device: torch.de
         holder.clear()
         end.record()
         torch.cuda.synchronize(device)
-        measured["event_ms"][-1] += begin.elapsed_time(end)
-    else:
-        holder.clear()
-    measured["wall_ns"][-1] += time.perf_counter_ns() - t0
+        return time.perf_counter_ns() - t0, begin.elapsed_time(end)
+    holder.clear()
+    return time.perf_counter_ns() - t0, 0.0
 
 
 def _back_to_back(fn: Callable[..., Any], groups: list[tuple], start: int, iters: int, device: torch.device,
@@ -375,6 +388,7 @@ def time_interleaved(
     edits: InputEdits | None = None,
     plain: tuple[set[int], set[int]] | None = None,
     returned: dict[str, dict[int, Any]] | None = None,
+    sample: Callable[[str, int, str, dict[str, Any]], None] | None = None,
 ) -> dict[str, tuple[dict[str, Any], dict[int, Any]]]:
     """Time several callables in alternating rounds (A B, B A, ...), so clock ramps, thermal drift
     and cache state do not favour whichever side happens to run second.
@@ -389,7 +403,8 @@ def time_interleaved(
     `plain` (plain_calls: those on the inputs as drawn, and the checked ones among them, the same
     on every rank and for each side); the output kept of each group is then its checked call's.
     returned: filled per side in `keep` with a copy of each plain call's output taken as it
-    returned (time_calls), by the call's number.
+    returned (time_calls), by the call's number. sample(name, round, pass, values): each
+    measurement as it is taken (time_calls' `sample`).
     """
     keep = set(fns) if keep is None else keep
     rounds = max(1, min(rounds, iters)) if iters else 1
@@ -411,10 +426,11 @@ def time_interleaved(
             if before is not None:
                 before(name)
             edges = (lambda p, w, n=name, rr=r: mark(n, rr, p, w)) if mark is not None else None
+            taken = (lambda p, v, n=name, rr=r: sample(n, rr, p, v)) if sample is not None else None
             one, out = time_calls(fn, groups, warmup=0, iters=chunk, device=device, barrier=barrier, raw=True, start=done,
                                   keep_last=name in keep, mark=edges, edits=edits, plain=unedited, kept=checked,
                                   returned=returned.setdefault(name, {}) if returned is not None and name in keep else None,
-                                  retired=retired)
+                                  retired=retired, sample=taken)
             if on_round is not None:
                 on_round(name, r, one)
             measured[name].append(one)

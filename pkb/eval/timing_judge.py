@@ -32,12 +32,16 @@ CLAIMED_FACTOR = 3.0
 CLAIMED_SLACK_S = 0.25
 
 
-def judge_timing(rounds: list[dict[str, Any]], marks: list[dict[str, Any]], iters: int, source: str) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+def judge_timing(rounds: list[dict[str, Any]], marks: list[dict[str, Any]], iters: int, source: str,
+                 samples: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """(the rank's timing figures, or None when a side has no measurements; the check). `rounds`:
     the round messages ({side, round, rounds, iters, warmup, groups, measured, arrived_ns});
     `marks`: the loop edges ({side, round, pass, at, arrived_ns}); `iters`: the job's timed calls
-    per side. Without arrival stamps (the measurements came in the rank's result file: no
-    channel) the clock is not checked, and the check says so."""
+    per side; `samples`: each measurement of the interleaved rounds as the rank took it ({side,
+    round, pass, ...}, None: not sent, as without a channel). Where samples came, the figures are
+    theirs, and a round whose measurements differ from them was edited after they were taken.
+    Without arrival stamps (the measurements came in the rank's result file: no channel) the
+    clock is not checked, and the check says so."""
     check: dict[str, Any] = {"source": source, "sides": {}, "problems": []}
     by_side: dict[str, list[dict[str, Any]]] = {s: [] for s in (*SIDES, *OPTIONAL_SIDES)}
     for msg in rounds:
@@ -51,6 +55,8 @@ def judge_timing(rounds: list[dict[str, Any]], marks: list[dict[str, Any]], iter
                 check["problems"].append(f"no measurements of the {side}")
             continue
         measured = [m.get("measured") or {} for m in msgs]
+        if samples is not None and side in SIDES:
+            measured = [_as_taken(side, m, one, samples, check["problems"]) for m, one in zip(msgs, measured)]
         head = msgs[0]
         stats[side] = stats_from_rounds(measured, iters=int(head.get("iters", iters)), warmup=int(head.get("warmup", 0)),
                                         rounds=int(head.get("rounds", len(msgs))), groups=int(head.get("groups", 1)))
@@ -92,6 +98,30 @@ def _side_check(side: str, msgs: list[dict[str, Any]], measured: list[dict[str, 
         problems.append(f"{side}: its timed loops took {observed_ns / 1e6:.3g} ms on the harness's clock; "
                         f"the rank reported {claimed_ns / 1e6:.3g} ms")
     return out
+
+
+def _as_taken(side: str, msg: dict[str, Any], sent: dict[str, Any], samples: list[dict[str, Any]], problems: list[str]) -> dict[str, Any]:
+    """One round's measurements from the samples the rank sent as it took them (a problem where
+    the round's own message says otherwise, or where samples are missing)."""
+    r = msg.get("round")
+    mine = [x for x in samples if x.get("side") == side and x.get("round") == r]
+    isolated = sorted((x for x in mine if x.get("pass") == "isolated"), key=lambda x: int(x.get("call", 0)))
+    pipelined = next((x for x in mine if x.get("pass") == "pipelined"), None)
+    taken: dict[str, Any] = {
+        "calls": sent.get("calls"),
+        "wall_ns": [x.get("wall_ns") for x in isolated],
+        "event_ms": [x["event_ms"] for x in isolated if x.get("event_ms") is not None],
+        "pipelined_ms": list((pipelined or {}).get("pipelined_ms") or []),
+        "pipelined_loop_ns": (pipelined or {}).get("pipelined_loop_ns"),
+    }
+    keys = ("wall_ns", "event_ms", "pipelined_ms", "pipelined_loop_ns")
+    if len(isolated) != len(sent.get("wall_ns") or []) or (pipelined is None) != (sent.get("pipelined_loop_ns") is None):
+        problems.append(f"{side} round {r}: {len(isolated)} of its calls' measurements reached the harness as they were taken, "
+                        f"the round reports {len(sent.get('wall_ns') or [])}")
+    elif any(taken[k] != (sent.get(k) if k == "pipelined_loop_ns" else list(sent.get(k) or [])) for k in keys):
+        problems.append(f"{side} round {r}: the measurements it reported at the round's end differ from those it sent as each "
+                        "call ended (edited in the rank's process meanwhile)")
+    return taken
 
 
 def _passes(measured: dict[str, Any]) -> list[str]:

@@ -17,9 +17,11 @@ Wire format: one JSON header line, then `nbytes` raw bytes (a `torch.save` of th
 host) when the header has them. Headers: {"kind": "meta", ...}, {"kind": "reference", "trial",
 "nbytes"} or {"kind": "reference", "trial", "too_large": bytes}, {"kind": "references_end"} (before
 the candidate loads), then the timing's raw measurements (pkb.eval.timing_judge):
-{"kind": "timing_mark", "side", "round", "pass", "at"} at each edge of a timed loop and
-{"kind": "timing_round", "side", "round", "rounds", "iters", "warmup", "groups", "measured"} after
-each round, and {"kind": "done"} at the rank's exit.
+{"kind": "timing_mark", "side", "round", "pass", "at"} at each edge of a timed loop,
+{"kind": "timing_sample", "side", "round", "pass", ...} with each measurement as it is taken
+(pass "pipelined": "pipelined_ms", "pipelined_loop_ns"; "isolated": "call", "wall_ns",
+"event_ms"), {"kind": "timing_round", "side", "round", "rounds", "iters", "warmup", "groups",
+"measured"} after each round, and {"kind": "done"} at the rank's exit.
 """
 
 from __future__ import annotations
