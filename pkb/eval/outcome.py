@@ -629,7 +629,7 @@ def _suspect(ranks: list[Any], details: dict[str, Any], job: Any = None) -> tupl
             f"right at world size {len(results)} with no communication in its timed calls: the reference's first call ran "
             f"{silent} collectives, the candidate's timed calls none that any counter or the backends' sequence numbers saw "
             f"({during_calls} in its other calls), and on the CPU ranks share no memory: its peers' data came by another route "
-            "(the harness's own state, a file, another process)")
+            "(the harness's own state, a file, another process) or was known without them (inputs it could predict)")
     return None
 
 
