@@ -477,6 +477,49 @@ def test_timed_calls_see_inputs_no_earlier_call_saw_but_the_checked_ones():
     assert c == {0, 4, 8} and p == {0, 4, 8, 9}
 
 
+def test_edited_timed_calls_are_spot_checked_on_the_inputs_they_saw():
+    """SpotChecks through time_interleaved on CPU: outputs of edited isolated calls copied as they
+    return (at least one, at most the cap, none of a plain call); each call's inputs rebuilt from
+    the drawn group and its logged edit are the ones it saw; an edit puts one of the tensor's own
+    values at the edited position."""
+    from pkb.eval import timing
+    from pkb.eval.timing import InputEdits, SpotChecks, calls_per_group, time_interleaved
+
+    groups = [(torch.randn(64, 8),), (torch.randn(32, 4),)]
+    drawn = [g[0].clone() for g in groups]
+    seen: dict[int, torch.Tensor] = {}
+    calls = [0]
+
+    def fn(x):
+        calls[0] += 1
+        if calls[0] > 1:  # past the warm-up: the isolated calls, numbered from 0
+            seen[len(seen)] = x.clone()
+        return x * 3
+
+    iters = 9
+    edits = InputEdits(groups, calls_per_group(2, 1, iters, 1, cuda=False))
+    plain, checked = timing.plain_calls(2, iters)
+    spot = SpotChecks(edits, expected=2, cap=4, edited_calls=iters - len(plain))
+    time_interleaved({"candidate": fn}, groups, warmup=1, iters=iters, rounds=3, device=torch.device("cpu"),
+                     edits=edits, plain=(plain, checked), spot=spot)
+    assert set(spot.log) == set(range(iters)) - plain
+    assert 1 <= len(spot.copies) <= 4 and not set(spot.copies) & plain
+    for n, (g, i) in spot.log.items():
+        rebuilt = (drawn[g].clone(),)
+        edits.rebuild(rebuilt, g, i)
+        assert torch.equal(rebuilt[0], seen[n]), n
+        changed = (rebuilt[0] != drawn[g]).nonzero()
+        assert len(changed) == 1 and bool((drawn[g] == rebuilt[0][tuple(changed[0])]).any())  # one of its own values
+    for n, copy in spot.copies.items():
+        assert torch.equal(copy, seen[n] * 3)
+    assert all(torch.equal(g[0], d) for g, d in zip(groups, drawn))
+    lone = SpotChecks(edits, expected=0, cap=4, edited_calls=3)  # never drawn: the last one taken
+    edits.current = (0, 0)
+    for n in range(3):
+        lone.after_call(n, torch.ones(2))
+    assert set(lone.copies) == {2}
+
+
 def test_the_plain_calls_outputs_are_copied_as_they_return():
     """time_interleaved's `returned`: a copy of each plain call's output taken at its return, so
     work a candidate finishes later (here: the next call writes into the previous output, as a

@@ -1,7 +1,8 @@
 """The rank's timing and the checks that ride on it: interleaved timed rounds over fresh input groups
-(measured only: each round's raw measurements and its loops' edges go to the harness through the
-rank's channel, and the harness computes the figures, pkb.eval.timing_judge), each checked timed
-output (copied as it returned) compared with the reference afterwards, outputs read again at
+(measured only: each measurement as it is taken, each round's and its loops' edges go to the
+harness through the rank's channel, and the harness computes the figures, pkb.eval.timing_judge),
+each checked timed output (copied as it returned: the plain calls', and edited calls' chosen at
+random as they return) compared with the reference afterwards, outputs read again at
 return, the two cache probes (new values at old addresses; an earlier input on even ranks only),
 and the NVLink speed floor. A mixin of pkb.eval.worker.Rank: it reads the rank's job, reporter,
 source, solution, watchdog and counter."""
@@ -34,6 +35,10 @@ RECHECKED_GROUPS = 8
 # Timing groups called again, each output read at return, when no output was seen shared (all
 # groups when one was).
 AT_RETURN_GROUPS = 4
+# Edited timed calls of the candidate each rank compares with the reference on the same inputs:
+# about this many, chosen as they return (pkb.eval.timing.SpotChecks), and never more than the cap.
+SPOT_CHECKS = 3
+SPOT_CHECK_CAP = 6
 # NVLink speed of light per direction (H100/H200 NVLink 4: 18 links x 25 GB/s).
 NVLINK_BYTES_PER_S = 450e9
 
@@ -192,14 +197,16 @@ class RankTiming:
         """Interleaved timed rounds over fresh input groups (new contents at new addresses; every
         call's inputs edited but the plain calls', pkb.eval.timing.InputEdits), then each group's
         checked call's output, as copied when it returned, compared with the reference computed
-        only afterwards on pristine copies (and saved for the harness), then two cache probes:
+        only afterwards on pristine copies (and saved for the harness), and the edited calls
+        chosen as they returned compared with the reference on their own inputs (check_spot),
+        then two cache probes:
         new values at the old addresses (a cache on the pointer or id) and, on problems whose
         ranks' inputs are independent, an earlier input at a new address on even ranks with new
         inputs on odd ranks (a cache on the local input's content answers with the old sum)."""
         import torch.distributed as dist
 
         from pkb.eval.poison import poison_allocator
-        from pkb.eval.timing import InputEdits, calls_per_group, input_bytes, plain_calls, time_interleaved
+        from pkb.eval.timing import InputEdits, SpotChecks, calls_per_group, input_bytes, plain_calls, time_interleaved
         from pkb.eval.verdict_channel import DEFAULT_CAP_BYTES, save_output
 
         rep, job = self.reporter, self.job
@@ -261,6 +268,7 @@ class RankTiming:
 
         picks = self._agreed([secrets.randbelow(1 << 30) for _ in groups], rank0s=True)
         plain = plain_calls(len(groups), job.iters, picks)
+        spot = SpotChecks(edits, SPOT_CHECKS, SPOT_CHECK_CAP, job.iters - len(plain[0]))
         # each plain call's output as it returned: work finished later (a thread of the
         # candidate's, a finalizer) is not in it
         returned: dict[str, dict[int, Any]] = {}
@@ -270,7 +278,7 @@ class RankTiming:
                     {"reference": guarded(self.source.reference, "reference"), "candidate": guarded(self.solution, "candidate")},  # type: ignore[arg-type]
                     groups, warmup=job.warmup, iters=job.iters, rounds=TIMING_ROUNDS, device=self.device, barrier=barrier,
                     keep={"candidate"}, before=before, on_round=on_round, mark=mark, edits=edits, plain=plain, returned=returned,
-                    sample=sample,
+                    sample=sample, spot=spot,
                 )
                 close_round()
         except BaseException as exc:
@@ -324,6 +332,7 @@ class RankTiming:
                 cmp["saved"] = self.save_tensors(f"timed{g}", pristine[g], want, held)
             rep.result["timed_checks"].append(cmp)
             del want, held
+        self.check_spot(spot, pristine)
         self.check_at_return(groups, pristine, sorted(last) if shared else sorted(last)[:AT_RETURN_GROUPS], shared)
         del last, timed, returned, at_return
         rep.save()
@@ -357,6 +366,41 @@ class RankTiming:
                 cmp["saved"] = self.save_tensors("peer_change", reference_inputs, want, got)
             rep.result["peer_change_check"] = cmp
             rep.save()
+
+    def check_spot(self, spot: Any, pristine: list[Any]) -> None:
+        """The edited timed calls the ranks chose as they returned (pkb.eval.timing.SpotChecks): for
+        each call any rank chose, every rank rebuilds the inputs it gave that call and runs the
+        reference (a collective), and the ranks that chose it compare their copy. A candidate
+        that answers only the calls on the inputs as drawn (telling them apart by content, say)
+        is wrong here."""
+        import torch
+        import torch.distributed as dist
+
+        rep, job = self.reporter, self.job
+        mine = sorted(spot.copies)[: spot.cap]
+        chosen = torch.full((spot.cap,), -1, dtype=torch.int64, device=self.device)
+        chosen[: len(mine)] = torch.tensor(mine, dtype=torch.int64)
+        every = [torch.empty_like(chosen) for _ in range(self.ws)]
+        dist.all_gather(every, chosen)
+        calls = sorted({int(n) for t in every for n in t.tolist() if n >= 0})
+        if not calls:
+            return
+        rep.phase("timing spot checks", job.call_timeout_s * len(calls))
+        for n in calls:
+            g = n % len(pristine)
+            inputs = clone_tree(pristine[g])
+            if n in spot.log:
+                spot.edits.rebuild(inputs, *spot.log[n])
+            want = self.call_reference(clone_tree(inputs))
+            if n in spot.copies:
+                held = spot.copies.pop(n)
+                cmp = self.compare(want, held)
+                cmp.update(kind="timed_edited", trial=g, call=n)
+                if not cmp["matched"]:
+                    cmp["saved"] = self.save_tensors(f"timed_edited{n}", inputs, want, held)
+                rep.result["timed_checks"].append(cmp)
+                del held
+            del want, inputs
 
     def check_at_return(self, groups: list[Any], pristine: list[Any], order: list[int], shared: set[int]) -> None:
         """The candidate on the timing groups in turn, each output copied the moment its call

@@ -77,47 +77,63 @@ def group_count(requested: int | None, bytes_per_group: int, device: torch.devic
 
 class InputEdits:
     """Every timed call sees inputs no earlier call saw. Before a call, one element of its group's
-    largest floating-point input is rewritten (x -> x +- (1 + |x|) / 2, the sign drawn: moved past
-    any tolerance, up or down), at a position drawn from a secret generator; after the call it is
-    put back. A few isolated calls (plain_calls: one at random per group, and the last) run on the
-    untouched inputs: their outputs are the ones the rank and the harness check against the
-    reference (drawn on those inputs), so an answer kept from an earlier call on the same buffers
-    is stale there, and one kept by content never meets that content before. Groups without a
-    floating input are left alone. Each edit and each undo is one small copy on the current
-    stream; the rank takes their host time off the back-to-back loop's clock, and the events
-    leave them out. This raises the price of a cache, it does not close it: the elementwise
-    median of three versions of a buffer gives the drawn input back, and code in the rank's
-    process can read the plan (both seen in a red-team round, 2026-12-07)."""
+    largest floating-point input takes the value of another element of the same tensor, one far
+    from its own (the best of a few drawn; x -> x +- (1 + |x|) / 2 where every value is the same),
+    at a position drawn from a secret generator; after the call it is put back. The values stay
+    the tensor's own, so an honest candidate meets nothing its inputs could not hold. A few
+    isolated calls (plain_calls: one at random per group, and the last) run on the untouched
+    inputs: their outputs are the ones the harness checks against the references it holds (drawn
+    on those inputs). Edited calls are checked too, chosen at random as each returns
+    (SpotChecks), against the reference on the same edited inputs: a candidate that tells the
+    plain calls apart (by content, or by reading the plan in its process) and answers only those
+    is wrong there. Groups without a floating input are left alone. Each edit and each undo is
+    one small copy on the current stream; the rank takes their host time off the back-to-back
+    loop's clock, and the events leave them out."""
+
+    _PARTNERS = 8  # elements drawn per edit, the one farthest from the edited element's value taken
 
     def __init__(self, groups: list[tuple], calls_per_group: int) -> None:
         import random
 
-        draw = random.Random(int.from_bytes(os.urandom(8), "little"))  # positions no candidate can foresee
+        seed = int.from_bytes(os.urandom(8), "little")
+        draw = random.Random(seed)  # positions no candidate can foresee
         self.k = [0] * len(groups)
-        self.plans: list[tuple[Any, list[int], Any, Any] | None] = []
+        self.current: tuple[int, int] | None = None  # (group, edit) of the last edit made
+        # per group: (index of the edited tensor in tensors_of(group), its flat view, positions, values there, edited values)
+        self.plans: list[tuple[int, Any, list[int], Any, Any] | None] = []
         n = max(1, calls_per_group)
         for group in groups:
-            floats = [t for t in tensors_of(group) if t.layout == torch.strided and t.is_floating_point() and t.numel() > 0 and t.is_contiguous()]
+            tensors = tensors_of(group)
+            floats = [i for i, t in enumerate(tensors) if t.layout == torch.strided and t.is_floating_point() and t.numel() > 0 and t.is_contiguous()]
             if not floats:
                 self.plans.append(None)
                 continue
-            target = max(floats, key=lambda t: t.numel())
-            flat = target.view(-1)
+            index = max(floats, key=lambda i: tensors[i].numel())
+            flat = tensors[index].view(-1)
             positions = draw.sample(range(flat.numel()), min(n, flat.numel()))  # distinct: no content twice
-            signs = torch.tensor([draw.choice((-1.0, 1.0)) for _ in positions], device=flat.device)
             with torch.no_grad():
-                orig = flat[torch.tensor(positions, device=flat.device)].clone()
-                alt = (orig.float() + signs * (1 + orig.float().abs()) / 2).to(orig.dtype)
-            self.plans.append((flat, positions, orig, alt))
+                at = torch.tensor(positions, device=flat.device)
+                orig = flat[at].clone()
+                partners = torch.tensor([[draw.randrange(flat.numel()) for _ in range(self._PARTNERS)] for _ in positions], device=flat.device)
+                values = flat[partners].float()
+                gap = (values - orig.float()[:, None]).abs()
+                farthest = values.gather(1, gap.argmax(dim=1, keepdim=True)).squeeze(1)
+                signs = torch.tensor([draw.choice((-1.0, 1.0)) for _ in positions], device=flat.device)
+                nudged = orig.float() + signs * (1 + orig.float().abs()) / 2
+                same = gap.amax(dim=1) == 0  # every value drawn equals this one (a constant tensor)
+                alt = torch.where(same | ~torch.isfinite(farthest), nudged, farthest).to(orig.dtype)
+            self.plans.append((index, flat, positions, orig, alt))
 
     def edit(self, g: int) -> Callable[[], None] | None:
         """Rewrite group g's element for this call; returns the undo (None: nothing to do)."""
         plan = self.plans[g]
         if plan is None:
+            self.current = None
             return None
-        flat, positions, orig, alt = plan
+        _, flat, positions, orig, alt = plan
         i = self.k[g] % len(positions)
         self.k[g] += 1
+        self.current = (g, i)
         p = positions[i]
         with torch.no_grad():
             flat[p].copy_(alt[i])
@@ -127,6 +143,45 @@ class InputEdits:
                 flat[p].copy_(orig[i])
 
         return undo
+
+    def rebuild(self, inputs: Any, g: int, i: int) -> None:
+        """Make `inputs` (a copy of group g as drawn) what the call that made edit i of group g saw."""
+        plan = self.plans[g]
+        if plan is None:
+            return
+        index, _, positions, _, alt = plan
+        with torch.no_grad():
+            tensors_of(inputs)[index].view(-1)[positions[i]].copy_(alt[i])
+
+
+class SpotChecks:
+    """Edited isolated calls of one side whose outputs are copied as they return, each chosen at
+    random from the OS's generator once the call has returned: no code of the candidate's, before
+    or during a call, can know whether that call will be compared. The rank compares the copies
+    with the reference on the same edited inputs afterwards (InputEdits.rebuild; every rank runs
+    the reference for the calls any rank chose). `log` holds, for every edited call, its (group,
+    edit), so a rank can rebuild the inputs of a call a peer chose. Each rank takes `expected`
+    copies on average, at least one where it had an edited call, at most `cap`."""
+
+    def __init__(self, edits: InputEdits, expected: int, cap: int, edited_calls: int) -> None:
+        self.edits = edits
+        self.odds = min(1.0, expected / max(1, edited_calls))
+        self.cap = cap
+        self.left = edited_calls  # the last one is taken where no earlier one was
+        self.log: dict[int, tuple[int, int]] = {}
+        self.copies: dict[int, Any] = {}
+
+    def after_call(self, n: int, out: Any) -> None:
+        import random
+
+        at = self.edits.current
+        if at is None:
+            return
+        self.log[n] = at
+        self.left -= 1
+        taken = random.SystemRandom().random() < self.odds or (not self.copies and self.left <= 0)
+        if taken and len(self.copies) < self.cap:
+            self.copies[n] = clone_tree(out)
 
 
 def calls_per_group(groups: int, warmup: int, iters: int, sides: int, cuda: bool) -> int:
@@ -196,6 +251,7 @@ def time_calls(
     returned: dict[int, Any] | None = None,
     retired: list[Any] | None = None,
     sample: Callable[[str, dict[str, Any]], None] | None = None,
+    spot: SpotChecks | None = None,
 ) -> tuple[dict[str, Any], dict[int, Any]]:
     """(stats, last output of each group). Calls fn(*groups[i % G]); raw=True gives the raw
     measurements instead of stats (`raw_samples`). keep_last=False keeps no output (the
@@ -210,7 +266,8 @@ def time_calls(
     that a later call of its group replaces goes, for the caller to let go once no timed call is
     left. sample(pass, values) gets each measurement as it is taken, before any code of the
     candidate's runs again: the back-to-back pass's as it ends, each isolated call's as it returns
-    (the last one's once its output is let go). On CUDA fn is called 2 * iters times: the
+    (the last one's once its output is let go). spot (SpotChecks): edited isolated calls whose
+    outputs may be copied, chosen as each returns. On CUDA fn is called 2 * iters times: the
     back-to-back pass, then the isolated one."""
     cuda = device.type == "cuda"
 
@@ -270,6 +327,8 @@ def time_calls(
         measured["wall_ns"].append(wall_ns)
         if sample is not None and i + 1 < iters:  # the last call's after its output is let go, below
             sample("isolated", {"call": i, "wall_ns": wall_ns, "event_ms": event_ms})
+        if spot is not None and undo is not None:
+            spot.after_call(start + i, out)
         if undo is not None:
             undo()
         if returned is not None and plain is not None and start + i in plain:
@@ -389,6 +448,7 @@ def time_interleaved(
     plain: tuple[set[int], set[int]] | None = None,
     returned: dict[str, dict[int, Any]] | None = None,
     sample: Callable[[str, int, str, dict[str, Any]], None] | None = None,
+    spot: SpotChecks | None = None,
 ) -> dict[str, tuple[dict[str, Any], dict[int, Any]]]:
     """Time several callables in alternating rounds (A B, B A, ...), so clock ramps, thermal drift
     and cache state do not favour whichever side happens to run second.
@@ -404,7 +464,7 @@ def time_interleaved(
     on every rank and for each side); the output kept of each group is then its checked call's.
     returned: filled per side in `keep` with a copy of each plain call's output taken as it
     returned (time_calls), by the call's number. sample(name, round, pass, values): each
-    measurement as it is taken (time_calls' `sample`).
+    measurement as it is taken (time_calls' `sample`). spot: the SpotChecks of the sides in `keep`.
     """
     keep = set(fns) if keep is None else keep
     rounds = max(1, min(rounds, iters)) if iters else 1
@@ -430,7 +490,7 @@ def time_interleaved(
             one, out = time_calls(fn, groups, warmup=0, iters=chunk, device=device, barrier=barrier, raw=True, start=done,
                                   keep_last=name in keep, mark=edges, edits=edits, plain=unedited, kept=checked,
                                   returned=returned.setdefault(name, {}) if returned is not None and name in keep else None,
-                                  retired=retired, sample=taken)
+                                  retired=retired, sample=taken, spot=spot if name in keep else None)
             if on_round is not None:
                 on_round(name, r, one)
             measured[name].append(one)
