@@ -87,6 +87,15 @@ def test_wrong_at_return_is_still_cached_output():
     cached = _ok_rank(0.5, timed_checks=[{"matched": False, "kind": "at_return", "trial": 1}])
     ev = decide(_launch([cached, _ok_rank(0.5)]))
     assert (ev["outcome"], ev["subtype"]) == ("suspect", "cached_output")
+    assert ev["details"]["timed_checks"] == {"at_return": {"right": 0, "wrong": 1}, "timed": {"right": 1, "wrong": 0}}
+
+
+def test_a_wrong_spot_checked_edited_call_is_cached_output():
+    edited = _ok_rank(0.5, timed_checks=[{"matched": True, "kind": "timed", "trial": 0},
+                                         {"matched": False, "kind": "timed_edited", "trial": 1, "call": 5}])
+    ev = decide(_launch([edited, _ok_rank(0.5)]))
+    assert (ev["outcome"], ev["subtype"]) == ("suspect", "cached_output")
+    assert ev["details"]["timed_checks"]["timed_edited"] == {"right": 0, "wrong": 1}
 
 
 def _cuda_timing(ref_event, ref_b2b, cand_event, cand_b2b):

@@ -37,7 +37,7 @@ RECORD_KEYS = {"backend", "config_key", "correct", "details", "device", "dtype",
                "timing_mode", "trials", "wall_s", "world_size"}
 DETAIL_KEYS = {"aliases_input", "candidate_ms", "input_key", "dist_calls_during_candidate", "dist_calls_timed", "judge", "judge_check",
                "mutates_inputs", "pkb_match", "rank_times_ms", "reference_ms", "sandbox", "speed_floor", "speed_verdict",
-               "speedup_event", "speedup_interval"}
+               "speedup_event", "speedup_interval", "timed_checks"}
 SIDE_KEYS = {"event", "groups", "iters", "pipelined", "pipelined_wall", "round_medians_ms", "rounds", "wall", "warmup"}
 
 

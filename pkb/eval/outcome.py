@@ -306,6 +306,9 @@ def _decide(launch: LaunchResult, job: Any, ranks: list[Any]) -> dict[str, Any]:
 
     details["mutates_inputs"] = any(c.get("mutates_inputs") for cs in trials.values() for c in cs)
     details["aliases_input"] = any(c.get("aliases_input") for cs in trials.values() for c in cs)
+    checked = _timed_check_counts(ranks)
+    if checked:
+        details["timed_checks"] = checked
     timings = {r.rank: r.result.get("timing") for r in ranks}  # type: ignore[union-attr]
     timing_problems = ((getattr(launch, "judge_check", None) or {}).get("timing") or {}).get("problems") or []
     if timing_problems:  # the rank's measurements disagree with the harness's clock or the job's call count
@@ -631,6 +634,19 @@ def _suspect(ranks: list[Any], details: dict[str, Any], job: Any = None) -> tupl
             f"({during_calls} in its other calls), and on the CPU ranks share no memory: its peers' data came by another route "
             "(the harness's own state, a file, another process) or was known without them (inputs it could predict)")
     return None
+
+
+def _timed_check_counts(ranks: list[Any]) -> dict[str, dict[str, int]]:
+    """The timed calls' output checks over all ranks, by kind (timed: a plain call's; timed_edited:
+    an edited call's chosen as it returned; at_return: the calls made again after the timing),
+    each as {"right", "wrong"}."""
+    out: dict[str, dict[str, int]] = {}
+    for r in ranks:
+        for c in (r.result or {}).get("timed_checks") or []:
+            if isinstance(c, dict):
+                tally = out.setdefault(str(c.get("kind") or "timed"), {"right": 0, "wrong": 0})
+                tally["right" if c.get("matched") else "wrong"] += 1
+    return out
 
 
 def _silent_peers(results: list[dict[str, Any]], timed_calls: int) -> int:
