@@ -349,16 +349,17 @@ def test_a_finalizer_on_a_timed_output_runs_on_a_timed_clock(monkeypatch, device
 
     def fn(x):
         out = x.clone()
-        weakref.finalize(out, lambda: (time.sleep(0.01), finalized.append(1)))
+        weakref.finalize(out, lambda: (time.sleep(0.05), finalized.append(1)))
         return out
 
     groups = [(torch.zeros(4),)]
     measured, _ = timing.time_calls(fn, groups, warmup=0, iters=3, device=torch.device(device), raw=True, keep_last=False)
     isolated = measured["wall_ns"]
     assert len(finalized) == 3 + (3 if device == "cuda" else 0)  # the back-to-back pass drops each output in its interval
-    assert isolated[0] < 10e6 <= isolated[1] and isolated[2] >= 20e6, isolated  # the last: the one before it and its own
+    # the first call lets nothing go; the last, the one before it and its own (50 ms each)
+    assert isolated[1] >= 50e6 and isolated[2] >= 100e6 and isolated[0] < isolated[2] - 50e6, isolated
     if device == "cuda":
-        assert measured["event_ms"][2] >= 20 and min(measured["pipelined_ms"]) >= 10
+        assert measured["event_ms"][2] >= 100 and min(measured["pipelined_ms"]) >= 50
     finalized.clear()
     retired: list = []
     _, last = timing.time_calls(fn, groups, warmup=0, iters=3, device=torch.device("cpu"), raw=True, retired=retired)
@@ -518,6 +519,37 @@ def test_edited_timed_calls_are_spot_checked_on_the_inputs_they_saw():
     for n in range(3):
         lone.after_call(n, torch.ones(2))
     assert set(lone.copies) == {2}
+
+
+def test_back_to_back_calls_are_spot_checked_on_cuda(monkeypatch):
+    """On CUDA the back-to-back pass's calls (all edited) can be chosen too, keyed past
+    BACK_TO_BACK_CALLS; each copy is the output of the inputs its call saw."""
+    from pkb.eval import timing
+    from pkb.eval.timing import BACK_TO_BACK_CALLS, InputEdits, SpotChecks, calls_per_group
+
+    monkeypatch.setattr(torch.cuda, "Event", _HostEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    groups = [(torch.randn(16),), (torch.randn(8),)]
+    drawn = [g[0].clone() for g in groups]
+    seen: list[torch.Tensor] = []
+
+    def fn(x):
+        seen.append(x.clone())
+        return x - 1
+
+    edits = InputEdits(groups, calls_per_group(2, 0, 6, 1, cuda=True))
+    spot = SpotChecks(edits, expected=100, cap=20, edited_calls=12)  # every edited call
+    measured, _ = timing.time_calls(fn, groups, warmup=0, iters=6, device=torch.device("cuda"), raw=True, keep_last=False,
+                                    edits=edits, plain={5}, spot=spot)
+    back = sorted(n - BACK_TO_BACK_CALLS for n in spot.copies if n >= BACK_TO_BACK_CALLS)
+    isolated = sorted(n for n in spot.copies if n < BACK_TO_BACK_CALLS)
+    assert back == list(range(6)) and isolated == [0, 1, 2, 3, 4]  # the plain call 5 is not edited
+    assert len(measured["pipelined_ms"]) == 6 and measured["pipelined_loop_ns"] > 0
+    for n, copy in spot.copies.items():
+        g, i = spot.log[n]
+        rebuilt = (drawn[g].clone(),)
+        edits.rebuild(rebuilt, g, i)
+        assert torch.equal(copy, rebuilt[0] - 1), n
 
 
 def test_the_plain_calls_outputs_are_copied_as_they_return():

@@ -268,7 +268,8 @@ class RankTiming:
 
         picks = self._agreed([secrets.randbelow(1 << 30) for _ in groups], rank0s=True)
         plain = plain_calls(len(groups), job.iters, picks)
-        spot = SpotChecks(edits, SPOT_CHECKS, SPOT_CHECK_CAP, job.iters - len(plain[0]))
+        # edited calls: the isolated ones but the plain, and on CUDA every back-to-back one
+        spot = SpotChecks(edits, SPOT_CHECKS, SPOT_CHECK_CAP, job.iters - len(plain[0]) + (job.iters if self.device.type == "cuda" else 0))
         # each plain call's output as it returned: work finished later (a thread of the
         # candidate's, a finalizer) is not in it
         returned: dict[str, dict[int, Any]] = {}
@@ -376,6 +377,8 @@ class RankTiming:
         import torch
         import torch.distributed as dist
 
+        from pkb.eval.timing import BACK_TO_BACK_CALLS
+
         rep, job = self.reporter, self.job
         mine = sorted(spot.copies)[: spot.cap]
         chosen = torch.full((spot.cap,), -1, dtype=torch.int64, device=self.device)
@@ -387,7 +390,7 @@ class RankTiming:
             return
         rep.phase("timing spot checks", job.call_timeout_s * len(calls))
         for n in calls:
-            g = n % len(pristine)
+            g = spot.log[n][0] if n in spot.log else n % BACK_TO_BACK_CALLS % len(pristine)
             inputs = clone_tree(pristine[g])
             if n in spot.log:
                 spot.edits.rebuild(inputs, *spot.log[n])
@@ -395,7 +398,7 @@ class RankTiming:
             if n in spot.copies:
                 held = spot.copies.pop(n)
                 cmp = self.compare(want, held)
-                cmp.update(kind="timed_edited", trial=g, call=n)
+                cmp.update(kind="timed_edited", trial=g, call=n % BACK_TO_BACK_CALLS, back_to_back=n >= BACK_TO_BACK_CALLS)
                 if not cmp["matched"]:
                     cmp["saved"] = self.save_tensors(f"timed_edited{n}", inputs, want, held)
                 rep.result["timed_checks"].append(cmp)

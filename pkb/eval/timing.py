@@ -154,9 +154,13 @@ class InputEdits:
             tensors_of(inputs)[index].view(-1)[positions[i]].copy_(alt[i])
 
 
+BACK_TO_BACK_CALLS = 1 << 24  # SpotChecks keys of back-to-back calls: this plus the call's number
+
+
 class SpotChecks:
-    """Edited isolated calls of one side whose outputs are copied as they return, each chosen at
-    random from the OS's generator once the call has returned: no code of the candidate's, before
+    """Edited timed calls of one side (isolated, and back to back on CUDA) whose outputs are copied
+    as they return, each chosen at random from the OS's generator once the call has returned: no
+    code of the candidate's, before
     or during a call, can know whether that call will be compared. The rank compares the copies
     with the reference on the same edited inputs afterwards (InputEdits.rebuild; every rank runs
     the reference for the calls any rank chose). `log` holds, for every edited call, its (group,
@@ -171,17 +175,28 @@ class SpotChecks:
         self.log: dict[int, tuple[int, int]] = {}
         self.copies: dict[int, Any] = {}
 
-    def after_call(self, n: int, out: Any) -> None:
+    def after_call(self, n: int, out: Any, device: torch.device | None = None) -> tuple[Any, Any] | None:
+        """Log call n's edit and maybe copy its output. With a CUDA `device` (a back-to-back call,
+        whose work may still run), the copy is ordered on the stream and timed: the events around
+        it are returned, for the caller to take its time off the call's."""
         import random
 
         at = self.edits.current
         if at is None:
-            return
+            return None
         self.log[n] = at
         self.left -= 1
         taken = random.SystemRandom().random() < self.odds or (not self.copies and self.left <= 0)
-        if taken and len(self.copies) < self.cap:
+        if not taken or len(self.copies) >= self.cap:
+            return None
+        if device is None or device.type != "cuda":
             self.copies[n] = clone_tree(out)
+            return None
+        before, after = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        before.record()
+        self.copies[n] = clone_tree(out)
+        after.record()
+        return before, after
 
 
 def calls_per_group(groups: int, warmup: int, iters: int, sides: int, cuda: bool) -> int:
@@ -295,7 +310,7 @@ def time_calls(
         if barrier is not None:
             barrier()
         at("pipelined", "start")
-        measured["pipelined_ms"], measured["pipelined_loop_ns"] = _back_to_back(fn, groups, start, iters, device, edit)
+        measured["pipelined_ms"], measured["pipelined_loop_ns"] = _back_to_back(fn, groups, start, iters, device, edit, spot)
         if sample is not None:
             sample("pipelined", {"pipelined_ms": list(measured["pipelined_ms"]), "pipelined_loop_ns": measured["pipelined_loop_ns"]})
         at("pipelined", "end")
@@ -406,13 +421,18 @@ def _release_timed(holder: list[Any], device: torch.device) -> tuple[int, float]
 
 
 def _back_to_back(fn: Callable[..., Any], groups: list[tuple], start: int, iters: int, device: torch.device,
-                  edit: Callable[[int], Callable[[], None] | None] | None = None) -> tuple[list[float], int]:
+                  edit: Callable[[int], Callable[[], None] | None] | None = None,
+                  spot: SpotChecks | None = None) -> tuple[list[float], int]:
     """PKB's loop: (per-call event intervals in ms, host ns of the whole loop and its device sync).
     With `edit`, each call's input edit is enqueued before its start event and its undo after its
-    end event, so the intervals leave them out, and their host time is taken off the loop's."""
+    end event, so the intervals leave them out, and their host time is taken off the loop's. With
+    `spot`, an edited call's output may be copied as it returns (keyed BACK_TO_BACK_CALLS + its
+    number), inside its interval, right before its output is let go; the copy's device time is
+    taken off that interval, and the larger of its device and host time off the loop's."""
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]  # made before the clock starts
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     edit_ns = 0
+    copied: list[tuple[int, int, Any, Any]] = []  # (call, host ns, events around its copy)
     t0 = time.perf_counter_ns()
     for i in range(iters):
         g = (start + i) % len(groups)
@@ -420,7 +440,13 @@ def _back_to_back(fn: Callable[..., Any], groups: list[tuple], start: int, iters
         undo = edit(g) if edit is not None else None
         edit_ns += time.perf_counter_ns() - e0
         starts[i].record()
-        fn(*groups[g])
+        out = fn(*groups[g])
+        if spot is not None and undo is not None:
+            e0 = time.perf_counter_ns()
+            around = spot.after_call(BACK_TO_BACK_CALLS + start + i, out, device)
+            if around is not None:
+                copied.append((i, time.perf_counter_ns() - e0, *around))
+        del out  # let go inside the interval: a finalizer on it runs timed
         ends[i].record()
         if undo is not None:
             e0 = time.perf_counter_ns()
@@ -428,7 +454,12 @@ def _back_to_back(fn: Callable[..., Any], groups: list[tuple], start: int, iters
             edit_ns += time.perf_counter_ns() - e0
     torch.cuda.synchronize(device)
     loop_ns = time.perf_counter_ns() - t0 - edit_ns
-    return [starts[i].elapsed_time(ends[i]) for i in range(iters)], loop_ns
+    intervals = [starts[i].elapsed_time(ends[i]) for i in range(iters)]
+    for i, host_ns, before, after in copied:
+        ms = before.elapsed_time(after)
+        intervals[i] -= ms
+        loop_ns -= max(host_ns, int(ms * 1e6))
+    return intervals, loop_ns
 
 
 def time_interleaved(
