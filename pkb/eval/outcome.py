@@ -585,6 +585,15 @@ def _suspect(ranks: list[Any], details: dict[str, Any], job: Any = None) -> tupl
         return "side_stream_timing", (
             f"work outside the timed call: {unwaited} timed calls returned while a collective they started was still running "
             "(left unwaited), which the untimed calls did not; the harness waited for those it had a handle for")
+    # before the timed checks: with no communication, a wrong edited call says less than this
+    silent = _silent_peers(results, timed_calls)
+    if silent:
+        details["reference_collectives"] = silent
+        return "harness_tamper", (
+            f"at world size {len(results)}, no communication in its timed calls: the reference's first call ran "
+            f"{silent} collectives, the candidate's timed calls none that any counter or the backends' sequence numbers saw "
+            f"({during_calls} in its other calls), and on the CPU ranks share no memory: its peers' data came by another route "
+            "(the harness's own state, a file, another process) or was known without them (inputs it could predict)")
     timed_bad = [(r.rank, c) for r in ranks for c in (r.result.get("timed_checks") or []) if not c.get("matched")]
     if details.get("mutates_inputs") or any(res.get("timed_inputs_mutated") for res in results):
         if timed_bad:
@@ -625,14 +634,6 @@ def _suspect(ranks: list[Any], details: dict[str, Any], job: Any = None) -> tupl
     floor = _speed_floor(results, details)
     if floor:
         return "speed_of_light", floor
-    silent = _silent_peers(results, timed_calls)
-    if silent:
-        details["reference_collectives"] = silent
-        return "harness_tamper", (
-            f"right at world size {len(results)} with no communication in its timed calls: the reference's first call ran "
-            f"{silent} collectives, the candidate's timed calls none that any counter or the backends' sequence numbers saw "
-            f"({during_calls} in its other calls), and on the CPU ranks share no memory: its peers' data came by another route "
-            "(the harness's own state, a file, another process) or was known without them (inputs it could predict)")
     return None
 
 
