@@ -95,8 +95,7 @@ class InputEdits:
     def __init__(self, groups: list[tuple], calls_per_group: int) -> None:
         import random
 
-        seed = int.from_bytes(os.urandom(8), "little")
-        draw = random.Random(seed)  # positions no candidate can foresee
+        draw = random.Random(int.from_bytes(os.urandom(8), "little"))  # positions no candidate can foresee
         self.k = [0] * len(groups)
         self.current: tuple[int, int] | None = None  # (group, edit) of the last edit made
         # per group: (index of the edited tensor in tensors_of(group), its flat view, positions, values there, edited values)
@@ -160,12 +159,12 @@ BACK_TO_BACK_CALLS = 1 << 24  # SpotChecks keys of back-to-back calls: this plus
 class SpotChecks:
     """Edited timed calls of one side (isolated, and back to back on CUDA) whose outputs are copied
     as they return, each chosen at random from the OS's generator once the call has returned: no
-    code of the candidate's, before
-    or during a call, can know whether that call will be compared. The rank compares the copies
-    with the reference on the same edited inputs afterwards (InputEdits.rebuild; every rank runs
-    the reference for the calls any rank chose). `log` holds, for every edited call, its (group,
-    edit), so a rank can rebuild the inputs of a call a peer chose. Each rank takes `expected`
-    copies on average, at least one where it had an edited call, at most `cap`."""
+    code of the candidate's, before or during a call, can know whether that call will be compared.
+    The rank compares the copies with the reference on the same edited inputs afterwards
+    (InputEdits.rebuild; every rank runs the reference for the calls any rank chose). `log` holds,
+    for every edited call, its (group, edit), so a rank can rebuild the inputs of a call a peer
+    chose. Each rank takes `expected` copies on average, at least one where it had an edited
+    call, at most `cap`."""
 
     def __init__(self, edits: InputEdits, expected: int, cap: int, edited_calls: int) -> None:
         self.edits = edits
@@ -281,9 +280,9 @@ def time_calls(
     that a later call of its group replaces goes, for the caller to let go once no timed call is
     left. sample(pass, values) gets each measurement as it is taken, before any code of the
     candidate's runs again: the back-to-back pass's as it ends, each isolated call's as it returns
-    (the last one's once its output is let go). spot (SpotChecks): edited isolated calls whose
-    outputs may be copied, chosen as each returns. On CUDA fn is called 2 * iters times: the
-    back-to-back pass, then the isolated one."""
+    (the last one's once its output is let go). spot (SpotChecks): edited calls (isolated, and back
+    to back on CUDA) whose outputs may be copied, chosen as each returns. On CUDA fn is called
+    2 * iters times: the back-to-back pass, then the isolated one."""
     cuda = device.type == "cuda"
 
     def edit(g: int) -> Callable[[], None] | None:
