@@ -63,7 +63,7 @@ def differences(expect: dict[str, dict], got: dict[str, dict], memory_limit: boo
         outcomes, subtype = want
         if ev.get("status") not in ("ran", "skipped_cached"):
             rows.append((name, f"{outcomes}/{subtype}", f"{ev.get('status')}: {str(ev.get('reason', ''))[:160]}"))
-        elif ev.get("outcome") not in outcomes.split("|") or subtype not in ("*", ev.get("subtype")):
+        elif ev.get("outcome") not in outcomes.split("|") or (subtype != "*" and ev.get("subtype") not in subtype.split("|")):
             rows.append((name, f"{outcomes}/{subtype}", f"{ev.get('outcome')}/{ev.get('subtype')}: {str(ev.get('reason', ''))[:160]}"))
     return rows, unjudged
 

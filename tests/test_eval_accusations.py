@@ -139,3 +139,22 @@ def test_right_with_no_communication_in_its_timed_calls_is_suspect_on_the_cpu():
     assert decide(_launch([_ok_rank(0.5, dist_calls=talking, reference_collectives=1) for _ in range(2)]))["outcome"] in ("faster", "slower")
     cuda = [_ok_rank(0.5, dist_calls=quiet) for _ in range(2)]
     assert decide(_launch(cuda))["outcome"] in ("faster", "slower")
+
+
+def test_side_stream_evidence_names_a_wrong_spot_checked_call():
+    """Work left on a side stream at return makes the copy of a back-to-back call taken then
+    wrong; the host-clock evidence says why (side_stream_timing), before the wrong copy would read
+    as a cache (seen on an H100, 2026-12-07)."""
+    from pkb.eval.timing import summarize
+
+    def timing(cand_wall):
+        side = lambda event, wall: {"event": summarize([event] * 5), "wall": summarize([wall] * 5),  # noqa: E731
+                                    "pipelined": summarize([event] * 5), "pipelined_wall": summarize([event] * 5)}
+        return {"reference": side(1.0, 1.1), "candidate": side(0.1, cand_wall)}
+
+    wrong = [{"matched": False, "kind": "timed_edited", "trial": 0, "call": 3, "back_to_back": True}]
+    ranks = [_ok_rank(0.5, timing=timing(10.0), timed_checks=wrong) for _ in range(2)]
+    ev = decide(_launch(ranks))
+    assert (ev["outcome"], ev["subtype"]) == ("suspect", "side_stream_timing"), ev["reason"]
+    ranks = [_ok_rank(0.5, timing=timing(0.11), timed_checks=wrong) for _ in range(2)]
+    assert decide(_launch(ranks))["subtype"] == "cached_output"

@@ -585,15 +585,15 @@ def _suspect(ranks: list[Any], details: dict[str, Any], job: Any = None) -> tupl
         return "side_stream_timing", (
             f"work outside the timed call: {unwaited} timed calls returned while a collective they started was still running "
             "(left unwaited), which the untimed calls did not; the harness waited for those it had a handle for")
-    # before the timed checks: with no communication, a wrong edited call says less than this
-    silent = _silent_peers(results, timed_calls)
-    if silent:
-        details["reference_collectives"] = silent
-        return "harness_tamper", (
-            f"at world size {len(results)}, no communication in its timed calls: the reference's first call ran "
-            f"{silent} collectives, the candidate's timed calls none that any counter or the backends' sequence numbers saw "
-            f"({during_calls} in its other calls), and on the CPU ranks share no memory: its peers' data came by another route "
-            "(the harness's own state, a file, another process) or was known without them (inputs it could predict)")
+    # before the timed checks too: work left on a side stream at return makes a copy taken then
+    # wrong, and this says why
+    side = _side_stream(results)
+    if side:
+        details["side_stream"] = side
+        return "side_stream_timing", (
+            f"host time around a device-wide synchronize is {side['candidate_ratio']:.1f}x the event time "
+            f"({side['candidate_wall_ms']:.3g} ms vs {side['candidate_event_ms']:.3g} ms): work the timing events miss"
+        )
     timed_bad = [(r.rank, c) for r in ranks for c in (r.result.get("timed_checks") or []) if not c.get("matched")]
     if details.get("mutates_inputs") or any(res.get("timed_inputs_mutated") for res in results):
         if timed_bad:
@@ -611,6 +611,14 @@ def _suspect(ranks: list[Any], details: dict[str, Any], job: Any = None) -> tupl
     if peer_bad:
         details["peer_change_mismatch_ranks"] = peer_bad
         return "cached_output", "an input it had seen before, at a new address, while the peers' inputs changed, gave the old answer (output cached on the local input's content)"
+    silent = _silent_peers(results, timed_calls)
+    if silent:
+        details["reference_collectives"] = silent
+        return "harness_tamper", (
+            f"at world size {len(results)}, no communication in its timed calls: the reference's first call ran "
+            f"{silent} collectives, the candidate's timed calls none that any counter or the backends' sequence numbers saw "
+            f"({during_calls} in its other calls), and on the CPU ranks share no memory: its peers' data came by another route "
+            "(the harness's own state, a file, another process) or was known without them (inputs it could predict)")
     late = [c["trial"] for c in trials if c.get("completed_after_return")]
     threads = [c["trial"] for c in trials if c.get("threads_started") and c.get("trial", 0) > 0]
     if late or threads:
@@ -624,13 +632,6 @@ def _suspect(ranks: list[Any], details: dict[str, Any], job: Any = None) -> tupl
             f"its back-to-back timed calls took {skips['candidate_back_to_back_ms']:.3g} ms each, {skips['candidate_share']:.0%} of its "
             f"isolated calls' {skips['candidate_event_ms']:.3g} ms (the reference's: {skips['reference_share']:.0%}): calls that skip "
             "their work where no output is read")
-    side = _side_stream(results)
-    if side:
-        details["side_stream"] = side
-        return "side_stream_timing", (
-            f"host time around a device-wide synchronize is {side['candidate_ratio']:.1f}x the event time "
-            f"({side['candidate_wall_ms']:.3g} ms vs {side['candidate_event_ms']:.3g} ms): work the timing events miss"
-        )
     floor = _speed_floor(results, details)
     if floor:
         return "speed_of_light", floor
