@@ -9,7 +9,10 @@ input is rewritten before the call and put back after it, outside the events and
 back-to-back loop's host clock. Timing a callable against itself, the speedup should stay 1.0
 with the edits as without them; the charged time per call (pkb.eval.timing.rank_time_ms) is
 printed for both, with their ratio (the anchor: the same loop without edits, in the same run),
-and the host cost of one edit and its undo.
+and the host cost of one edit and its undo. A third mode adds spot checks (SpotChecks) to one
+side only (--spot copies on average, as a rank takes; more for a worse case): on CUDA the copies
+of back-to-back calls are taken off their clocks, so the speedup against the side without them
+should stay 1.0 too.
 """
 
 from __future__ import annotations
@@ -30,11 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--numel", type=int, default=1 << 20, help="elements of the input (float32)")
     ap.add_argument("--iters", type=int, default=60, help="timed calls per side")
     ap.add_argument("--repeat", type=int, default=5, help="alternating runs of each mode")
+    ap.add_argument("--spot", type=int, default=3, help="edited calls spot-checked per side a timing, on average (a rank's: 3)")
     args = ap.parse_args(argv)
 
     import torch
 
-    from pkb.eval.timing import InputEdits, calls_per_group, plain_calls, rank_time_ms, time_interleaved
+    from pkb.eval.timing import InputEdits, SpotChecks, calls_per_group, plain_calls, rank_time_ms, time_interleaved
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cuda = device.type == "cuda"
@@ -43,19 +47,21 @@ def main(argv: list[str] | None = None) -> int:
     def work(x):  # a small, bandwidth-bound call: what a launch-bound reference looks like
         return x * 2 + 1
 
-    def one(edited: bool) -> tuple[float, float]:
-        """(charged ms of side a, speedup a/b) for one interleaved timing of `work` against itself."""
-        edits = InputEdits(groups, calls_per_group(len(groups), 2, args.iters, 2, cuda)) if edited else None
-        plain = plain_calls(len(groups), args.iters) if edited else None
+    def one(mode: str) -> tuple[float, float]:
+        """(charged ms of side a, speedup a/b) for one interleaved timing of `work` against itself;
+        mode: 'plain' (no edits), 'edited', or 'spot' (edited, side a spot-checked on every call)."""
+        edits = InputEdits(groups, calls_per_group(len(groups), 2, args.iters, 2, cuda)) if mode != "plain" else None
+        plain = plain_calls(len(groups), args.iters) if mode != "plain" else None
+        spot = SpotChecks(edits, args.spot, max(args.spot, 6), args.iters) if mode == "spot" else None
         out = time_interleaved({"a": work, "b": work}, groups, warmup=2, iters=args.iters, rounds=5, device=device,
-                               keep=set(), edits=edits, plain=plain)
+                               keep={"a"} if spot else set(), edits=edits, plain=plain, spot=spot)
         a, b = rank_time_ms(out["a"][0]), rank_time_ms(out["b"][0])
         return a, b / a
 
-    rows: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    rows: dict[str, list[tuple[float, float]]] = {"plain": [], "edited": [], "spot": []}
     for _ in range(args.repeat):
-        for edited in (False, True):
-            rows[edited].append(one(edited))
+        for mode in rows:
+            rows[mode].append(one(mode))
 
     edits = InputEdits(groups, 1000)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -66,13 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     sync()
     edit_us = (time.perf_counter() - t0) / 500 * 1e6
 
-    plain_ms = statistics.median(a for a, _ in rows[False])
-    edited_ms = statistics.median(a for a, _ in rows[True])
+    plain_ms = statistics.median(a for a, _ in rows["plain"])
+    edited_ms = statistics.median(a for a, _ in rows["edited"])
     print(f"device {device} ({torch.cuda.get_device_name(device) if cuda else 'cpu'}), numel {args.numel}, iters {args.iters}, "
           f"repeat {args.repeat}")
     print(f"charged ms per call: without edits {plain_ms:.4f}, with edits {edited_ms:.4f}, ratio {edited_ms / plain_ms:.3f}")
-    print(f"speedup of a callable against itself: without edits {statistics.median(s for _, s in rows[False]):.3f}, "
-          f"with edits {statistics.median(s for _, s in rows[True]):.3f}")
+    print(f"speedup of a callable against itself: without edits {statistics.median(s for _, s in rows['plain']):.3f}, "
+          f"with edits {statistics.median(s for _, s in rows['edited']):.3f}, "
+          f"with edits and one side spot-checked {statistics.median(s for _, s in rows['spot']):.3f}")
     print(f"one edit and its undo: {edit_us:.1f} us of host time")
     return 0
 
