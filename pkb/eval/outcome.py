@@ -618,7 +618,8 @@ def _suspect(ranks: list[Any], details: dict[str, Any], job: Any = None) -> tupl
             f"at world size {len(results)}, no communication in its timed calls: the reference's first call ran "
             f"{silent} collectives, the candidate's timed calls none that any counter or the backends' sequence numbers saw "
             f"({during_calls} in its other calls), and on the CPU ranks share no memory: its peers' data came by another route "
-            "(the harness's own state, a file, another process) or was known without them (inputs it could predict)")
+            "(a process group of its own that no counter sees, the harness's own state, a file, another process) or was known "
+            "without them (inputs it could predict)")
     late = [c["trial"] for c in trials if c.get("completed_after_return")]
     threads = [c["trial"] for c in trials if c.get("threads_started") and c.get("trial", 0) > 0]
     if late or threads:
