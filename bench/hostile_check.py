@@ -2,11 +2,12 @@
 outcome and subtype the manifest expects, on whatever machine the evaluation ran (the CPU tests
 check gloo; this reads an `eval.jsonl` from a GPU run, where the backend is NCCL).
 
-    python bench/hostile_check.py OUT/eval.jsonl
+    python bench/hostile_check.py OUT/eval.jsonl [--subset]
 
 An entry's `on_cuda` outcome applies to a CUDA run; entries above the run's world size, GPU-only
 entries on CPU and memory-limit entries without one are listed as not judged. Prints one line per
-candidate that differs (or is missing), then the count that match. Exit 0.
+candidate that differs (or is missing: with --subset, for a run that took some of the candidates,
+those without a record are left out), then the count that match. Exit 0.
 """
 
 from __future__ import annotations
@@ -72,8 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("jsonl", type=Path, help="eval.jsonl of `pkb-analyze eval corpus/hostile`")
     ap.add_argument("--memory-limit", action="store_true", help="the run had PKB_SANDBOX_MEMORY_MAX set")
+    ap.add_argument("--subset", action="store_true", help="the run took some of the candidates: those without a record are left out")
     args = ap.parse_args(argv)
     expect, got = expected(), last_records(args.jsonl)
+    if args.subset:
+        expect = {name: e for name, e in expect.items() if name in got}
     rows, unjudged = differences(expect, got, args.memory_limit)
     for name, why in unjudged:
         print(f"{name:48s} {why}")

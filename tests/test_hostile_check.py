@@ -68,3 +68,16 @@ def test_the_bundled_manifest_parses_with_its_gates():
     entries = hc.expected()
     assert all(e.get("min_world_size", 1) >= 1 for e in entries.values())
     assert all(set(e["on_cuda"]) >= {"outcome", "subtype", "why"} for e in entries.values() if "on_cuda" in e)
+
+
+def test_a_subset_run_is_judged_on_its_own_records(tmp_path, capsys):
+    """--subset: the manifest's candidates the run did not take are left out of the count, not
+    counted as missing records."""
+    name = hc.expected()["1_allreduce_raises.py"]["path"]
+    want = hc.expected()[name]
+    jsonl = tmp_path / "eval.jsonl"
+    jsonl.write_text(json.dumps({"path": f"x/{name}", "evaluation": ev(want["outcome"].split("|")[0], want["subtype"].replace("*", ""))}) + "\n")
+    hc.main([str(jsonl), "--subset"])
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("1 of 1 candidates")
+    hc.main([str(jsonl)])
+    assert "got no record" in capsys.readouterr().out
