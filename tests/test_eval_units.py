@@ -517,7 +517,8 @@ def test_edited_timed_calls_are_spot_checked_on_the_inputs_they_saw():
     lone = SpotChecks(edits, expected=0, cap=4, edited_calls=3)  # never drawn: the last one taken
     edits.current = (0, 0)
     for n in range(3):
-        lone.after_call(n, torch.ones(2))
+        if lone.decide(n):
+            lone.copy(n, torch.ones(2))
     assert set(lone.copies) == {2}
 
 

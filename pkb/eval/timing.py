@@ -158,36 +158,40 @@ BACK_TO_BACK_CALLS = 1 << 24  # SpotChecks keys of back-to-back calls: this plus
 
 class SpotChecks:
     """Edited timed calls of one side (isolated, and back to back on CUDA) whose outputs are copied
-    as they return, each chosen at random from the OS's generator once the call has returned: no
-    code of the candidate's, before or during a call, can know whether that call will be compared.
-    The rank compares the copies with the reference on the same edited inputs afterwards
-    (InputEdits.rebuild; every rank runs the reference for the calls any rank chose). `log` holds,
-    for every edited call, its (group, edit), so a rank can rebuild the inputs of a call a peer
-    chose. Each rank takes `expected` copies on average, at least one where it had an edited
-    call, at most `cap`."""
+    as they return, each chosen at random from the OS's generator: an isolated call once it has
+    returned, so no code of the candidate's, before or during the call, can know whether it will
+    be compared; a back-to-back call just before it starts, beside its input edit, so the draw
+    stays off the clocks of calls that may last microseconds. The rank compares the copies with
+    the reference on the same edited inputs afterwards (InputEdits.rebuild; every rank runs the
+    reference for the calls any rank chose). `log` holds, for every edited call, its (group,
+    edit), so a rank can rebuild the inputs of a call a peer chose. Each rank takes `expected`
+    copies on average, at least one where it had an edited call, at most `cap`."""
 
     def __init__(self, edits: InputEdits, expected: int, cap: int, edited_calls: int) -> None:
+        import random
+
         self.edits = edits
         self.odds = min(1.0, expected / max(1, edited_calls))
         self.cap = cap
         self.left = edited_calls  # the last one is taken where no earlier one was
         self.log: dict[int, tuple[int, int]] = {}
         self.copies: dict[int, Any] = {}
+        self._draw = random.SystemRandom()
 
-    def after_call(self, n: int, out: Any, device: torch.device | None = None) -> tuple[Any, Any] | None:
-        """Log call n's edit and maybe copy its output. With a CUDA `device` (a back-to-back call,
-        whose work may still run), the copy is ordered on the stream and timed: the events around
-        it are returned, for the caller to take its time off the call's."""
-        import random
-
+    def decide(self, n: int) -> bool:
+        """Log call n's edit (the last one made) and draw whether its output is copied."""
         at = self.edits.current
         if at is None:
-            return None
+            return False
         self.log[n] = at
         self.left -= 1
-        taken = random.SystemRandom().random() < self.odds or (not self.copies and self.left <= 0)
-        if not taken or len(self.copies) >= self.cap:
-            return None
+        taken = self._draw.random() < self.odds or (not self.copies and self.left <= 0)
+        return taken and len(self.copies) < self.cap
+
+    def copy(self, n: int, out: Any, device: torch.device | None = None) -> tuple[Any, Any] | None:
+        """Copy call n's output. With a CUDA `device` (a back-to-back call, whose work may still
+        run), the copy is ordered on the stream and timed: the events around it are returned, for
+        the caller to take its time off the call's."""
         if device is None or device.type != "cuda":
             self.copies[n] = clone_tree(out)
             return None
@@ -341,8 +345,8 @@ def time_calls(
         measured["wall_ns"].append(wall_ns)
         if sample is not None and i + 1 < iters:  # the last call's after its output is let go, below
             sample("isolated", {"call": i, "wall_ns": wall_ns, "event_ms": event_ms})
-        if spot is not None and undo is not None:
-            spot.after_call(start + i, out)
+        if spot is not None and undo is not None and spot.decide(start + i):
+            spot.copy(start + i, out)
         if undo is not None:
             undo()
         if returned is not None and plain is not None and start + i in plain:
@@ -425,9 +429,10 @@ def _back_to_back(fn: Callable[..., Any], groups: list[tuple], start: int, iters
     """PKB's loop: (per-call event intervals in ms, host ns of the whole loop and its device sync).
     With `edit`, each call's input edit is enqueued before its start event and its undo after its
     end event, so the intervals leave them out, and their host time is taken off the loop's. With
-    `spot`, an edited call's output may be copied as it returns (keyed BACK_TO_BACK_CALLS + its
-    number), inside its interval, right before its output is let go; the copy's device time is
-    taken off that interval, and the larger of its device and host time off the loop's."""
+    `spot`, whether an edited call's output is copied is drawn beside its edit (keyed
+    BACK_TO_BACK_CALLS + its number); the copy is taken as the call returns, inside its interval,
+    right before its output is let go; the copy's device time is taken off that interval, and the
+    larger of its device and host time off the loop's."""
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]  # made before the clock starts
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     edit_ns = 0
@@ -437,14 +442,14 @@ def _back_to_back(fn: Callable[..., Any], groups: list[tuple], start: int, iters
         g = (start + i) % len(groups)
         e0 = time.perf_counter_ns()
         undo = edit(g) if edit is not None else None
+        chosen = spot is not None and undo is not None and spot.decide(BACK_TO_BACK_CALLS + start + i)
         edit_ns += time.perf_counter_ns() - e0
         starts[i].record()
         out = fn(*groups[g])
-        if spot is not None and undo is not None:
+        if chosen:
             e0 = time.perf_counter_ns()
-            around = spot.after_call(BACK_TO_BACK_CALLS + start + i, out, device)
-            if around is not None:
-                copied.append((i, time.perf_counter_ns() - e0, *around))
+            around = spot.copy(BACK_TO_BACK_CALLS + start + i, out, device)  # type: ignore[union-attr]
+            copied.append((i, time.perf_counter_ns() - e0, *around))  # type: ignore[misc]
         del out  # let go inside the interval: a finalizer on it runs timed
         ends[i].record()
         if undo is not None:
